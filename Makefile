@@ -1,0 +1,76 @@
+# Entry points. Needs only Python 3.11+ and Java 17+ (and access to PyPI for `make venv`).
+#   make venv   create .venv and install the project with its dev tools
+#   make test   lint and run the test suite
+#   make demo   run the demo
+#   make bench  run the engine benchmark, JSON on stdout
+
+SHELL := /bin/bash
+VENV ?= .venv
+# Interpreters tried for the venv, first that is Python 3.11+ wins (override: make PYTHON=...).
+PYTHON ?=
+PYTHON_CANDIDATES := python3.11 python3.12 python3.13 python3
+STAMP := $(VENV)/.installed
+
+.PHONY: venv check-java test lint demo bench clean distclean
+
+venv: $(STAMP)
+
+$(VENV)/bin/python:
+	@set -e; \
+	found=""; seen=""; \
+	for py in $(or $(PYTHON),$(PYTHON_CANDIDATES)); do \
+	  command -v "$$py" >/dev/null 2>&1 || continue; \
+	  if "$$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; then \
+	    found="$$py"; break; \
+	  fi; \
+	  seen="$${seen:+$$seen, }$$py ($$("$$py" --version 2>&1 | head -n 1))"; \
+	done; \
+	if [ -z "$$found" ]; then \
+	  echo "error: Python 3.11+ is required to create $(VENV) — found: $${seen:-none of $(or $(PYTHON),$(PYTHON_CANDIDATES)) on PATH}" >&2; \
+	  exit 1; \
+	fi; \
+	echo "creating $(VENV) with $$found ($$("$$found" --version 2>&1))"; \
+	"$$found" -m venv "$(VENV)" || { \
+	  echo "error: '$$found -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2; \
+	  rm -rf "$(VENV)"; exit 1; }
+
+# Re-install only when pyproject.toml changed since the last successful install.
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+check-java:
+	@java="$${JAVA_HOME:+$$JAVA_HOME/bin/}java"; \
+	if ! command -v "$$java" >/dev/null 2>&1; then \
+	  where=$${JAVA_HOME:+"at $$java (JAVA_HOME)"}; \
+	  echo "error: Java 17+ is required (install e.g. openjdk-17-jre-headless) — found: no java $${where:-on PATH}" >&2; \
+	  exit 1; \
+	fi; \
+	line=$$("$$java" -version 2>&1 | head -n 1); \
+	ver=$$(printf '%s\n' "$$line" | sed -n 's/.*version "\([^"]*\)".*/\1/p'); \
+	major=$${ver%%[.+-]*}; \
+	if [ "$$major" = "1" ]; then major=$$(printf '%s\n' "$$ver" | cut -d. -f2); fi; \
+	case "$$major" in ''|*[!0-9]*) major=0;; esac; \
+	if [ "$$major" -lt 17 ]; then \
+	  echo "error: Java 17+ is required (install e.g. openjdk-17-jre-headless) — found: $$line" >&2; \
+	  exit 1; \
+	fi
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: venv check-java lint
+	$(VENV)/bin/pytest -q
+
+demo: venv check-java
+	$(VENV)/bin/imp demo
+
+bench: venv
+	$(VENV)/bin/imp bench engine --json
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,155 @@
+"""Per-row fragment sets in compressed sparse row (CSR) form.
+
+A row's sketch annotation is a set of global fragment ids. Rows from a table access
+hold exactly one id; joins concatenate the sets of both sides; aggregation emits the
+union over a group. CSR keeps all of these vectorized.
+
+Invariants: ``offsets`` is int64, non-decreasing, ``offsets[0] == 0`` and
+``offsets[-1] == len(values)``; ``values`` is int32; within a row ids are distinct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+from pyroaring import BitMap
+
+
+@dataclass(frozen=True, eq=False)
+class Annotation:
+    offsets: np.ndarray  # int64, len n + 1
+    values: np.ndarray  # int32
+
+    # -- construction -------------------------------------------------------------------
+    @staticmethod
+    def empty(n: int = 0) -> Annotation:
+        return Annotation(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int32))
+
+    @staticmethod
+    def singletons(ids: np.ndarray) -> Annotation:
+        """One fragment per row (the result of ``annotate`` on a base table)."""
+        ids = np.asarray(ids, dtype=np.int32)
+        return Annotation(np.arange(len(ids) + 1, dtype=np.int64), ids)
+
+    @staticmethod
+    def from_sets(sets: Sequence[Iterable[int]]) -> Annotation:
+        lists = [sorted(set(s)) for s in sets]
+        lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = [v for x in lists for v in x]
+        return Annotation(offsets, np.asarray(flat, dtype=np.int32))
+
+    @staticmethod
+    def from_bitmaps(maps: Sequence[BitMap]) -> Annotation:
+        lengths = np.fromiter((len(m) for m in maps), dtype=np.int64, count=len(maps))
+        offsets = np.zeros(len(maps) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] == 0:
+            return Annotation(offsets, np.zeros(0, dtype=np.int32))
+        values = np.concatenate([np.asarray(m.to_array(), dtype=np.int32) for m in maps])
+        return Annotation(offsets, values)
+
+    @staticmethod
+    def concat(parts: Sequence[Annotation]) -> Annotation:
+        if not parts:
+            return Annotation.empty()
+        if len(parts) == 1:
+            return parts[0]
+        offsets = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for p in parts:
+            offsets.append(p.offsets[1:] + base)
+            base += len(p.values)
+        return Annotation(np.concatenate(offsets),
+                          np.concatenate([p.values for p in parts]).astype(np.int32, copy=False))
+
+    # -- queries -----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def is_singleton(self) -> bool:
+        return len(self.values) == len(self) and bool(np.all(self.lengths == 1))
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    def row_sets(self) -> list[tuple[int, ...]]:
+        """Each row's ids as a sorted tuple (hashable; for consolidation and oracles)."""
+        vals = self.values.tolist()
+        offs = self.offsets.tolist()
+        return [tuple(sorted(vals[offs[i]:offs[i + 1]])) for i in range(len(self))]
+
+    def row_ids(self) -> np.ndarray:
+        """For each value, the row it belongs to."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+
+    def fragment_counts(self, weights: np.ndarray, size: int) -> np.ndarray:
+        """Sum of row weights per fragment id (the paper's per-range counts)."""
+        if len(self.values) == 0:
+            return np.zeros(size, dtype=np.int64)
+        w = weights if self.is_singleton() else weights[self.row_ids()]
+        return np.bincount(self.values, weights=w, minlength=size).astype(np.int64)
+
+    # -- transformations ------------------------------------------------------------------
+    def take(self, idx: np.ndarray) -> Annotation:
+        idx = np.asarray(idx, dtype=np.int64)
+        lengths = self.lengths[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        if total == len(idx) and total == 0:
+            return Annotation(offsets, np.zeros(0, dtype=np.int32))
+        starts = self.offsets[:-1][idx]
+        pos = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+        return Annotation(offsets, self.values[pos])
+
+    def filter(self, mask: np.ndarray) -> Annotation:
+        return self.take(np.flatnonzero(mask))
+
+    def union_rows(self, other: Annotation, dedupe: bool = False) -> Annotation:
+        """Row-wise union: row i gets self.row(i) ∪ other.row(i) (equal lengths)."""
+        la, lb = self.lengths, other.lengths
+        lengths = la + lb
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        out = np.empty(int(offsets[-1]), dtype=np.int32)
+        pos_a = np.repeat(offsets[:-1] - self.offsets[:-1], la) + np.arange(len(self.values))
+        out[pos_a] = self.values
+        pos_b = (np.repeat(offsets[:-1] + la - other.offsets[:-1], lb)
+                 + np.arange(len(other.values)))
+        out[pos_b] = other.values
+        result = Annotation(offsets, out)
+        return result.deduplicated() if dedupe else result
+
+    def deduplicated(self) -> Annotation:
+        """Drop repeated ids within a row (only self-joins of a partitioned table need it)."""
+        if len(self.values) == 0:
+            return self
+        rows = self.row_ids()
+        order = np.lexsort((self.values, rows))
+        v, r = self.values[order], rows[order]
+        keep = np.ones(len(v), dtype=bool)
+        keep[1:] = (v[1:] != v[:-1]) | (r[1:] != r[:-1])
+        lengths = np.bincount(r[keep], minlength=len(self))
+        offsets = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return Annotation(offsets, v[keep].astype(np.int32))
+
+    def to_bitmaps(self) -> list[BitMap]:
+        vals = self.values
+        offs = self.offsets
+        return [BitMap(vals[offs[i]:offs[i + 1]]) for i in range(len(self))]
+
+    def keys(self) -> np.ndarray:
+        """A hashable key per row (bytes of its sorted ids), for grouping rows by set."""
+        if self.is_singleton():
+            return self.values.astype(np.int64)
+        return np.array([row.tobytes() for row in
+                         (np.sort(self.row(i)) for i in range(len(self)))], dtype=object)

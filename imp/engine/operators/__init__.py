@@ -1,0 +1,1 @@
+"""Incremental operators (section 5 of the IMP paper), one module per operator family."""

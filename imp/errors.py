@@ -1,0 +1,80 @@
+"""Domain errors. Each names what went wrong and, for SQL, where.
+
+Every error derives from ``ImpError`` and carries a ``code`` that the service layer
+maps onto a transport status (gRPC) without knowing the error classes.
+"""
+
+from __future__ import annotations
+
+
+class ImpError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+    code = "INTERNAL"
+
+
+class SqlSyntaxError(ImpError):
+    """The SQL text does not parse."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        where = f" (line {line}, column {column})" if line is not None else ""
+        super().__init__(f"malformed SQL{where}: {message}")
+        self.line = line
+        self.column = column
+
+
+class UnsupportedSqlError(ImpError):
+    """The SQL parses but uses a construct outside the supported subset."""
+
+    code = "UNIMPLEMENTED"
+
+    def __init__(self, construct: str, line: int | None = None, column: int | None = None,
+                 detail: str = ""):
+        where = f" at line {line}, column {column}" if line is not None else ""
+        extra = f": {detail}" if detail else ""
+        super().__init__(f"unsupported SQL construct {construct}{where}{extra}")
+        self.construct = construct
+        self.line = line
+        self.column = column
+
+
+class UnknownTableError(ImpError):
+    code = "NOT_FOUND"
+
+
+class UnknownColumnError(ImpError):
+    code = "INVALID_ARGUMENT"
+
+
+class UnknownQueryError(ImpError):
+    code = "NOT_FOUND"
+
+
+class SchemaMismatchError(ImpError):
+    """A batch's columns or types do not match the table it is meant for."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class UnsafeSketchError(ImpError):
+    """A sketch on this attribute could change the query's result (section 4.4)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class PartitionError(ImpError):
+    code = "INVALID_ARGUMENT"
+
+
+class SnapshotError(ImpError):
+    """A state snapshot is damaged, of an unknown format, or for another plan."""
+
+    code = "DATA_LOSS"
+
+
+class StateExhaustedError(ImpError):
+    """A bounded buffer (min/max, top-k) ran dry and no refill source is configured."""
+
+    code = "FAILED_PRECONDITION"

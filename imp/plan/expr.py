@@ -1,0 +1,203 @@
+"""Scalar expressions over the columns of one plan node's input.
+
+Invariants: every node is a frozen dataclass (hashable, comparable, with a
+deterministic ``repr`` used for plan fingerprints); a ``ColumnRef`` names a field of
+the input schema exactly; literals carry their Arrow type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
+COMPARISON = frozenset({"=", "<>", "<", "<=", ">", ">="})
+LOGICAL = frozenset({"and", "or"})
+FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesce", "substring"})
+
+
+class Expr:
+    """Base of scalar expressions."""
+
+    def children(self) -> tuple[Expr, ...]:
+        return ()
+
+    def walk(self) -> Iterator[Expr]:
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+    def columns(self) -> frozenset[str]:
+        return frozenset(e.name for e in self.walk() if isinstance(e, ColumnRef))
+
+
+@dataclass(frozen=True)
+class ColumnRef(Expr):
+    name: str
+
+    def __str__(self) -> str:
+        return f"`{self.name}`"
+
+
+@dataclass(frozen=True)
+class Literal(Expr):
+    value: Any
+    dtype: pa.DataType
+
+    def __repr__(self) -> str:
+        return f"Literal({self.value!r}, {self.dtype})"
+
+    def __str__(self) -> str:
+        return repr(self.value) if self.value is not None else "NULL"
+
+
+@dataclass(frozen=True)
+class BinaryOp(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in ARITHMETIC | COMPARISON | LOGICAL:
+            raise ValueError(f"unknown binary operator {self.op!r}")
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True)
+class UnaryOp(Expr):
+    op: str  # not | neg | is_null | is_not_null
+    operand: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in {"not", "neg", "is_null", "is_not_null"}:
+            raise ValueError(f"unknown unary operator {self.op!r}")
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.operand,)
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.operand})"
+
+
+@dataclass(frozen=True)
+class Case(Expr):
+    whens: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None = None
+
+    def children(self) -> tuple[Expr, ...]:
+        out: list[Expr] = [e for pair in self.whens for e in pair]
+        if self.default is not None:
+            out.append(self.default)
+        return tuple(out)
+
+    def __str__(self) -> str:
+        body = " ".join(f"WHEN {c} THEN {v}" for c, v in self.whens)
+        return f"CASE {body} ELSE {self.default} END"
+
+
+@dataclass(frozen=True)
+class InList(Expr):
+    operand: Expr
+    values: tuple[Literal, ...]
+    negated: bool = False
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.operand, *self.values)
+
+    def __str__(self) -> str:
+        neg = "NOT " if self.negated else ""
+        return f"({self.operand} {neg}IN ({', '.join(map(str, self.values))}))"
+
+
+@dataclass(frozen=True)
+class Like(Expr):
+    operand: Expr
+    pattern: str
+    negated: bool = False
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.operand,)
+
+    def __str__(self) -> str:
+        neg = "NOT " if self.negated else ""
+        return f"({self.operand} {neg}LIKE {self.pattern!r})"
+
+
+@dataclass(frozen=True)
+class FuncCall(Expr):
+    name: str
+    args: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        if self.name not in FUNCTIONS:
+            raise ValueError(f"unknown function {self.name!r}")
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    operand: Expr
+    to: pa.DataType
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.operand,)
+
+    def __repr__(self) -> str:
+        return f"Cast({self.operand!r}, {self.to})"
+
+    def __str__(self) -> str:
+        return f"CAST({self.operand} AS {self.to})"
+
+
+def conjuncts(expr: Expr | None) -> list[Expr]:
+    """Split a predicate on top-level AND."""
+    if expr is None:
+        return []
+    if isinstance(expr, BinaryOp) and expr.op == "and":
+        return conjuncts(expr.left) + conjuncts(expr.right)
+    return [expr]
+
+
+def conjoin(parts: list[Expr]) -> Expr | None:
+    """AND a list of predicates together (None for an empty list)."""
+    out: Expr | None = None
+    for part in parts:
+        out = part if out is None else BinaryOp("and", out, part)
+    return out
+
+
+def rename_columns(expr: Expr, mapping: dict[str, Expr]) -> Expr:
+    """Replace column references by expressions (pure; returns a new tree)."""
+    if isinstance(expr, ColumnRef):
+        return mapping.get(expr.name, expr)
+    if isinstance(expr, BinaryOp):
+        return BinaryOp(expr.op, rename_columns(expr.left, mapping),
+                        rename_columns(expr.right, mapping))
+    if isinstance(expr, UnaryOp):
+        return UnaryOp(expr.op, rename_columns(expr.operand, mapping))
+    if isinstance(expr, Case):
+        whens = tuple((rename_columns(c, mapping), rename_columns(v, mapping))
+                      for c, v in expr.whens)
+        default = None if expr.default is None else rename_columns(expr.default, mapping)
+        return Case(whens, default)
+    if isinstance(expr, InList):
+        return InList(rename_columns(expr.operand, mapping), expr.values, expr.negated)
+    if isinstance(expr, Like):
+        return Like(rename_columns(expr.operand, mapping), expr.pattern, expr.negated)
+    if isinstance(expr, FuncCall):
+        return FuncCall(expr.name, tuple(rename_columns(a, mapping) for a in expr.args))
+    if isinstance(expr, Cast):
+        return Cast(rename_columns(expr.operand, mapping), expr.to)
+    return expr

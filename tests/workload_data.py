@@ -1,0 +1,44 @@
+"""Tiny workload databases for differential tests (built once per session, cached).
+
+TPC-H comes from a real tpchgen-cli run at SF 0.01, cut down to the first orders and
+their lineitems so that the reference evaluator stays fast; the synthetic and crimes
+tables come from their generators at a few thousand rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp.workloads.synthetic import generate_crimes, generate_groups_table, generate_joinhelp
+from imp.workloads.tpch import generate_tpch, load_tpch_tables
+
+TPCH_ORDERS = 400
+
+
+@functools.cache
+def tpch_tables() -> dict[str, pa.Table]:
+    out = Path(tempfile.gettempdir()) / "imp-test-tpch-sf0.01"
+    tables = load_tpch_tables(generate_tpch(0.01, out, progress=False))
+    orders = tables["orders"].sort_by("o_orderkey").slice(0, TPCH_ORDERS)
+    keys = orders.column("o_orderkey")
+    tables["orders"] = orders
+    tables["lineitem"] = tables["lineitem"].filter(pc.is_in(tables["lineitem"]["l_orderkey"],
+                                                            value_set=keys))
+    return tables
+
+
+@functools.cache
+def synthetic_tables(rows: int = 3000) -> dict[str, pa.Table]:
+    return {
+        "t50g": generate_groups_table(50, rows, seed=1),
+        "t1000g": generate_groups_table(1000, rows, seed=2),
+        "t5000g": generate_groups_table(5000, rows, seed=3),
+        "t500000g": generate_groups_table(500000, rows, seed=4),
+        "tjoinhelp": generate_joinhelp(500, groups=5000, fanout=1, selectivity=0.1, seed=5),
+        "crimes": generate_crimes(rows, seed=6),
+    }

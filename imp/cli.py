@@ -18,7 +18,8 @@ def _ints(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
 
 
 def _bench_engine(args: argparse.Namespace) -> int:
@@ -27,13 +28,15 @@ def _bench_engine(args: argparse.Namespace) -> int:
     report = run_engine_bench(
         rows=args.rows, queries=args.queries or QUERIES,
         delta_sizes=args.delta_sizes or DELTA_SIZES, fragments=args.fragments or FRAGMENTS,
-        min_seconds=args.min_seconds, progress=not args.quiet)
+        min_seconds=args.min_seconds, min_batches=2 if args.min_seconds == 0 else 5,
+        progress=not args.quiet)
     report["summary"] = summarize(report)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report["results"] if args.rows_only else report, indent=2))
+        print(json.dumps(report if args.full else report["results"], indent=2))
     else:
         print(f"{'query':12s} {'frags':>6s} {'delta':>6s} {'tuples/s':>14s} {'p50 ms':>9s} "
               f"{'p95 ms':>9s}")
@@ -68,15 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = bench.add_subparsers(dest="suite", required=True)
     eng = bsub.add_parser("engine", help="in-process engine throughput (no Spark, no Ray)")
     eng.add_argument("--json", action="store_true", help="print JSON on stdout")
-    eng.add_argument("--rows-only", action="store_true",
-                     help="with --json: print only the list of result rows")
+    eng.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the result rows")
     eng.add_argument("--rows", type=int, default=200_000, help="rows of t5000g")
     eng.add_argument("--queries", type=lambda s: s.split(","), default=None)
     eng.add_argument("--delta-sizes", type=_ints, default=None)
     eng.add_argument("--fragments", type=_ints, default=None)
     eng.add_argument("--min-seconds", type=float, default=0.5,
                      help="measure each point for at least this long")
-    eng.add_argument("--out", help="also write the JSON report to this file")
+    eng.add_argument("--out", default="bench-results/engine.json",
+                     help="where to write the full JSON report")
     eng.add_argument("--quiet", action="store_true", help="no progress lines")
     eng.set_defaults(func=_bench_engine)
     return p

@@ -48,16 +48,26 @@ from imp.engine.operators.aggregate import AggregateOp
 from imp.engine.operators.topk import TopKOp
 from imp.engine.pipeline import EngineOptions
 from imp.engine.zset import DeltaBatch
-from imp.errors import SnapshotError
+from imp.errors import SnapshotError, StateExhaustedError
 from imp.plan.expr import Case, UnaryOp
-from imp.plan.nodes import AggCall, Aggregate, Distinct, Join, NamedExpr, Project, Select, SortKey, TopK
+from imp.plan.nodes import (
+    AggCall,
+    Aggregate,
+    Distinct,
+    Join,
+    NamedExpr,
+    Project,
+    Select,
+    SortKey,
+    TopK,
+)
 from imp.sketch.partition import PartitionSet, RangePartition
 from imp.sketch.sketch import Sketch
 
 # IMP_TEST_SCALE=20 runs a long bug hunt with the same tests
 SCALE = float(os.environ.get("IMP_TEST_SCALE", "1"))
-SETTINGS = settings(max_examples=int(40 * SCALE), deadline=None)
-FEW = settings(max_examples=int(20 * SCALE), deadline=None)
+SETTINGS = settings(max_examples=int(120 * SCALE), deadline=None)
+FEW = settings(max_examples=int(60 * SCALE), deadline=None)
 
 BLOOM_BOTH = (EngineOptions(use_bloom=True), EngineOptions(use_bloom=False))
 
@@ -309,6 +319,24 @@ def test_minmax_refill_when_buffer_empties_while_worse_values_arrive():
     # one batch: both kept values go, a value worse than every kept one arrives
     world.apply({"r": ([rows[0], rows[1], (5, 1, 4, None, None)], [-1, -1, 1])})
     world.apply({"r": ([rows[0], (5, 1, 4, None, None), (7, 1, 4, None, None)], [1, -1, 1])})
+
+
+def test_minmax_buffer_without_source_group_emptied_and_revived():
+    """An emptied group holds all of its (zero) values: reviving it needs no refill."""
+    root = Aggregate(scan("r", ("a", "b", "c")), ("r.b",),
+                     (AggCall("min", "r.c", "lo"), AggCall("max", "r.c", "hi")))
+    ch = RandChooser(0)
+    world = World(qplan(root), parts_r(ch), ("r",), (EngineOptions(minmax_buffer=2),))
+    rows = [(i, 1, c, None, None) for i, c in enumerate([1, 2, 3, 4])]
+    world.apply({"r": (rows, [1] * 4)})
+    world.apply({"r": (rows, [-1] * 4)})
+    world.apply({"r": ([(5, 1, 7, None, None), (6, 1, 8, None, None)], [1, 1])})
+    world.apply({"r": ([(5, 1, 7, None, None), (7, 1, 9, None, None)], [-1, 1])})
+    # a group that still has values beyond its emptied buffer needs the source
+    world.apply({"r": (rows[:3], [1] * 3)})
+    world.apply({"r": (rows[:2], [-1] * 2)})
+    with pytest.raises(StateExhaustedError):  # max kept {8, 9}; 3 lies beyond the buffer
+        world.apply({"r": ([(6, 1, 8, None, None), (7, 1, 9, None, None)], [-1, -1])})
 
 
 @SETTINGS

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from workload_data import synthetic_tables, tpch_tables
 
 from imp.api import Engine
 from imp.reference import reference_capture, reference_evaluate, restrict_to_sketch
 from imp.workloads.queries import list_queries
 from imp.workloads.schemas import TABLES
-from workload_data import synthetic_tables, tpch_tables
 
 QUERIES = list_queries()
 

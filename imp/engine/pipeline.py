@@ -193,15 +193,23 @@ class IncrementalQuery:
         for key, t in tables.items():
             owner, _, name = key.rpartition("/")
             grouped.setdefault(owner, {})[name] = t
+        # load into a fresh wiring first, so that a snapshot that does not fit leaves this
+        # pipeline exactly as it was (no operator half-restored)
+        fresh = IncrementalQuery(self.plan, self.partitions, self.options, self.source)
         try:
-            for op in self.operators:
+            for op in fresh.operators:
                 if op.stateful:
                     op.restore(grouped.get(op.op_id, {}))
-            self.merge.restore(grouped["merge"])
-            self._result = [batch_from_arrow(tables["result"])] if "result" in tables else []
-        except (KeyError, ValueError, pa.ArrowInvalid) as exc:
+            fresh.merge.restore(grouped["merge"])
+            result = [batch_from_arrow(tables["result"])] if "result" in tables else []
+            batches = int(meta.get("batches", 0))
+        except (KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid) as exc:
             raise SnapshotError(f"snapshot does not fit this pipeline: {exc}") from None
-        self.batches = int(meta.get("batches", 0))
+        self.scans, self.operators, self.root = fresh.scans, fresh.operators, fresh.root
+        self.merge = fresh.merge
+        self._result = result
+        self._result_rows = sum(len(b) for b in result)
+        self.batches = batches
         return meta
 
 

@@ -3,8 +3,9 @@
 Layout: MAGIC | u32 header length | header JSON | payload, where the payload is a
 sequence of (u64 length, Arrow IPC stream) entries, one per named table, in the order
 listed in the header. The header holds the format version, the caller's identity
-fields (plan and partition fingerprints) and a SHA-256 of the payload; reading checks
-all of them before any state is touched.
+fields (plan and partition fingerprints), a SHA-256 of the payload and a SHA-256 of
+the header itself (its canonical JSON without that field); reading checks all of them
+before any state is touched.
 """
 
 from __future__ import annotations
@@ -38,8 +39,15 @@ def write_snapshot(meta: Mapping[str, Any], tables: Mapping[str, pa.Table]) -> b
     body = payload.getvalue()
     header = {"format": FORMAT_VERSION, "meta": dict(meta), "tables": names,
               "sha256": hashlib.sha256(body).hexdigest()}
+    header["header_sha256"] = _header_digest(header)
     hbytes = json.dumps(header, sort_keys=True).encode()
     return MAGIC + struct.pack("<I", len(hbytes)) + hbytes + body
+
+
+def _header_digest(header: Mapping[str, Any]) -> str:
+    """SHA-256 of the header's canonical JSON without its own digest field."""
+    rest = {k: v for k, v in header.items() if k != "header_sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
 
 
 def read_snapshot(blob: bytes, expect: Mapping[str, Any] | None = None
@@ -53,9 +61,13 @@ def read_snapshot(blob: bytes, expect: Mapping[str, Any] | None = None
         header = json.loads(bytes(blob[start:start + hlen]))
     except (struct.error, ValueError) as exc:
         raise SnapshotError(f"damaged snapshot header: {exc}") from None
+    if not isinstance(header, dict):
+        raise SnapshotError("damaged snapshot header: not a JSON object")
     if header.get("format") != FORMAT_VERSION:
         raise SnapshotError(f"snapshot format {header.get('format')} is not supported "
                             f"(this build reads {FORMAT_VERSION})")
+    if header.get("header_sha256") != _header_digest(header):
+        raise SnapshotError("snapshot header checksum mismatch: the header is damaged")
     body = bytes(blob[start + hlen:])
     if hashlib.sha256(body).hexdigest() != header.get("sha256"):
         raise SnapshotError("snapshot checksum mismatch: the state is damaged")

@@ -27,7 +27,7 @@ from imp.engine.operators.base import Operator
 from imp.engine.operators.groups import FragmentCounts, GroupKeys
 from imp.engine.zset import DeltaBatch
 from imp.errors import StateExhaustedError
-from imp.plan.nodes import Aggregate, AggCall
+from imp.plan.nodes import AggCall, Aggregate
 
 INT_LIMIT = 2**62
 
@@ -89,6 +89,14 @@ class _MinMax:
             while len(s) > self.buffer:
                 s.popitem(0 if self.is_max else -1)
             self.complete[g] = False
+
+    def mark_complete_if_whole(self, g: int, nonnull: int) -> None:
+        """A bounded multiset that holds all ``nonnull`` values of its group is complete
+        again (e.g. a group whose values were all deleted)."""
+        if not self.complete.get(g, True):
+            s = self.sets.get(g)
+            if (sum(s.values()) if s else 0) == nonnull:
+                self.complete[g] = True
 
     def needs_refill(self, g: int, nonnull: int) -> bool:
         return nonnull > 0 and not self.sets.get(g)
@@ -195,7 +203,7 @@ class AggregateOp(Operator):
             if self.sums[i] is not None:
                 changed |= self._add_sums(i, gids, inv, exact_values(col), w)
             elif self.minmax[i] is not None:
-                changed |= self._update_minmax(i, gids, inv, col, w)
+                changed |= self._update_minmax(i, gids, inv, col, w, old_nonnull[i])
 
         before = self.frags.update(gids[inv], w, batch.annotation)
         if before:
@@ -256,9 +264,12 @@ class AggregateOp(Operator):
         state[gids] = state[gids] + ds
         return np.asarray(ds != 0, dtype=bool)
 
-    def _update_minmax(self, i: int, gids, inv, col: pa.Array, w: np.ndarray) -> np.ndarray:
+    def _update_minmax(self, i: int, gids, inv, col: pa.Array, w: np.ndarray,
+                       old_nonnull: np.ndarray) -> np.ndarray:
         mm = self.minmax[i]
         before = [mm.extreme(g) for g in gids.tolist()]
+        for g, n in zip(gids.tolist(), old_nonnull.tolist()):
+            mm.mark_complete_if_whole(g, n)
         t = pa.table({"g": pa.array(inv), "v": col, "w": pa.array(w)})
         t = t.filter(pc.is_valid(t.column("v")))
         agg = t.group_by(["g", "v"], use_threads=False).aggregate([("w", "sum")])
@@ -266,7 +277,7 @@ class AggregateOp(Operator):
                              agg.column("w_sum").to_pylist()):
             if dw:
                 mm.update(int(gids[gi]), v, dw)
-        for gi, g in enumerate(gids.tolist()):
+        for g in gids.tolist():
             if mm.needs_refill(g, int(self.nonnull[i][g])):
                 self._refill(i, g)
         return np.array([mm.extreme(g) != b for g, b in zip(gids.tolist(), before)], dtype=bool)
@@ -304,11 +315,14 @@ class AggregateOp(Operator):
             if s is not None:
                 cols[f"sum{i}"] = pa.array([str(int(x)) for x in s[live]], type=pa.string())
         out = {"groups": pa.table(cols), "fragments": self.frags.snapshot()}
+        live_ids = set(live.tolist())
         for i, mm in enumerate(self.minmax):
             if mm is None:
                 continue
             g, v, c, comp = [], [], [], []
             for gid, s in mm.sets.items():
+                if gid not in live_ids:
+                    continue  # an emptied group: not in "groups", nothing to keep
                 for value, count in s.items():
                     g.append(gid), v.append(value), c.append(count)
                 comp.append((gid, mm.complete.get(gid, True)))

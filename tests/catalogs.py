@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-QUERY_DIR = Path(__file__).resolve().parent.parent / "imp" / "workloads" / "queries"
+QUERY_DIR = Path(__file__).resolve().parent.parent / "imp_core" / "workloads" / "queries"
 
 _I64, _I32, _MONEY, _DATE = pa.int64(), pa.int32(), pa.decimal128(15, 2), pa.date32()
 _S = "string"  # placeholder, replaced by the requested string type

@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from imp.engine.operators.base import TableDelta
-from imp.engine.pipeline import EngineOptions, IncrementalQuery
-from imp.plan.expr import BinaryOp, ColumnRef, Expr, Literal
-from imp.plan.nodes import Field, PlanNode, QueryPlan, Scan
-from imp.reference import reference_capture, reference_evaluate
-from imp.sketch.partition import PartitionSet, RangePartition
+from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Literal
+from imp_core.plan.nodes import Field, PlanNode, QueryPlan, Scan
+from imp_core.reference import reference_capture, reference_evaluate
+from imp_core.sketch.partition import PartitionSet, RangePartition
 
 # -- tables -------------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from imp.bench.engine import run_engine_bench, summarize
-from imp.cli import main
+from imp_core.bench.engine import run_engine_bench, summarize
+from imp_core.cli import main
 
 KEYS = {"query", "delta_size", "fragments", "tuples_per_s", "batch_ms_p50", "batch_ms_p95",
         "batches", "bootstrap_s", "state_bytes", "sketch_fragments"}
@@ -39,7 +39,7 @@ def test_cli_bench_engine_json(capsys, tmp_path):
 
 
 def test_demo_runs_and_all_sketches_are_exact(tmp_path, capsys):
-    from imp.demo import run_demo
+    from imp_core.demo import run_demo
 
     assert run_demo(rows=4000, batches=2, tpch_scale=0.01, data_dir=tmp_path, batch_size=20)
     out = capsys.readouterr().out

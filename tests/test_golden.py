@@ -13,15 +13,15 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from imp.engine.annotation import Annotation
-from imp.engine.operators.aggregate import AggregateOp
-from imp.engine.operators.base import ProjectOp, ScanOp, SelectOp, TableDelta
-from imp.engine.operators.join import JoinOp
-from imp.engine.operators.merge import MergeOp
-from imp.engine.pipeline import IncrementalQuery
-from imp.engine.zset import DeltaBatch
-from imp.plan.expr import BinaryOp, ColumnRef, Literal
-from imp.plan.nodes import (
+from imp_core.engine.annotation import Annotation
+from imp_core.engine.operators.aggregate import AggregateOp
+from imp_core.engine.operators.base import ProjectOp, ScanOp, SelectOp, TableDelta
+from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.merge import MergeOp
+from imp_core.engine.pipeline import IncrementalQuery
+from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.expr import BinaryOp, ColumnRef, Literal
+from imp_core.plan.nodes import (
     AggCall,
     Aggregate,
     Field,
@@ -32,8 +32,8 @@ from imp.plan.nodes import (
     Scan,
     Select,
 )
-from imp.reference import reference_capture, restrict_to_sketch
-from imp.sketch.partition import PartitionSet, RangePartition
+from imp_core.reference import reference_capture, restrict_to_sketch
+from imp_core.sketch.partition import PartitionSet, RangePartition
 
 # -- Example 1.1 / 1.2 ------------------------------------------------------------------
 

@@ -41,16 +41,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from imp.engine.annotation import Annotation
-from imp.engine.bloom import BloomFilter
-from imp.engine.exact import exact_values, finalize_avg, finalize_sum
-from imp.engine.operators.aggregate import AggregateOp
-from imp.engine.operators.topk import TopKOp
-from imp.engine.pipeline import EngineOptions
-from imp.engine.zset import DeltaBatch
-from imp.errors import SnapshotError, StateExhaustedError
-from imp.plan.expr import Case, UnaryOp
-from imp.plan.nodes import (
+from imp_core.engine.annotation import Annotation
+from imp_core.engine.bloom import BloomFilter
+from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum
+from imp_core.engine.operators.aggregate import AggregateOp
+from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.pipeline import EngineOptions
+from imp_core.engine.zset import DeltaBatch
+from imp_core.errors import SnapshotError, StateExhaustedError
+from imp_core.plan.expr import Case, UnaryOp
+from imp_core.plan.nodes import (
     AggCall,
     Aggregate,
     Distinct,
@@ -61,8 +61,8 @@ from imp.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp.sketch.partition import PartitionSet, RangePartition
-from imp.sketch.sketch import Sketch
+from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.sketch import Sketch
 
 # IMP_TEST_SCALE=20 runs a long bug hunt with the same tests
 SCALE = float(os.environ.get("IMP_TEST_SCALE", "1"))
@@ -614,7 +614,7 @@ def test_range_partition_floats_and_strings(bounds, values):
 
 
 def test_range_partition_rejects_bad_bounds():
-    from imp.errors import PartitionError
+    from imp_core.errors import PartitionError
     with pytest.raises(PartitionError):
         RangePartition.from_bounds("t", "v", pa.int64(), [3, 3])
     with pytest.raises(PartitionError):

@@ -1,4 +1,4 @@
-"""Tests of the SQL front end (``imp.sql``): plan shapes, naming conventions, refusals."""
+"""Tests of the SQL front end (``imp_core.sql``): plan shapes, naming conventions, refusals."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import pyarrow as pa
 import pytest
 from catalogs import tpch_catalog, workload_catalog, workload_queries
 
-import imp.sql.planner
-from imp.errors import (
+import imp_core.sql.planner
+from imp_core.errors import (
     ImpError,
     SqlSyntaxError,
     UnknownColumnError,
     UnknownTableError,
     UnsupportedSqlError,
 )
-from imp.plan.expr import BinaryOp, Case, ColumnRef, FuncCall, InList, Like, Literal, UnaryOp
-from imp.plan.nodes import (
+from imp_core.plan.expr import BinaryOp, Case, ColumnRef, FuncCall, InList, Like, Literal, UnaryOp
+from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
@@ -32,7 +32,7 @@ from imp.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp.sql import parse_sketch_header, plan_sql
+from imp_core.sql import parse_sketch_header, plan_sql
 
 CATALOG = workload_catalog()
 QUERIES = workload_queries()
@@ -384,7 +384,7 @@ def test_explain_shows_every_node():
 
 
 def test_planner_doctests():
-    assert doctest.testmod(imp.sql.planner).failed == 0
+    assert doctest.testmod(imp_core.sql.planner).failed == 0
 
 
 # -- sketch header ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests of ``imp.safety``: the safety check of sketch attributes (paper sections 4.1, 4.4).
+"""Tests of ``imp_core.safety``: the safety check of sketch attributes (paper sections 4.1, 4.4).
 
 Hand-built plans exercise each rule; a small annotated evaluator (plain Python, written
 here as an independent oracle) checks on random data that every attribute judged safe
@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from imp.engine.ordering import sort_key
-from imp.errors import UnknownColumnError, UnknownTableError, UnsafeSketchError
-from imp.plan.expr import BinaryOp, Case, ColumnRef, Expr, Literal, UnaryOp
-from imp.plan.nodes import (
+from imp_core.engine.ordering import sort_key
+from imp_core.errors import UnknownColumnError, UnknownTableError, UnsafeSketchError
+from imp_core.plan.expr import BinaryOp, Case, ColumnRef, Expr, Literal, UnaryOp
+from imp_core.plan.nodes import (
     AggCall,
     Aggregate,
     Distinct,
@@ -34,7 +34,7 @@ from imp.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp.safety import SafetyVerdict, check_attribute, require_safe
+from imp_core.safety import SafetyVerdict, check_attribute, require_safe
 
 I64 = pa.int64()
 F64 = pa.float64()
@@ -542,21 +542,21 @@ def test_unsafe_examples_have_counterexamples(name, attr, nonneg):
 # -- the workload queries (need the SQL planner) ------------------------------------------------
 
 try:
-    from imp.sql import plan_sql
+    from imp_core.sql import plan_sql
 except ImportError:  # the planner is not there yet
     plan_sql = None
 
-needs_planner = pytest.mark.skipif(plan_sql is None, reason="imp.sql.plan_sql not available")
+needs_planner = pytest.mark.skipif(plan_sql is None, reason="imp_core.sql.plan_sql not available")
 
 
 def _workload():
-    from imp.workloads.queries import list_queries
+    from imp_core.workloads.queries import list_queries
 
     return list_queries()
 
 
 def _schemas():
-    from imp.workloads.schemas import TABLES, catalog
+    from imp_core.workloads.schemas import TABLES, catalog
 
     domains = {name: info.domains for name, info in TABLES.items()}
     columns = {name: info.schema.names for name, info in TABLES.items()}
@@ -575,7 +575,7 @@ def test_workload_sketch_attributes_are_safe(query):
 @needs_planner
 @pytest.mark.parametrize("column", ["b", "id"])
 def test_q_having_2_is_unsafe_on_non_group_attributes(column):
-    from imp.workloads.queries import load_query
+    from imp_core.workloads.queries import load_query
 
     cat, domains, columns = _schemas()
     plan = plan_sql(load_query("q_having_2").sql, cat)
@@ -592,7 +592,7 @@ def test_q_having_2_is_unsafe_on_non_group_attributes(column):
 
 @needs_planner
 def test_workload_errors():
-    from imp.workloads.queries import load_query
+    from imp_core.workloads.queries import load_query
 
     cat, domains, columns = _schemas()
     plan = plan_sql(load_query("q06").sql, cat)

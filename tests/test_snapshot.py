@@ -26,10 +26,10 @@ from diff_harness import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imp.engine.pipeline import EngineOptions, IncrementalQuery
-from imp.engine.snapshot import MAGIC, read_snapshot, write_snapshot
-from imp.errors import SnapshotError
-from imp.plan.nodes import (
+from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.engine.snapshot import MAGIC, read_snapshot, write_snapshot
+from imp_core.errors import SnapshotError
+from imp_core.plan.nodes import (
     AggCall,
     Aggregate,
     Distinct,
@@ -40,7 +40,7 @@ from imp.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp.sketch.partition import PartitionSet
+from imp_core.sketch.partition import PartitionSet
 
 SCALE = float(os.environ.get("IMP_TEST_SCALE", "1"))
 SNAP = settings(max_examples=int(60 * SCALE), deadline=None)

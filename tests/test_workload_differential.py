@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from workload_data import synthetic_tables, tpch_tables
 
-from imp.api import Engine
-from imp.reference import reference_capture, reference_evaluate, restrict_to_sketch
-from imp.workloads.queries import list_queries
-from imp.workloads.schemas import TABLES
+from imp_core.api import Engine
+from imp_core.reference import reference_capture, reference_evaluate, restrict_to_sketch
+from imp_core.workloads.queries import list_queries
+from imp_core.workloads.schemas import TABLES
 
 QUERIES = list_queries()
 

@@ -1,4 +1,4 @@
-"""Workload queries, schemas and data generators (imp.workloads)."""
+"""Workload queries, schemas and data generators (imp_core.workloads)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from imp.workloads import queries, schemas, synthetic, tpch
+from imp_core.workloads import queries, schemas, synthetic, tpch
 
 # ---------------------------------------------------------------------------- queries
 

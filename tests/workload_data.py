@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imp.workloads.synthetic import generate_crimes, generate_groups_table, generate_joinhelp
-from imp.workloads.tpch import generate_tpch, load_tpch_tables
+from imp_core.workloads.synthetic import generate_crimes, generate_groups_table, generate_joinhelp
+from imp_core.workloads.tpch import generate_tpch, load_tpch_tables
 
 TPCH_ORDERS = 400
 

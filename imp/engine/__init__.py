@@ -1,4 +1,0 @@
-"""The incremental engine: weighted annotated deltas flowing through stateful operators.
-
-It knows nothing of SQL: it consumes plans (``imp.plan``) and weighted batches.
-"""

@@ -1,5 +1,0 @@
-"""SQL front end: parses Spark SQL (via sqlglot) into the plan nodes of ``imp.plan``."""
-
-from imp.sql.planner import parse_sketch_header, plan_sql
-
-__all__ = ["parse_sketch_header", "plan_sql"]

@@ -1,0 +1,101 @@
+"""The ``imp`` command line.
+
+Subcommands today: ``demo`` (the engine demo) and ``bench engine``. Output is readable
+by default; ``--json`` prints machine-readable JSON on stdout (progress goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from imp_core.errors import ImpError
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+
+
+def _bench_engine(args: argparse.Namespace) -> int:
+    from imp_core.bench.engine import DELTA_SIZES, FRAGMENTS, QUERIES, run_engine_bench, summarize
+
+    report = run_engine_bench(
+        rows=args.rows, queries=args.queries or QUERIES,
+        delta_sizes=args.delta_sizes or DELTA_SIZES, fragments=args.fragments or FRAGMENTS,
+        min_seconds=args.min_seconds, min_batches=2 if args.min_seconds == 0 else 5,
+        progress=not args.quiet)
+    report["summary"] = summarize(report)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2))
+    else:
+        print(f"{'query':12s} {'frags':>6s} {'delta':>6s} {'tuples/s':>14s} {'p50 ms':>9s} "
+              f"{'p95 ms':>9s}")
+        for r in report["results"]:
+            print(f"{r['query']:12s} {r['fragments']:6d} {r['delta_size']:6d} "
+                  f"{r['tuples_per_s']:14,.0f} {r['batch_ms_p50']:9.3f} {r['batch_ms_p95']:9.3f}")
+        for k, v in report["summary"].items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from imp_core.demo import run_demo
+
+    run_demo(rows=args.rows, batches=args.batches, seed=args.seed, tpch_scale=args.tpch_scale)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="imp", description="Incremental maintenance of "
+                                "provenance sketches (IMP).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the engine demo on small generated data")
+    demo.add_argument("--rows", type=int, default=50_000, help="rows of the synthetic tables")
+    demo.add_argument("--batches", type=int, default=5, help="update batches per query")
+    demo.add_argument("--tpch-scale", type=float, default=0.01, help="TPC-H scale factor")
+    demo.add_argument("--seed", type=int, default=7)
+    demo.set_defaults(func=_demo)
+
+    bench = sub.add_parser("bench", help="run a benchmark suite")
+    bsub = bench.add_subparsers(dest="suite", required=True)
+    eng = bsub.add_parser("engine", help="in-process engine throughput (no Spark, no Ray)")
+    eng.add_argument("--json", action="store_true", help="print JSON on stdout")
+    eng.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the result rows")
+    eng.add_argument("--rows", type=int, default=200_000, help="rows of t5000g")
+    eng.add_argument("--queries", type=lambda s: s.split(","), default=None)
+    eng.add_argument("--delta-sizes", type=_ints, default=None)
+    eng.add_argument("--fragments", type=_ints, default=None)
+    eng.add_argument("--min-seconds", type=float, default=0.5,
+                     help="measure each point for at least this long")
+    eng.add_argument("--out", default="bench-results/engine.json",
+                     help="where to write the full JSON report")
+    eng.add_argument("--quiet", action="store_true", help="no progress lines")
+    eng.set_defaults(func=_bench_engine)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ImpError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Join-side state: the current annotated contents of one join input, indexed on its keys.
+
+``SideIndex`` is the in-memory provider of the opposite side for ΔL ⋈ R; another
+provider (e.g. a lookup in the database holding the table) implements ``JoinSide``.
+Invariants: ``contents()`` equals the integral of all deltas applied so far (as a
+Z-set: rows may repeat, and deletions are kept as negative rows until compaction);
+the sorted key index always covers exactly ``contents()``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp_core.engine.bloom import BloomFilter
+from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
+
+_FNV = np.uint64(0x100000001B3)
+
+
+def _int_like(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
+            or pa.types.is_boolean(t))
+
+
+def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(int64 key per row, valid mask, exact) for the join columns of ``data``.
+
+    A single integer-like column is its own key (exact: equal keys mean equal values);
+    otherwise the key is a hash and matches must be verified on the values.
+    """
+    n = data.num_rows
+    valid = np.ones(n, dtype=bool)
+    cols = [data.column(c).combine_chunks() for c in columns]
+    for c in cols:
+        if c.null_count:
+            valid &= c.is_valid().to_numpy(zero_copy_only=False)
+    if len(cols) == 1 and _int_like(cols[0].type):
+        c = cols[0]
+        if pa.types.is_date32(c.type):
+            c = c.cast(pa.int32())
+        elif not pa.types.is_integer(c.type):
+            c = c.cast(pa.int64())
+        return c.fill_null(0).to_numpy().astype(np.int64), valid, True
+    h = np.zeros(n, dtype=np.uint64)
+    for c in cols:
+        t = c.type
+        if pa.types.is_decimal(t) or pa.types.is_floating(t):
+            arr = c.cast(pa.float64()).fill_null(0.0).to_numpy()
+            arr = arr + 0.0  # -0.0 and 0.0 must hash alike
+        elif _int_like(t):
+            arr = (c.cast(pa.int32()) if pa.types.is_date32(t) else c).cast(pa.int64()) \
+                .fill_null(0).to_numpy()
+        else:
+            arr = np.asarray(c.cast(pa.string()).fill_null("").to_pylist(), dtype=object)
+        hc = pd.util.hash_array(arr)
+        with np.errstate(over="ignore"):
+            h = (h * _FNV) ^ hc
+    return h.view(np.int64), valid, False
+
+
+class JoinSide(Protocol):
+    def apply(self, delta: DeltaBatch) -> None: ...
+
+    def probe(self, delta: DeltaBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, DeltaBatch]:
+        """Pairs (row of ``delta``, matching stored row) as (delta indices, matched rows)."""
+        ...
+
+    def contents(self) -> DeltaBatch: ...
+
+
+class SideIndex:
+    """In-memory join side: rows + a sorted index on the key hash + a Bloom filter."""
+
+    def __init__(self, schema: pa.Schema, key_columns: tuple[str, ...], use_bloom: bool = True):
+        self.schema = schema
+        self.key_columns = key_columns
+        self.use_bloom = use_bloom and bool(key_columns)
+        self._main = DeltaBatch.empty(schema)
+        self._pending: list[DeltaBatch] = []
+        self._sorted: np.ndarray | None = None
+        self._perm: np.ndarray | None = None
+        self.bloom: BloomFilter | None = None
+        self.probes_skipped = 0
+
+    # -- updates --------------------------------------------------------------------------
+    def apply(self, delta: DeltaBatch) -> None:
+        if len(delta) == 0:
+            return
+        self._pending.append(delta)
+        self._sorted = None
+        if self.use_bloom:
+            if self.bloom is None or self.bloom.saturated():
+                self._rebuild_bloom(extra=len(delta))
+            else:
+                ins = delta.filter(delta.weights > 0)
+                keys, valid, _ = key_hashes(ins.data, self.key_columns)
+                self.bloom.add(keys[valid])
+
+    def _rebuild_bloom(self, extra: int = 0) -> None:
+        data = self.contents()
+        self.bloom = BloomFilter(2 * (len(data) + extra))
+        keys, valid, _ = key_hashes(data.data, self.key_columns)
+        self.bloom.add(keys[valid & (data.weights > 0)])
+
+    def contents(self) -> DeltaBatch:
+        if self._pending:
+            merged = DeltaBatch.concat([self._main, *self._pending], self.schema)
+            neg = int((merged.weights < 0).sum())
+            if neg and 4 * neg >= len(merged):
+                merged = merged.consolidate()
+            self._main, self._pending = merged, []
+        return self._main
+
+    def __len__(self) -> int:
+        return len(self._main) + sum(len(p) for p in self._pending)
+
+    # -- lookups ------------------------------------------------------------------------
+    def _index(self) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
+        data = self.contents()
+        if self._sorted is None:
+            keys, valid, _ = key_hashes(data.data, self.key_columns)
+            rows = np.flatnonzero(valid)
+            order = np.argsort(keys[rows], kind="stable")
+            self._perm = rows[order]
+            self._sorted = keys[self._perm]
+        assert self._perm is not None
+        return self._sorted, self._perm, data
+
+    def bloom_filter(self, delta: DeltaBatch, keys: np.ndarray) -> np.ndarray:
+        """Mask of delta rows that may have a partner here."""
+        if not self.use_bloom or self.bloom is None:
+            return np.ones(len(delta), dtype=bool)
+        return self.bloom.might_contain(keys)
+
+    def probe(self, delta: DeltaBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, DeltaBatch]:
+        if len(delta) == 0 or len(self) == 0:
+            return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
+        pkeys, valid, exact = key_hashes(delta.data, keys)
+        candidates = np.flatnonzero(valid)
+        if self.use_bloom and self.bloom is not None:
+            hit = self.bloom.might_contain(pkeys[candidates])
+            self.probes_skipped += int(len(candidates) - hit.sum())
+            candidates = candidates[hit]
+        if len(candidates) == 0:
+            return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
+        sorted_keys, perm, data = self._index()
+        k = pkeys[candidates]
+        lo = np.searchsorted(sorted_keys, k, side="left")
+        hi = np.searchsorted(sorted_keys, k, side="right")
+        counts = hi - lo
+        total = int(counts.sum())
+        probe_idx = np.repeat(candidates, counts)
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        side_rows = perm[starts + np.arange(total, dtype=np.int64)]
+        matched = data.take(side_rows)
+        if not exact:
+            ok = np.ones(total, dtype=bool)
+            left = delta.data.take(probe_idx)
+            for a, b in zip(keys, self.key_columns):
+                lc, rc = left.column(a), matched.data.column(b)
+                if lc.type != rc.type:
+                    lc, rc = lc.cast(pa.float64()), rc.cast(pa.float64()) \
+                        if not pa.types.is_string(lc.type) else (lc, rc)
+                ok &= pc.fill_null(pc.equal(lc, rc), False).to_numpy(zero_copy_only=False)
+            probe_idx, matched = probe_idx[ok], matched.filter(ok)
+        return probe_idx, matched
+
+    # -- state ------------------------------------------------------------------------
+    def snapshot(self) -> pa.Table:
+        return batch_to_arrow(self.contents())
+
+    def restore(self, table: pa.Table) -> None:
+        self._main = batch_from_arrow(table)
+        self._pending = []
+        self._sorted = None
+        self.bloom = None
+        if self.use_bloom:
+            self._rebuild_bloom()
+
+    def nbytes(self) -> int:
+        data = self.contents()
+        return data.data.nbytes + data.weights.nbytes + data.annotation.values.nbytes

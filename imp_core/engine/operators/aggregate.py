@@ -1,0 +1,409 @@
+"""Incremental aggregation γ_{f(a);G} for sum, count, count(*), avg, min and max; DISTINCT.
+
+State per group g (section 5.2.5/5.2.6): CNT (weighted tuple count), per aggregate the
+exact sum and non-NULL count (sum/avg/count) or an ordered multiset of values (min/max),
+and F_g with the group's sketch {ρ | F_g[ρ] > 0}.
+Delta rule per batch and touched group g, with old state S[g] and new state S'[g]:
+    output  -⟨g ∘ f(S[g]),  P⟩   if CNT > 0
+            +⟨g ∘ f(S'[g]), P'⟩  if CNT' > 0
+and nothing at all for g when the output tuple and its sketch are unchanged, so each
+group contributes at most one deletion and one insertion per batch.
+Min/max multisets may be bounded to the ``buffer`` best distinct values; when deletions
+empty a bounded buffer of a group that still has values, the group is refilled from
+``source`` (the operator's full current input), or ``StateExhaustedError`` is raised.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sortedcontainers import SortedDict
+
+from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum, kind_of
+from imp_core.engine.operators.base import Operator
+from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
+from imp_core.engine.zset import DeltaBatch
+from imp_core.errors import StateExhaustedError
+from imp_core.plan.nodes import AggCall, Aggregate
+
+INT_LIMIT = 2**62
+
+
+def _grow(arr: np.ndarray, n: int, fill=0) -> np.ndarray:
+    if len(arr) >= n:
+        return arr
+    size = max(n, 2 * len(arr), 16)
+    out = np.full(size, fill, dtype=arr.dtype) if arr.dtype != object else \
+        np.array([fill] * size, dtype=object)
+    out[: len(arr)] = arr
+    return out
+
+
+class _MinMax:
+    """Per-group ordered multisets {value: count} of non-NULL values, maybe bounded."""
+
+    def __init__(self, is_max: bool, buffer: int | None):
+        self.is_max = is_max
+        self.buffer = buffer
+        self.sets: dict[int, SortedDict] = {}
+        self.complete: dict[int, bool] = {}
+
+    def extreme(self, g: int):
+        s = self.sets.get(g)
+        if not s:
+            return None
+        return s.peekitem(-1)[0] if self.is_max else s.peekitem(0)[0]
+
+    def _worst(self, s: SortedDict):
+        return s.peekitem(0)[0] if self.is_max else s.peekitem(-1)[0]
+
+    def _better_or_equal(self, v, w) -> bool:
+        return v >= w if self.is_max else v <= w
+
+    def update(self, g: int, value, w: int) -> None:
+        s = self.sets.get(g)
+        if s is None:
+            s = self.sets[g] = SortedDict()
+            self.complete[g] = True
+        complete = self.complete[g]
+        if w > 0:
+            if not complete and (not s or not self._better_or_equal(value, self._worst(s))):
+                # belongs to the part of the group that is not kept (with every kept value
+                # deleted, nothing is known to be kept: the refill must decide)
+                return
+            s[value] = s.get(value, 0) + w
+        else:
+            c = s.get(value)
+            if c is None:
+                if complete:
+                    raise StateExhaustedError(f"deleting value {value!r} that group never had")
+                return
+            if c + w > 0:
+                s[value] = c + w
+            else:
+                del s[value]
+        if self.buffer is not None and complete and len(s) > self.buffer:
+            while len(s) > self.buffer:
+                s.popitem(0 if self.is_max else -1)
+            self.complete[g] = False
+
+    def mark_complete_if_whole(self, g: int, nonnull: int) -> None:
+        """A bounded multiset that holds all ``nonnull`` values of its group is complete
+        again (e.g. a group whose values were all deleted)."""
+        if not self.complete.get(g, True):
+            s = self.sets.get(g)
+            if (sum(s.values()) if s else 0) == nonnull:
+                self.complete[g] = True
+
+    def needs_refill(self, g: int, nonnull: int) -> bool:
+        return nonnull > 0 and not self.sets.get(g)
+
+    def refill(self, g: int, values: dict) -> None:
+        s = SortedDict(values)
+        self.sets[g] = s
+        self.complete[g] = True
+        if self.buffer is not None and len(s) > self.buffer:
+            while len(s) > self.buffer:
+                s.popitem(0 if self.is_max else -1)
+            self.complete[g] = False
+
+
+class AggregateOp(Operator):
+    kind = "aggregate"
+    stateful = True
+
+    def __init__(self, node: Aggregate, op_id: str, nfrag: int,
+                 minmax_buffer: int | None = None,
+                 source: Callable[[], DeltaBatch] | None = None):
+        super().__init__(node, op_id)
+        self.agg = node
+        in_types = {f.name: f.dtype for f in node.input.schema}
+        self.arg_types = [in_types[a.arg] if a.arg else None for a in node.aggregates]
+        self.groups = GroupKeys([in_types[g] for g in node.group_by])
+        self.frags = FragmentCounts(nfrag)
+        self.cnt = np.zeros(0, dtype=np.int64)
+        self.nonnull: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in node.aggregates]
+        self.sums: list[np.ndarray | None] = [
+            np.zeros(0, dtype=np.int64) if a.func in ("sum", "avg") else None
+            for a in node.aggregates]
+        self.minmax: list[_MinMax | None] = [
+            _MinMax(a.func == "max", minmax_buffer) if a.func in ("min", "max") else None
+            for a in node.aggregates]
+        self.source = source
+        self.refills = 0
+        for a, t in zip(node.aggregates, self.arg_types):
+            if a.func in ("sum", "avg"):
+                kind_of(t)  # rejects non-numeric arguments at build time
+
+    # -- helpers --------------------------------------------------------------------------
+    def _ensure(self, n: int) -> None:
+        self.cnt = _grow(self.cnt, n)
+        self.nonnull = [_grow(a, n) for a in self.nonnull]
+        self.sums = [None if s is None else _grow(s, n) for s in self.sums]
+        self.frags.ensure(n)
+
+    def _values(self, gids: np.ndarray, cnt: np.ndarray, nonnull: list[np.ndarray],
+                sums: list, extremes: list) -> list[pa.Array]:
+        cols = self.groups.key_arrays(gids)
+        for i, (a, t) in enumerate(zip(self.agg.aggregates, self.arg_types)):
+            cols.append(self._finalize(a, t, cnt, nonnull[i], sums[i], extremes[i]))
+        return cols
+
+    def _finalize(self, a: AggCall, t, cnt, nonnull, sums, extremes) -> pa.Array:
+        if a.func == "count_star":
+            return pa.array(cnt, type=pa.int64())
+        if a.func == "count":
+            return pa.array(nonnull, type=pa.int64())
+        if a.func == "avg":
+            return finalize_avg(sums, nonnull, t)
+        if a.func == "sum":
+            if sums.dtype != object and kind_of(t) == "int":
+                return pa.array(sums, type=pa.int64(), mask=(nonnull == 0))
+            return finalize_sum(sums, nonnull, t)
+        return pa.array(extremes, type=t)
+
+    # -- the delta rule -------------------------------------------------------------------
+    def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
+        (batch,) = inputs
+        if len(batch) == 0:
+            return self.empty()
+        w = batch.weights
+        gids, inv = self.groups.lookup(batch.data, self.agg.group_by)
+        self._ensure(len(self.groups))
+        ng = len(gids)
+
+        # old state of the touched groups
+        old_cnt = self.cnt[gids].copy()
+        old_nonnull = [a[gids].copy() for a in self.nonnull]
+        old_sums = [None if s is None else s[gids].copy() for s in self.sums]
+        old_ext = [None if m is None else [m.extreme(g) for g in gids.tolist()]
+                   for m in self.minmax]
+        old_size = self.frags.size[gids].copy()
+        old_single = self.frags.single[gids].copy()
+
+        # linear parts: counts and exact sums
+        changed = np.zeros(ng, dtype=bool)
+        dcnt = np.zeros(ng, dtype=np.int64)
+        np.add.at(dcnt, inv, w)
+        self.cnt[gids] += dcnt
+        changed |= dcnt != 0
+        for i, a in enumerate(self.agg.aggregates):
+            if a.func == "count_star":
+                continue
+            col = batch.data.column(a.arg).combine_chunks()
+            valid = w if col.null_count == 0 else \
+                w * col.is_valid().to_numpy(zero_copy_only=False)
+            dn = np.zeros(ng, dtype=np.int64)
+            np.add.at(dn, inv, valid)
+            self.nonnull[i][gids] += dn
+            changed |= dn != 0
+            if self.sums[i] is not None:
+                changed |= self._add_sums(i, gids, inv, exact_values(col), w)
+            elif self.minmax[i] is not None:
+                changed |= self._update_minmax(i, gids, inv, col, w, old_nonnull[i])
+
+        before = self.frags.update(gids[inv], w, batch.annotation)
+        if before:
+            changed |= np.isin(gids, np.fromiter(before, dtype=np.int64))
+        if not changed.any():
+            return self.empty()
+
+        cg = gids[changed]
+        new_ext = [None if m is None else [m.extreme(g) for g in cg.tolist()]
+                   for m in self.minmax]
+        old_cols = self._values(
+            cg, old_cnt[changed], [a[changed] for a in old_nonnull],
+            [None if s is None else s[changed] for s in old_sums],
+            [None if e is None else [x for x, c in zip(e, changed) if c] for e in old_ext])
+        new_cols = self._values(
+            cg, self.cnt[cg], [a[cg] for a in self.nonnull],
+            [None if s is None else s[cg] for s in self.sums], new_ext)
+        old_exists = old_cnt[changed] > 0
+        new_exists = self.cnt[cg] > 0
+        same = old_exists == new_exists
+        same &= ~np.isin(cg, np.fromiter(before, dtype=np.int64)) if before else True
+        for oc, nc in zip(old_cols[len(self.agg.group_by):], new_cols[len(self.agg.group_by):]):
+            same &= _equal_or_both_null(oc, nc)
+        dele = old_exists & ~same
+        ins = new_exists & ~same
+        parts = []
+        if dele.any():
+            idx = np.flatnonzero(dele)
+            data = pa.Table.from_arrays([c.take(pa.array(idx)) for c in old_cols],
+                                        schema=self.output_schema)
+            ann = self.frags.annotation(cg[idx], before, old_size[changed][idx],
+                                        old_single[changed][idx])
+            parts.append(DeltaBatch.of(data, -1, ann))
+        if ins.any():
+            idx = np.flatnonzero(ins)
+            data = pa.Table.from_arrays([c.take(pa.array(idx)) for c in new_cols],
+                                        schema=self.output_schema)
+            parts.append(DeltaBatch.of(data, 1, self.frags.annotation(cg[idx])))
+        return DeltaBatch.concat(parts, self.output_schema)
+
+    def _add_sums(self, i: int, gids, inv, vals: np.ndarray, w: np.ndarray) -> np.ndarray:
+        state = self.sums[i]
+        if vals.dtype != object and len(vals):
+            bound = int(np.abs(vals).max()) * int(np.abs(w).max()) * len(vals)
+            if bound >= INT_LIMIT:
+                vals = vals.astype(object)
+        if vals.dtype == object:
+            contrib = vals * w.astype(object)
+            ds = np.array([0] * len(gids), dtype=object)
+        else:
+            contrib = vals * w
+            ds = np.zeros(len(gids), dtype=np.int64)
+        np.add.at(ds, inv, contrib)
+        if state.dtype != object:
+            if ds.dtype == object or (len(ds) and int(np.abs(state[gids]).max())
+                                      + int(np.abs(ds).max()) >= INT_LIMIT):
+                state = self.sums[i] = state.astype(object)
+        state[gids] = state[gids] + ds
+        return np.asarray(ds != 0, dtype=bool)
+
+    def _update_minmax(self, i: int, gids, inv, col: pa.Array, w: np.ndarray,
+                       old_nonnull: np.ndarray) -> np.ndarray:
+        mm = self.minmax[i]
+        before = [mm.extreme(g) for g in gids.tolist()]
+        for g, n in zip(gids.tolist(), old_nonnull.tolist()):
+            mm.mark_complete_if_whole(g, n)
+        t = pa.table({"g": pa.array(inv), "v": col, "w": pa.array(w)})
+        t = t.filter(pc.is_valid(t.column("v")))
+        agg = t.group_by(["g", "v"], use_threads=False).aggregate([("w", "sum")])
+        for gi, v, dw in zip(agg.column("g").to_pylist(), agg.column("v").to_pylist(),
+                             agg.column("w_sum").to_pylist()):
+            if dw:
+                mm.update(int(gids[gi]), v, dw)
+        for g in gids.tolist():
+            if mm.needs_refill(g, int(self.nonnull[i][g])):
+                self._refill(i, g)
+        return np.array([mm.extreme(g) != b for g, b in zip(gids.tolist(), before)], dtype=bool)
+
+    def _refill(self, i: int, g: int) -> None:
+        if self.source is None:
+            raise StateExhaustedError(
+                f"{self.agg.aggregates[i].func} buffer of group {self.groups.key_of(g)} is "
+                "exhausted and no refill source is configured")
+        self.refills += 1
+        full = self.source()
+        key = self.groups.key_of(g)
+        values: dict = {}
+        rows = zip(*[full.data.column(c).to_pylist() for c in self.agg.group_by],
+                   full.data.column(self.agg.aggregates[i].arg).to_pylist(),
+                   full.weights.tolist()) if self.agg.group_by else \
+            ((v, wt) for v, wt in zip(full.data.column(self.agg.aggregates[i].arg).to_pylist(),
+                                       full.weights.tolist()))
+        nkeys = len(self.agg.group_by)
+        for row in rows:
+            k, v, wt = tuple(row[:nkeys]), row[nkeys], row[nkeys + 1]
+            if k == key and v is not None:
+                values[v] = values.get(v, 0) + wt
+        self.minmax[i].refill(g, {v: c for v, c in values.items() if c > 0})
+
+    # -- state ------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, pa.Table]:
+        n = len(self.groups)
+        live = np.flatnonzero(self.cnt[:n] != 0)
+        cols = {f"k{j}": arr for j, arr in enumerate(self.groups.key_arrays(live))}
+        cols["gid"] = pa.array(live, type=pa.int64())
+        cols["cnt"] = pa.array(self.cnt[live], type=pa.int64())
+        for i, s in enumerate(self.sums):
+            cols[f"nonnull{i}"] = pa.array(self.nonnull[i][live], type=pa.int64())
+            if s is not None:
+                cols[f"sum{i}"] = pa.array([str(int(x)) for x in s[live]], type=pa.string())
+        out = {"groups": pa.table(cols), "fragments": self.frags.snapshot()}
+        live_ids = set(live.tolist())
+        for i, mm in enumerate(self.minmax):
+            if mm is None:
+                continue
+            g, v, c, comp = [], [], [], []
+            for gid, s in mm.sets.items():
+                if gid not in live_ids:
+                    continue  # an emptied group: not in "groups", nothing to keep
+                for value, count in s.items():
+                    g.append(gid), v.append(value), c.append(count)
+                comp.append((gid, mm.complete.get(gid, True)))
+            out[f"minmax{i}"] = pa.table({"gid": pa.array(g, pa.int64()),
+                                          "value": pa.array(v, self.arg_types[i]),
+                                          "count": pa.array(c, pa.int64())})
+            out[f"complete{i}"] = pa.table({"gid": pa.array([x for x, _ in comp], pa.int64()),
+                                            "complete": pa.array([y for _, y in comp])})
+        return out
+
+    def restore(self, state: dict[str, pa.Table]) -> None:
+        groups = state["groups"]
+        gids = groups.column("gid").to_numpy()
+        nkeys = len(self.agg.group_by)
+        self.groups = GroupKeys(self.groups.key_types)
+        order = np.argsort(gids)
+        keycols = [groups.column(f"k{j}").to_pylist() for j in range(nkeys)]
+        remap = np.zeros(int(gids.max()) + 1 if len(gids) else 0, dtype=np.int64)
+        for pos in order.tolist():
+            remap[gids[pos]] = self.groups._add(tuple(col[pos] for col in keycols))
+        n = len(self.groups)
+        new_ids = remap[gids] if len(gids) else gids
+        self.cnt = np.zeros(n, dtype=np.int64)
+        self.cnt[new_ids] = groups.column("cnt").to_numpy()
+        for i, s in enumerate(self.sums):
+            self.nonnull[i] = np.zeros(n, dtype=np.int64)
+            self.nonnull[i][new_ids] = groups.column(f"nonnull{i}").to_numpy()
+            if s is not None:
+                vals = [int(x) for x in groups.column(f"sum{i}").to_pylist()]
+                big = any(abs(v) >= INT_LIMIT for v in vals)
+                arr = np.array([0] * n, dtype=object) if big else np.zeros(n, dtype=np.int64)
+                arr[new_ids] = np.array(vals, dtype=object if big else np.int64)
+                self.sums[i] = arr
+        fr = state["fragments"]
+        keys = fr.column("key").to_numpy()
+        g_old, frag = np.divmod(keys, self.frags.P)
+        fixed = pa.table({"key": remap[g_old] * self.frags.P + frag if len(keys) else keys,
+                          "count": fr.column("count")})
+        fixed = fixed.sort_by("key")
+        self.frags.restore(fixed, n)
+        for i, mm in enumerate(self.minmax):
+            if mm is None:
+                continue
+            mm.sets, mm.complete = {}, {}
+            t = state[f"minmax{i}"]
+            for g, v, c in zip(t.column("gid").to_pylist(), t.column("value").to_pylist(),
+                               t.column("count").to_pylist()):
+                mm.sets.setdefault(int(remap[g]), SortedDict())[v] = c
+            ct = state[f"complete{i}"]
+            for g, comp in zip(ct.column("gid").to_pylist(), ct.column("complete").to_pylist()):
+                mm.complete[int(remap[g])] = comp
+                mm.sets.setdefault(int(remap[g]), SortedDict())
+        self._ensure(n)
+
+    def state_bytes(self) -> int:
+        n = len(self.groups)
+        size = self.cnt.nbytes + sum(a.nbytes for a in self.nonnull)
+        size += sum(0 if s is None else (s.nbytes if s.dtype != object else 32 * len(s))
+                    for s in self.sums)
+        size += self.frags.keys.nbytes + self.frags.counts.nbytes + 16 * n
+        size += sum(0 if m is None else 64 * sum(len(s) for s in m.sets.values())
+                    for m in self.minmax)
+        return int(size)
+
+
+def _equal_or_both_null(a: pa.Array, b: pa.Array) -> np.ndarray:
+    t = a.type
+    if pa.types.is_floating(t) or pa.types.is_integer(t):
+        x = a.to_numpy(zero_copy_only=False)
+        y = b.to_numpy(zero_copy_only=False)
+        if a.null_count == 0 and b.null_count == 0:
+            return x == y
+        xn = a.is_null().to_numpy(zero_copy_only=False)
+        yn = b.is_null().to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            return ((x == y) & ~xn & ~yn) | (xn & yn)
+    eq = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+    both = a.is_null().to_numpy(zero_copy_only=False) & b.is_null().to_numpy(zero_copy_only=False)
+    return eq | both
+
+
+def distinct_node(node) -> Aggregate:
+    """DISTINCT is grouping on every column with no aggregates (δ via γ)."""
+    return Aggregate(node.input, tuple(f.name for f in node.input.schema), ())

@@ -1,0 +1,139 @@
+"""Incremental top-k τ_{k,O} (section 5.2.7).
+
+State: an ordered map from the total order key (ORDER BY columns, then the remaining
+columns, then the annotation; see ``imp_core.engine.ordering``) to (tuple, annotation,
+multiplicity). Delta rule: apply the input delta to the map, then output
+    +τ_k(S') − τ_k(S)
+consolidated, so unchanged top-k tuples produce no output.
+With ``buffer = l >= k`` only the first l entries are kept; if deletions leave fewer
+than k tuples while entries beyond the buffer exist, the map is refilled from
+``source`` (the operator's full current input) or ``StateExhaustedError`` is raised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import pyarrow as pa
+from sortedcontainers import SortedDict
+
+from imp_core.engine.annotation import Annotation
+from imp_core.engine.operators.base import Operator
+from imp_core.engine.ordering import sort_key
+from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
+from imp_core.errors import StateExhaustedError
+from imp_core.plan.nodes import TopK
+
+
+class TopKOp(Operator):
+    kind = "topk"
+    stateful = True
+
+    def __init__(self, node: TopK, op_id: str, buffer: int | None = None,
+                 source: Callable[[], DeltaBatch] | None = None):
+        super().__init__(node, op_id)
+        if buffer is not None and buffer < node.k:
+            raise ValueError(f"top-k buffer {buffer} is smaller than k = {node.k}")
+        names = list(node.input.column_names)
+        self.k = node.k
+        self.order = node.order
+        self.positions = [names.index(s.column) for s in node.order]
+        self.rest = [i for i in range(len(names)) if i not in self.positions]
+        self.buffer = buffer
+        self.source = source
+        self.entries: SortedDict = SortedDict()  # key -> [row, ann, count]
+        self.complete = True
+        self.refills = 0
+        self._top: list[tuple[tuple, tuple, int]] = []
+
+    def _key(self, row: tuple, ann: tuple) -> tuple:
+        return sort_key(row, ann, self.order, self.positions, self.rest)
+
+    def _top_k(self) -> list[tuple[tuple, tuple, int]]:
+        out, m = [], 0
+        for row, ann, count in self.entries.values():
+            if m >= self.k:
+                break
+            take = min(count, self.k - m)
+            out.append((row, ann, take))
+            m += take
+        return out
+
+    def _apply(self, row: tuple, ann: tuple, w: int) -> None:
+        key = self._key(row, ann)
+        entry = self.entries.get(key)
+        if entry is None:
+            if w < 0:
+                if self.complete:
+                    raise StateExhaustedError(f"top-k: deleting a tuple it never had: {row}")
+                return  # the tuple lies beyond the kept buffer
+            if not self.complete and (not self.entries
+                                      or key > self.entries.peekitem(-1)[0]):
+                return  # beyond the kept prefix (an emptied prefix keeps nothing)
+            self.entries[key] = [row, ann, w]
+            return
+        entry[2] += w
+        if entry[2] <= 0:
+            del self.entries[key]
+
+    def _load(self, batch: DeltaBatch) -> None:
+        for (row, ann), w in batch.to_counter().items():
+            if w:
+                self._apply(row, ann, w)
+
+    def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
+        (batch,) = inputs
+        if len(batch) == 0:
+            return self.empty()
+        old = self._top
+        self._load(batch)
+        if self.buffer is not None:
+            total = sum(e[2] for e in self.entries.values())
+            if not self.complete and total < self.k:
+                self._refill()
+            if self.complete and len(self.entries) > self.buffer:
+                while len(self.entries) > self.buffer:
+                    self.entries.popitem(-1)
+                self.complete = False
+        self._top = self._top_k()
+        diff: Counter = Counter()
+        for row, ann, m in self._top:
+            diff[(row, ann)] += m
+        for row, ann, m in old:
+            diff[(row, ann)] -= m
+        items = [(k, v) for k, v in diff.items() if v]
+        return self._to_batch(items)
+
+    def _refill(self) -> None:
+        if self.source is None:
+            raise StateExhaustedError("top-k buffer exhausted and no refill source configured")
+        self.refills += 1
+        self.entries = SortedDict()
+        self.complete = True
+        self._load(self.source())
+
+    def _to_batch(self, items: list) -> DeltaBatch:
+        if not items:
+            return self.empty()
+        rows = [r for (r, _), _ in items]
+        cols = [pa.array([r[i] for r in rows], type=f.type)
+                for i, f in enumerate(self.output_schema)]
+        data = pa.Table.from_arrays(cols, schema=self.output_schema)
+        ann = Annotation.from_sets([a for (_, a), _ in items])
+        return DeltaBatch.of(data, [w for _, w in items], ann)
+
+    def snapshot(self) -> dict[str, pa.Table]:
+        items = [((row, ann), count) for row, ann, count in self.entries.values()]
+        meta = pa.table({"complete": [self.complete]})
+        return {"entries": batch_to_arrow(self._to_batch(items)), "meta": meta}
+
+    def restore(self, state: dict[str, pa.Table]) -> None:
+        self.entries = SortedDict()
+        self.complete = True
+        self._load(batch_from_arrow(state["entries"]))
+        self.complete = bool(state["meta"].column("complete")[0].as_py())
+        self._top = self._top_k()
+
+    def state_bytes(self) -> int:
+        return 64 * len(self.entries) * (1 + len(self.output_schema))

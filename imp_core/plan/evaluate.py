@@ -1,0 +1,352 @@
+"""Vectorized evaluation of scalar expressions over Arrow tables (SQL semantics).
+
+Invariants: evaluation is a pure function of (expression, table); NULL follows SQL
+three-valued logic; decimal arithmetic is exact and its result type follows Spark's
+rules (precision capped at 38, scale kept at >= 6 when it must shrink); ``/`` always
+yields double. ``infer_type`` is evaluation on an empty table, so types cannot drift
+from values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp_core.errors import UnknownColumnError
+from imp_core.plan.expr import (
+    BinaryOp,
+    Case,
+    Cast,
+    ColumnRef,
+    Expr,
+    FuncCall,
+    InList,
+    Like,
+    Literal,
+    UnaryOp,
+)
+
+MAX_PRECISION = 38
+MIN_ADJUSTED_SCALE = 6
+
+_CMP = {"=": "equal", "<>": "not_equal", "<": "less", "<=": "less_equal",
+        ">": "greater", ">=": "greater_equal"}
+
+
+def literal_type(value: object) -> pa.DataType:
+    """The Arrow type of a Python literal as SQL would type it."""
+    if value is None:
+        return pa.null()
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int32() if -(2**31) <= value < 2**31 else pa.int64()
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, decimal.Decimal):
+        sign, digits, exp = value.as_tuple()
+        scale = max(0, -int(exp))
+        precision = max(len(digits), scale, 1)
+        return pa.decimal128(precision, scale)
+    if isinstance(value, dt.datetime):
+        return pa.timestamp("us")
+    if isinstance(value, dt.date):
+        return pa.date32()
+    if isinstance(value, str):
+        return pa.string()
+    raise TypeError(f"unsupported literal {value!r}")
+
+
+def _is_decimal(t: pa.DataType) -> bool:
+    return pa.types.is_decimal(t)
+
+
+def _int_as_decimal(t: pa.DataType) -> pa.DataType:
+    digits = {8: 3, 16: 5, 32: 10, 64: 20}[t.bit_width]
+    return pa.decimal128(min(digits, MAX_PRECISION), 0)
+
+
+def _literal_decimal(value: object) -> pa.DataType:
+    return literal_type(decimal.Decimal(int(value)))
+
+
+def _adjust(precision: int, scale: int) -> tuple[int, int]:
+    """Spark's precision-loss rule: cap precision, shrink scale but keep >= 6 digits."""
+    if precision <= MAX_PRECISION:
+        return precision, scale
+    int_digits = precision - scale
+    min_scale = min(scale, MIN_ADJUSTED_SCALE)
+    new_scale = max(MAX_PRECISION - int_digits, min_scale)
+    return MAX_PRECISION, new_scale
+
+
+def aggregate_type(func: str, dtype: pa.DataType | None) -> pa.DataType:
+    """Result type of an aggregate (Spark's rules)."""
+    if func in ("count", "count_star"):
+        return pa.int64()
+    assert dtype is not None
+    if func in ("min", "max"):
+        return dtype
+    if func == "sum":
+        if _is_decimal(dtype):
+            return pa.decimal128(min(MAX_PRECISION, dtype.precision + 10), dtype.scale)
+        if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
+            return pa.int64()
+        if pa.types.is_floating(dtype):
+            return pa.float64()
+    if func == "avg":
+        if _is_decimal(dtype):
+            return pa.decimal128(min(MAX_PRECISION, dtype.precision + 4),
+                                 min(MAX_PRECISION, dtype.scale + 4))
+        if pa.types.is_integer(dtype) or pa.types.is_floating(dtype):
+            return pa.float64()
+    raise TypeError(f"{func} is not defined for {dtype}")
+
+
+class _Evaluator:
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self.n = table.num_rows
+
+    def eval(self, expr: Expr) -> pa.Array | pa.Scalar:
+        method = getattr(self, "_" + type(expr).__name__)
+        return method(expr)
+
+    # -- leaves -------------------------------------------------------------------------
+    def _ColumnRef(self, e: ColumnRef) -> pa.Array:
+        try:
+            col = self.table.column(e.name)
+        except KeyError:
+            raise UnknownColumnError(f"unknown column {e.name!r}; input has "
+                                     f"{', '.join(self.table.column_names)}") from None
+        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+    def _Literal(self, e: Literal) -> pa.Scalar:
+        return pa.scalar(e.value, type=e.dtype)
+
+    # -- operators ------------------------------------------------------------------------
+    def _BinaryOp(self, e: BinaryOp) -> pa.Array | pa.Scalar:
+        if e.op == "and":
+            return pc.and_kleene(self._bool(e.left), self._bool(e.right))
+        if e.op == "or":
+            return pc.or_kleene(self._bool(e.left), self._bool(e.right))
+        left, right = self.eval(e.left), self.eval(e.right)
+        left, right = _coerce_pair(left, right, e.op)
+        if e.op in _CMP:
+            return pc.call_function(_CMP[e.op], [left, right])
+        if e.op == "/":
+            lf = pc.cast(left, pa.float64())
+            rf = pc.cast(right, pa.float64())
+            # SQL: division by zero yields NULL rather than an error or infinity
+            zero = pc.equal(rf, 0.0)
+            safe = pc.if_else(zero, pa.scalar(None, pa.float64()), rf)
+            return pc.divide(lf, safe)
+        if e.op == "%":
+            return pc.subtract(left, pc.multiply(pc.floor(pc.divide(left, right)), right))
+        fn = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[e.op]
+        if _is_decimal(left.type) and _is_decimal(right.type):
+            return _decimal_arith(e.op, left, right)
+        return pc.call_function(fn, [left, right])
+
+    def _UnaryOp(self, e: UnaryOp) -> pa.Array | pa.Scalar:
+        v = self.eval(e.operand)
+        if e.op == "not":
+            return pc.invert(v)
+        if e.op == "neg":
+            return pc.negate_checked(v)
+        if e.op == "is_null":
+            return pc.is_null(v)
+        return pc.is_valid(v)
+
+    def _Case(self, e: Case) -> pa.Array:
+        conds = [self._bool(c) for c, _ in e.whens]
+        values = [self.eval(v) for _, v in e.whens]
+        default = self.eval(e.default) if e.default is not None else pa.scalar(None)
+        out_type = _common_type([v.type for v in values] + [default.type])
+        values = [_cast(v, out_type) for v in values]
+        default = _cast(default, out_type)
+        result = self._broadcast(default)
+        # apply WHEN branches last-to-first so the first true branch wins
+        for cond, value in reversed(list(zip(conds, values))):
+            cond = pc.fill_null(self._broadcast(cond), False)
+            result = pc.if_else(cond, self._broadcast(value), result)
+        return result
+
+    def _InList(self, e: InList) -> pa.Array:
+        v = self._broadcast(self.eval(e.operand))
+        vals = [x.value for x in e.values if x.value is not None]
+        target = v.type
+        value_set = pa.array(vals, type=_common_type([literal_type(x) for x in vals] or [target]))
+        if value_set.type != target:
+            common = _common_type([target, value_set.type])
+            v, value_set = _cast(v, common), _cast(value_set, common)
+        out = pc.is_in(v, value_set=value_set)
+        out = pc.if_else(pc.is_null(v), pa.scalar(None, pa.bool_()), out)
+        return pc.invert(out) if e.negated else out
+
+    def _Like(self, e: Like) -> pa.Array:
+        v = self.eval(e.operand)
+        if pa.types.is_string_view(v.type) or pa.types.is_large_string(v.type):
+            v = _cast(v, pa.string())
+        out = pc.match_like(self._broadcast(v), e.pattern)
+        return pc.invert(out) if e.negated else out
+
+    def _FuncCall(self, e: FuncCall) -> pa.Array | pa.Scalar:
+        args = [self.eval(a) for a in e.args]
+        if e.name in ("year", "month", "day"):
+            return pc.cast(pc.call_function(e.name, [args[0]]), pa.int32())
+        if e.name == "abs":
+            return pc.abs_checked(args[0])
+        if e.name == "upper":
+            return pc.utf8_upper(args[0])
+        if e.name == "lower":
+            return pc.utf8_lower(args[0])
+        if e.name == "coalesce":
+            out_type = _common_type([a.type for a in args])
+            return pc.coalesce(*[_cast(a, out_type) for a in args])
+        if e.name == "substring":
+            start = args[1].as_py() - 1
+            stop = None if len(args) < 3 else start + args[2].as_py()
+            return pc.utf8_slice_codeunits(args[0], start, stop)
+        raise AssertionError(e.name)
+
+    def _Cast(self, e: Cast) -> pa.Array | pa.Scalar:
+        return _cast(self.eval(e.operand), e.to)
+
+    # -- helpers --------------------------------------------------------------------------
+    def _bool(self, e: Expr) -> pa.Array | pa.Scalar:
+        v = self.eval(e)
+        if not pa.types.is_boolean(v.type) and not pa.types.is_null(v.type):
+            raise TypeError(f"{e} is not a boolean expression")
+        return v
+
+    def _broadcast(self, v: pa.Array | pa.Scalar) -> pa.Array:
+        if isinstance(v, pa.Scalar):
+            return pa.repeat(v, self.n) if v.type != pa.null() else pa.nulls(self.n)
+        return v
+
+
+def _cast(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
+    if v.type == to:
+        return v
+    if pa.types.is_null(v.type):
+        return pa.scalar(None, to) if isinstance(v, pa.Scalar) else pa.nulls(len(v), to)
+    return pc.cast(v, to)
+
+
+def _common_type(types: list[pa.DataType]) -> pa.DataType:
+    types = [t for t in types if not pa.types.is_null(t)]
+    if not types:
+        return pa.null()
+    out = types[0]
+    for t in types[1:]:
+        out = _unify(out, t)
+    return out
+
+
+def _unify(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    if a == b:
+        return a
+    if pa.types.is_string(a) or pa.types.is_string_view(a) or pa.types.is_large_string(a):
+        return pa.string()
+    if pa.types.is_floating(a) or pa.types.is_floating(b):
+        return pa.float64()
+    if _is_decimal(a) or _is_decimal(b):
+        da = a if _is_decimal(a) else _int_as_decimal(a)
+        db = b if _is_decimal(b) else _int_as_decimal(b)
+        scale = max(da.scale, db.scale)
+        digits = max(da.precision - da.scale, db.precision - db.scale)
+        return pa.decimal128(min(MAX_PRECISION, digits + scale), scale)
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return pa.int64()
+    return a
+
+
+def _coerce_pair(left, right, op: str):
+    lt, rt = left.type, right.type
+    if lt == rt:
+        return left, right
+    if pa.types.is_null(lt):
+        return _cast(left, rt), right
+    if pa.types.is_null(rt):
+        return left, _cast(right, lt)
+    for side in ("left", "right"):
+        this, other = (left, right) if side == "left" else (right, left)
+        if pa.types.is_string_view(this.type) or pa.types.is_large_string(this.type):
+            this = _cast(this, pa.string())
+        if side == "left":
+            left = this
+        else:
+            right = this
+    lt, rt = left.type, right.type
+    if lt == rt:
+        return left, right
+    if _is_decimal(lt) or _is_decimal(rt):
+        if pa.types.is_floating(lt) or pa.types.is_floating(rt):
+            return _cast(left, pa.float64()), _cast(right, pa.float64())
+
+        def as_dec(v):
+            if _is_decimal(v.type):
+                return v
+            if isinstance(v, pa.Scalar) and v.is_valid:
+                lit = decimal.Decimal(int(v.as_py()))
+                return pa.scalar(lit, _literal_decimal(lit))
+            return _cast(v, _int_as_decimal(v.type))
+
+        left, right = as_dec(left), as_dec(right)
+        if op in _CMP:
+            common = _unify(left.type, right.type)
+            return _cast(left, common), _cast(right, common)
+        return left, right
+    if pa.types.is_date(lt) and pa.types.is_string(rt):
+        return left, _cast(right, lt)
+    if pa.types.is_date(rt) and pa.types.is_string(lt):
+        return _cast(left, rt), right
+    common = _unify(lt, rt)
+    return _cast(left, common), _cast(right, common)
+
+
+def _decimal_arith(op: str, left, right):
+    p1, s1, p2, s2 = left.type.precision, left.type.scale, right.type.precision, right.type.scale
+    if op == "*":
+        precision, scale = p1 + p2 + 1, s1 + s2
+    else:
+        scale = max(s1, s2)
+        precision = max(p1 - s1, p2 - s2) + scale + 1
+    fn = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[op]
+    if precision <= MAX_PRECISION:
+        return pc.call_function(fn, [left, right])
+    target_p, target_s = _adjust(precision, scale)
+    wide = pc.call_function(fn, [_cast(left, pa.decimal256(p1, s1)),
+                                 _cast(right, pa.decimal256(p2, s2))])
+    if target_s < scale:
+        wide = pc.round(wide, ndigits=target_s, round_mode="half_up")
+    return pc.cast(wide, pa.decimal128(target_p, target_s))
+
+
+def evaluate(expr: Expr, table: pa.Table) -> pa.Array:
+    """Evaluate ``expr`` on every row of ``table``; always returns an array of len(table)."""
+    ev = _Evaluator(table)
+    out = ev.eval(expr)
+    if isinstance(out, pa.ChunkedArray):
+        out = out.combine_chunks()
+    if isinstance(out, pa.Scalar):
+        out = ev._broadcast(out)
+    if pa.types.is_string_view(out.type) or pa.types.is_large_string(out.type):
+        out = pc.cast(out, pa.string())
+    return out
+
+
+def evaluate_predicate(expr: Expr, table: pa.Table) -> np.ndarray:
+    """Boolean mask of rows where ``expr`` is TRUE (NULL counts as false)."""
+    out = evaluate(expr, table)
+    return pc.fill_null(out, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def infer_type(expr: Expr, schema: pa.Schema) -> pa.DataType:
+    """The result type of ``expr`` over rows of ``schema``."""
+    return evaluate(expr, schema.empty_table()).type

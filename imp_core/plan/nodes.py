@@ -1,0 +1,291 @@
+"""Relational plan nodes: the bag algebra of the IMP paper (Fig. 4).
+
+Invariants:
+- nodes are frozen dataclasses; a plan is a tree (a node is never mutated after build);
+- every node's ``schema`` has unique field names, and expressions of a node refer only
+  to field names of its input schema(s);
+- ``Aggregate`` groups on and aggregates plain input columns (the planner projects any
+  expression first), ``TopK`` orders on plain input columns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterator
+
+import pyarrow as pa
+
+from imp_core.plan.expr import ColumnRef, Expr, conjuncts
+
+AGG_FUNCS = ("sum", "count", "count_star", "avg", "min", "max")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: pa.DataType
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.dtype})"
+
+
+Schema = tuple[Field, ...]
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, f.dtype) for f in schema])
+
+
+class PlanNode:
+    """Base class: a relational operator producing a bag of tuples."""
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return ()
+
+    @property
+    def schema(self) -> Schema:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.schema)
+
+    def walk(self) -> Iterator[PlanNode]:
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+    def tables(self) -> frozenset[str]:
+        return frozenset(n.table for n in self.walk() if isinstance(n, Scan))
+
+    def fingerprint(self) -> str:
+        """Stable hash of the plan's structure (used to stamp state snapshots)."""
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:32]
+
+    def explain(self, indent: int = 0) -> str:
+        pad = "  " * indent
+        lines = [pad + self._describe()]
+        lines += [c.explain(indent + 1) for c in self.children()]
+        return "\n".join(lines)
+
+    def _describe(self) -> str:  # pragma: no cover - overridden
+        return type(self).__name__
+
+
+@dataclass(frozen=True)
+class Scan(PlanNode):
+    """Table access. ``fields[i]`` is the output field for ``source_columns[i]``."""
+
+    table: str
+    source_columns: tuple[str, ...]
+    fields: Schema
+
+    @property
+    def schema(self) -> Schema:
+        return self.fields
+
+    def output_name(self, source_column: str) -> str:
+        return self.fields[self.source_columns.index(source_column)].name
+
+    def _describe(self) -> str:
+        return f"Scan {self.table} [{', '.join(f.name for f in self.fields)}]"
+
+
+@dataclass(frozen=True)
+class Select(PlanNode):
+    input: PlanNode
+    predicate: Expr
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> Schema:
+        return self.input.schema
+
+    def _describe(self) -> str:
+        return f"Select {self.predicate}"
+
+
+@dataclass(frozen=True)
+class NamedExpr:
+    name: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Project(PlanNode):
+    input: PlanNode
+    exprs: tuple[NamedExpr, ...]
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @cached_property
+    def schema(self) -> Schema:
+        from imp_core.plan.evaluate import infer_type
+
+        in_schema = arrow_schema(self.input.schema)
+        return tuple(Field(e.name, infer_type(e.expr, in_schema)) for e in self.exprs)
+
+    def is_rename_only(self) -> bool:
+        return all(isinstance(e.expr, ColumnRef) for e in self.exprs)
+
+    def _describe(self) -> str:
+        return "Project " + ", ".join(f"{e.expr} AS {e.name}" for e in self.exprs)
+
+
+@dataclass(frozen=True)
+class Join(PlanNode):
+    """Inner join (theta or equi); ``condition`` None is a cross product."""
+
+    left: PlanNode
+    right: PlanNode
+    condition: Expr | None = None
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.left, self.right)
+
+    @property
+    def schema(self) -> Schema:
+        return self.left.schema + self.right.schema
+
+    def equi_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], Expr | None]:
+        """Split the condition into equi-join column pairs and a residual predicate."""
+        from imp_core.plan.expr import conjoin
+
+        left_names = set(self.left.column_names)
+        right_names = set(self.right.column_names)
+        lk: list[str] = []
+        rk: list[str] = []
+        rest: list[Expr] = []
+        for part in conjuncts(self.condition):
+            from imp_core.plan.expr import BinaryOp
+
+            if (isinstance(part, BinaryOp) and part.op == "="
+                    and isinstance(part.left, ColumnRef) and isinstance(part.right, ColumnRef)):
+                a, b = part.left.name, part.right.name
+                if a in left_names and b in right_names:
+                    lk.append(a), rk.append(b)
+                    continue
+                if b in left_names and a in right_names:
+                    lk.append(b), rk.append(a)
+                    continue
+            rest.append(part)
+        return tuple(lk), tuple(rk), conjoin(rest)
+
+    def _describe(self) -> str:
+        return f"Join ON {self.condition}"
+
+
+@dataclass(frozen=True)
+class AggCall:
+    func: str  # one of AGG_FUNCS
+    arg: str | None  # input column; None only for count_star
+    name: str  # output field name
+
+    def __post_init__(self) -> None:
+        if self.func not in AGG_FUNCS:
+            raise ValueError(f"unknown aggregate {self.func!r}")
+        if (self.arg is None) != (self.func == "count_star"):
+            raise ValueError("count_star takes no argument; other aggregates take one")
+
+
+@dataclass(frozen=True)
+class Aggregate(PlanNode):
+    """Group ``input`` on ``group_by`` columns and compute ``aggregates`` per group.
+
+    With no group-by columns there is one group; like the paper's annotated
+    semantics, an empty input yields no group (not a row of NULLs).
+    """
+
+    input: PlanNode
+    group_by: tuple[str, ...]
+    aggregates: tuple[AggCall, ...]
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @cached_property
+    def schema(self) -> Schema:
+        from imp_core.plan.evaluate import aggregate_type
+
+        by_name = {f.name: f for f in self.input.schema}
+        keys = tuple(by_name[g] for g in self.group_by)
+        aggs = tuple(
+            Field(a.name, aggregate_type(a.func, None if a.arg is None else by_name[a.arg].dtype))
+            for a in self.aggregates
+        )
+        return keys + aggs
+
+    def _describe(self) -> str:
+        aggs = ", ".join(f"{a.func}({a.arg or '*'}) AS {a.name}" for a in self.aggregates)
+        return f"Aggregate BY [{', '.join(self.group_by)}] {aggs}"
+
+
+@dataclass(frozen=True)
+class Distinct(PlanNode):
+    input: PlanNode
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> Schema:
+        return self.input.schema
+
+    def _describe(self) -> str:
+        return "Distinct"
+
+
+@dataclass(frozen=True)
+class SortKey:
+    column: str
+    descending: bool = False
+    nulls_first: bool | None = None  # None: SQL default (NULLs first ascending)
+
+    @property
+    def effective_nulls_first(self) -> bool:
+        return (not self.descending) if self.nulls_first is None else self.nulls_first
+
+
+@dataclass(frozen=True)
+class TopK(PlanNode):
+    """The first ``k`` tuples in the order of ``order``.
+
+    Ties are broken by the remaining columns and then by the annotation, so the
+    result (and its sketch) is deterministic.
+    """
+
+    input: PlanNode
+    order: tuple[SortKey, ...]
+    k: int
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> Schema:
+        return self.input.schema
+
+    def _describe(self) -> str:
+        keys = ", ".join(f"{s.column} {'DESC' if s.descending else 'ASC'}" for s in self.order)
+        return f"TopK {self.k} ORDER BY {keys}"
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A planned query: the plan tree plus presentation-only ordering of the result."""
+
+    sql: str
+    root: PlanNode
+    order_by: tuple[SortKey, ...] = field(default=())
+
+    @property
+    def schema(self) -> Schema:
+        return self.root.schema
+
+    def fingerprint(self) -> str:
+        return self.root.fingerprint()

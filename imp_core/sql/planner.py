@@ -1,0 +1,179 @@
+"""SQL front end: Spark SQL text to an immutable ``QueryPlan`` (IMP paper, Fig. 4).
+
+Invariants of every plan returned by ``plan_sql``:
+
+- it is a pure function of (SQL text, catalog): planning twice gives equal plans and
+  equal fingerprints;
+- every node's schema has unique field names and type-checks (its ``schema`` and every
+  predicate's type are computed here, so errors surface now, not at run time);
+- a table is read by a ``Scan`` with fields ``"{alias}.{column}"`` holding only the
+  columns the query uses; selections sit directly above the ``Scan`` they filter;
+- SQL outside the supported subset raises ``UnsupportedSqlError`` naming the construct
+  and its line/column; text that does not parse raises ``SqlSyntaxError``; sqlglot's
+  own exceptions never escape.
+
+See ``imp_core.sql.select_block`` for the shape of the plan of one SELECT.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, SqlglotError, TokenError
+
+from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
+from imp_core.plan.nodes import PlanNode, QueryPlan
+from imp_core.sql.from_clause import set_operation_name
+from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
+from imp_core.sql.text import SqlText
+
+_SKETCH_LINE = re.compile(r"--\s*sketch\s*:(.*)$", re.IGNORECASE)
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: .*?>")
+
+
+def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
+    """Plan one SELECT statement over ``catalog`` (lower-case table name -> schema).
+
+    >>> schema = pa.schema([("a", pa.int64()), ("b", pa.int64())])
+    >>> plan = plan_sql("SELECT a, sum(b) AS s FROM t WHERE b > 1 GROUP BY a", {"t": schema})
+    >>> print(plan.root.explain())
+    Project `t.a` AS a, `_agg0` AS s
+      Aggregate BY [t.a] sum(t.b) AS _agg0
+        Project `t.a` AS t.a, `t.b` AS t.b
+          Select (`t.b` > 1)
+            Scan t [t.a, t.b]
+    """
+    text = SqlText(sql)
+    select = _only_select(_parse(text), text)
+    tables = {name.lower(): schema for name, schema in catalog.items()}
+    try:
+        planned = SelectPlanner(select, text, tables).plan()
+    except SqlglotError as error:  # sqlglot's own failures must not escape raw
+        raise SqlSyntaxError(str(error)) from None
+    except RecursionError:
+        raise UnsupportedSqlError("deeply nested expression") from None
+    _check_types(planned.node)
+    return QueryPlan(sql=sql, root=planned.node, order_by=planned.order_by)
+
+
+def parse_sketch_header(sql: str) -> list[tuple[str, str]]:
+    """The ``(table, column)`` pairs of leading ``-- sketch: t.c[, t2.c2]`` comments.
+
+    Identifiers are returned lower-case (Spark identifiers are case-insensitive).
+
+    >>> parse_sketch_header("-- sketch: lineitem.l_orderkey\\nSELECT 1")
+    [('lineitem', 'l_orderkey')]
+    """
+    pairs: list[tuple[str, str]] = []
+    for number, line in enumerate(sql.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("--"):
+            break  # the header ends at the first line of SQL
+        match = _SKETCH_LINE.match(stripped)
+        if match is None:
+            continue
+        for entry in match.group(1).split(","):
+            pair = _sketch_entry(entry.strip(), number, line)
+            if pair not in pairs:
+                pairs.append(pair)
+    return pairs
+
+
+def _sketch_entry(entry: str, number: int, line: str) -> tuple[str, str]:
+    parts = entry.split(".")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        column = line.find(entry) + 1 if entry else len(line)
+        raise SqlSyntaxError(f"sketch header entry {entry!r} is not table.column",
+                             number, column)
+    return parts[0].strip().lower(), parts[1].strip().lower()
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+def _parse(text: SqlText) -> exp.Expression:
+    try:
+        statements = [s for s in sqlglot.parse(text.sql, read="spark") if s is not None]
+    except ParseError as error:
+        detail = error.errors[0] if error.errors else {}
+        message = _TOKEN_REPR.sub(_token_text, detail.get("description") or str(error))
+        raise SqlSyntaxError(message, detail.get("line"), detail.get("col")) from None
+    except TokenError as error:
+        line, column = _token_error_position(text, error)
+        raise SqlSyntaxError("cannot split the text into tokens (unterminated quote?)",
+                             line, column) from None
+    except RecursionError:
+        raise SqlSyntaxError("the query is nested too deeply") from None
+    except Exception as error:  # noqa: BLE001 - never let a parser failure escape raw
+        raise SqlSyntaxError(str(error) or type(error).__name__) from None
+    if not statements:
+        raise SqlSyntaxError("empty query: expected a SELECT statement", 1, 1)
+    if len(statements) > 1:
+        raise text.unsupported("multiple statements", statements[1])
+    return statements[0]
+
+
+def _token_text(match: re.Match[str]) -> str:
+    return "end of input" if match.group(1) == "SENTINEL" else repr(match.group(2))
+
+
+def _token_error_position(text: SqlText, error: TokenError) -> tuple[int | None, int | None]:
+    """Where tokenizing failed: the first unterminated quote, else the end of the context."""
+    offset = _unterminated_quote(text.sql)
+    if offset is None:
+        offset = error.end if error.end is not None else error.start
+    return (None, None) if offset is None else text.position(min(offset, len(text.sql)))
+
+
+def _unterminated_quote(sql: str) -> int | None:
+    i = 0
+    while i < len(sql):
+        char = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = len(sql) if end < 0 else end + 1
+        elif char in "'\"`":
+            end = i + 1
+            while end < len(sql) and sql[end] != char:
+                end += 2 if sql[end] == "\\" else 1
+            if end >= len(sql):
+                return i
+            i = end + 1
+        else:
+            i += 1
+    return None
+
+
+def _only_select(statement: exp.Expression, text: SqlText) -> exp.Select:
+    while isinstance(statement, exp.Subquery) and not [k for k, v in statement.args.items()
+                                                       if v and k != "this"]:
+        statement = statement.this  # (SELECT ...)
+    if isinstance(statement, exp.Select):
+        return statement
+    if isinstance(statement, exp.SetOperation):
+        name = set_operation_name(statement)
+        raise text.unsupported(name, statement, name)
+    first = text.tokens[0] if text.tokens else None
+    if first is not None and first.token_type != sqlglot.TokenType.VAR:
+        line, column = text.position(first.start)
+        raise UnsupportedSqlError(f"{first.text.upper()} statement", line, column,
+                                  "only SELECT queries are supported")
+    raise SqlSyntaxError("expected a SELECT statement", 1, 1)
+
+
+# -- type checking ---------------------------------------------------------------------
+
+
+def _check_types(root: PlanNode) -> None:
+    """Infer the root's schema (each SELECT block has checked its own expressions; this
+    is the net under the nodes around them)."""
+    try:
+        root.schema  # noqa: B018 - computes (and caches) every Project/Aggregate type
+    except TYPE_ERRORS as error:
+        raise UnsupportedSqlError("operation on these types", detail=str(error)) from None

@@ -1,0 +1,48 @@
+"""Selection push-down into a planned subquery.
+
+``push_selection(node, predicate)`` is equivalent to ``Select(node, predicate)`` (same
+bag of rows, same provenance): each conjunct moves below a ``Project`` (rewritten over
+the projected expressions), ``Distinct``, an ``Aggregate`` when it reads only group
+keys, or into the side of a ``Join`` it reads (the join condition when it reads both),
+and ends merged into a ``Select`` directly above a ``Scan`` when it gets that far. It
+never crosses a ``TopK`` (which rows make the top k depends on all rows).
+"""
+
+from __future__ import annotations
+
+from imp_core.plan.expr import Expr, conjoin, conjuncts, rename_columns
+from imp_core.plan.nodes import Aggregate, Distinct, Join, PlanNode, Project, Scan, Select
+
+
+def push_selection(node: PlanNode, predicate: Expr) -> PlanNode:
+    for part in conjuncts(predicate):
+        node = _push(node, part)
+    return node
+
+
+def _push(node: PlanNode, predicate: Expr) -> PlanNode:
+    if isinstance(node, Project):
+        mapping = {e.name: e.expr for e in node.exprs}
+        return Project(_push(node.input, rename_columns(predicate, mapping)), node.exprs)
+    if isinstance(node, Distinct):
+        return Distinct(_push(node.input, predicate))
+    if isinstance(node, Aggregate) and predicate.columns() <= set(node.group_by):
+        return Aggregate(_push(node.input, predicate), node.group_by, node.aggregates)
+    if isinstance(node, Join):
+        return _push_join(node, predicate)
+    if isinstance(node, Select):
+        if isinstance(node.input, Scan):  # one Select per scan, predicates in arrival order
+            return Select(node.input, conjoin([*conjuncts(node.predicate), predicate]))
+        return Select(_push(node.input, predicate), node.predicate)
+    return Select(node, predicate)
+
+
+def _push_join(join: Join, predicate: Expr) -> PlanNode:
+    columns = predicate.columns()
+    if columns and columns <= set(join.left.column_names):
+        return Join(_push(join.left, predicate), join.right, join.condition)
+    if columns and columns <= set(join.right.column_names):
+        return Join(join.left, _push(join.right, predicate), join.condition)
+    if not columns:
+        return Select(join, predicate)
+    return Join(join.left, join.right, conjoin([*conjuncts(join.condition), predicate]))

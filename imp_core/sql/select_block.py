@@ -1,0 +1,544 @@
+"""Planning of one SELECT block into plan nodes.
+
+Shape of the plan, bottom-up (each step only when the query needs it):
+
+- FROM: one leaf per FROM item, joined left-deep in FROM order; every WHERE/ON conjunct
+  sits at the lowest point where all its columns exist: in a ``Select`` directly above
+  the ``Scan`` of the one table it reads (delta filtering relies on this; into a
+  subquery as far as ``imp_core.sql.pushdown`` allows), else in the condition of the ``Join``
+  that adds the last item it reads;
+- aggregation: a ``Project`` of group keys and aggregate arguments, the ``Aggregate``
+  (see ``imp_core.sql.aggregation`` for names), and a ``Select`` for HAVING;
+- a final ``Project`` of the SELECT list (output name: alias, column name, or ``_c<i>``),
+  plus hidden ``_o<i>`` columns that ORDER BY ... LIMIT needs;
+- ``Distinct``; ``TopK`` for ORDER BY ... LIMIT, then a rename-only ``Project`` dropping
+  hidden columns. ORDER BY without LIMIT only sets the presentation order.
+
+Every expression is type-checked where it is placed, so a type error names its SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import pyarrow as pa
+from sqlglot import exp
+
+from imp_core.errors import UnknownColumnError, UnsupportedSqlError
+from imp_core.plan.evaluate import aggregate_type, infer_type
+from imp_core.plan.expr import ColumnRef, Expr, Literal, conjoin, conjuncts
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    NamedExpr,
+    PlanNode,
+    Project,
+    Select,
+    SortKey,
+    TopK,
+    arrow_schema,
+)
+from imp_core.sql.aggregation import Aggregation
+from imp_core.sql.expressions import BindContext, aggregate_call, bind
+from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
+from imp_core.sql.pushdown import push_selection
+from imp_core.sql.scope import Scope
+from imp_core.sql.text import SqlText
+
+_ALLOWED_CLAUSES = frozenset({"expressions", "distinct", "from_", "joins", "where", "group",
+                              "having", "order", "limit"})
+_CLAUSES = {
+    "with_": ("WITH clause (CTE)", "WITH"), "laterals": ("LATERAL VIEW", "LATERAL"),
+    "pivots": ("PIVOT", "PIVOT"), "qualify": ("QUALIFY clause", "QUALIFY"),
+    "windows": ("WINDOW clause", "WINDOW"), "distribute": ("DISTRIBUTE BY", "DISTRIBUTE"),
+    "sort": ("SORT BY", "SORT"), "cluster": ("CLUSTER BY", "CLUSTER"),
+    "offset": ("OFFSET", "OFFSET"), "hint": ("query hint", None),
+    "into": ("SELECT INTO", "INTO"), "sample": ("TABLESAMPLE", "TABLESAMPLE"),
+}
+_GROUPING = {"grouping_sets": ("GROUP BY GROUPING SETS", "GROUPING"),
+             "cube": ("GROUP BY ... WITH CUBE", "CUBE"),
+             "rollup": ("GROUP BY ... WITH ROLLUP", "ROLLUP"),
+             "totals": ("GROUP BY ... WITH TOTALS", "TOTALS"), "all": ("GROUP BY ALL", "ALL")}
+_GROUPING_NODES = {exp.Rollup: ("GROUP BY ROLLUP", "ROLLUP"),
+                   exp.Cube: ("GROUP BY CUBE", "CUBE"),
+                   exp.GroupingSets: ("GROUP BY GROUPING SETS", "GROUPING")}
+_TRUE = Literal(True, pa.bool_())
+# what type inference raises for an ill-typed expression (KeyError: type pairings that
+# the evaluator's coercion tables do not cover)
+TYPE_ERRORS = (pa.ArrowException, TypeError, ValueError, ArithmeticError, KeyError)
+
+
+@dataclass(frozen=True)
+class _Sourced:
+    """A bound expression and the SQL it came from (for messages)."""
+
+    expr: Expr
+    node: exp.Expression
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One SELECT-list entry (after ``*`` expansion)."""
+
+    name: str
+    node: exp.Expression  # without its alias
+
+
+class SelectPlanner:
+    """Plans one SELECT. For a ``nested`` one (a subquery in FROM), ``required`` (lower-case
+    output names, None for all) prunes SELECT items that the enclosing query never reads."""
+
+    def __init__(self, select: exp.Select, text: SqlText, catalog: Mapping[str, pa.Schema],
+                 nested: bool = False, required: frozenset[str] | None = None):
+        self.select = select
+        self.text = text
+        self.catalog = catalog
+        self.nested = nested
+        self.required = required
+        _check_clauses(select, text)
+        self.items_from = self._bind_from()
+        self.scope = Scope([i.source for i in self.items_from], text)
+        self.agg: Aggregation | None = None
+        self.columns_seen: dict[str, exp.Column] = {}  # field -> first reference
+
+    def plan(self) -> Planned:
+        limit, distinct = self._limit(), self._distinct()
+        order = self._order(limit)
+        all_items = self._select_items()
+        items = self._prune(all_items, keep_all=distinct or limit is not None)
+        predicates = self._bind_predicates()
+        if self._aggregating(all_items, order):
+            self.agg = Aggregation()
+            self._bind_groups(all_items)
+        outputs = [_Sourced(self._bind_output(i.node, "SELECT list"), i.node) for i in items]
+        having = self._bind_having(all_items)
+        keys, hidden = self._bind_order(order, items, outputs, all_items)
+        if hidden and (distinct or limit is None):
+            construct = ("ORDER BY expression not in the SELECT DISTINCT list" if distinct
+                         else "ORDER BY expression not in the SELECT list (without LIMIT)")
+            raise self.text.unsupported(construct, hidden[0][1].node)
+        node = self._from_tree(predicates)
+        if self.agg is not None:
+            node = self._aggregate(node, having)
+        names = [i.name for i in items]
+        node = self._project(node, list(zip(names, outputs)) + hidden)
+        if distinct:
+            node = Distinct(node)
+        if limit is None:
+            return Planned(node, tuple(names), tuple(keys))
+        node = TopK(node, tuple(keys), limit)
+        if hidden:
+            node = Project(node, tuple(NamedExpr(n, ColumnRef(n)) for n in names))
+        return Planned(node, tuple(names))
+
+    # -- clauses -------------------------------------------------------------------------
+
+    def _limit(self) -> int | None:
+        limit = self.select.args.get("limit")
+        if limit is None:
+            return None
+        if limit.args.get("offset") or limit.args.get("expressions"):
+            raise self.text.unsupported("OFFSET", limit, "OFFSET")
+        count = limit.expression
+        if not (isinstance(count, exp.Literal) and count.is_int and count.to_py() >= 0):
+            raise self.text.unsupported("LIMIT with a count that is not a constant integer",
+                                        limit, "LIMIT")
+        if self.select.args.get("order") is None:
+            raise self.text.unsupported("LIMIT without ORDER BY", limit, "LIMIT")
+        return int(count.to_py())
+
+    def _order(self, limit: int | None) -> exp.Order | None:
+        if limit is None and self.nested:
+            return None  # ordering a subquery without LIMIT has no effect on its result
+        return self.select.args.get("order")
+
+    def _distinct(self) -> bool:
+        distinct = self.select.args.get("distinct")
+        if distinct is not None and distinct.args.get("on"):
+            raise self.text.unsupported("DISTINCT ON", distinct, "DISTINCT")
+        return distinct is not None
+
+    def _bind_from(self) -> list[FromItem]:
+        from_ = self.select.args.get("from_")
+        if from_ is None:
+            raise self.text.unsupported("SELECT without FROM", self.select, "SELECT")
+        nodes = [from_.this]
+        for join in self.select.args.get("joins") or []:
+            check_join(join, self.text)
+            nodes.append(join.this)
+        items = [bind_from_item(n, i, self.text, self.catalog, self._plan_subquery)
+                 for i, n in enumerate(nodes)]
+        seen: set[str] = set()
+        for item in items:
+            if item.source.alias in seen:
+                raise self.text.unsupported("duplicate table alias", item.node,
+                                            detail=f"{item.source.alias}; give each an alias")
+            seen.add(item.source.alias)
+        return items
+
+    def _plan_subquery(self, select: exp.Select, required: frozenset[str] | None) -> Planned:
+        return SelectPlanner(select, self.text, self.catalog, True, required).plan()
+
+    def _select_items(self) -> list[_Item]:
+        items: list[_Item] = []
+        for i, node in enumerate(self.select.expressions):
+            if isinstance(node, exp.Star) or (isinstance(node, exp.Column)
+                                              and isinstance(node.this, exp.Star)):
+                items += self._expand_star(node)
+            elif isinstance(node, exp.Alias):
+                items.append(_Item(node.alias, node.this))
+            elif isinstance(node, exp.Aliases):
+                raise self.text.unsupported("multiple aliases for one expression", node)
+            elif isinstance(node, exp.Column):
+                items.append(_Item(node.name, node))
+            else:
+                items.append(_Item(f"_c{i}", node))
+        seen: set[str] = set()
+        for item in items:
+            if item.name.lower() in seen:
+                raise self.text.unsupported("duplicate output column name", item.node,
+                                            detail=item.name)
+            seen.add(item.name.lower())
+        return items
+
+    def _expand_star(self, node: exp.Expression) -> list[_Item]:
+        star = node if isinstance(node, exp.Star) else node.this
+        if any(star.args.values()):
+            raise self.text.unsupported("* with EXCEPT/REPLACE", node)
+        sources = self.scope.sources
+        if isinstance(node, exp.Column):
+            sources = [s for s in sources if s.alias == node.table.lower()]
+            if not sources:
+                raise UnknownColumnError(f"unknown table or alias {node.table!r} in "
+                                         f"{node.table}.*{self.text.where(node)}")
+        return [_Item(c, exp.column(c, table=s.alias, quoted=True))
+                for s in sources for c in s.columns]
+
+    def _prune(self, items: list[_Item], keep_all: bool) -> list[_Item]:
+        if self.required is None or keep_all:
+            return items
+        kept = [i for i in items if i.name.lower() in self.required]
+        return kept or items[:1]
+
+    def _aggregating(self, items: list[_Item], order: exp.Order | None) -> bool:
+        if self.select.args.get("group") is not None or self.select.args.get("having"):
+            return True
+        nodes = [i.node for i in items] + ([o.this for o in order.expressions] if order else [])
+        return any(_has_aggregate(n) for n in nodes)
+
+    # -- binding -------------------------------------------------------------------------
+
+    def _context(self, clause: str, scope: Scope | None = None, post: bool = False,
+                 aliases: list[_Item] | None = None) -> BindContext:
+        """How to bind an expression of ``clause``: ``post`` means after aggregation
+        (aggregate calls allowed); ``aliases`` lets names fall back to SELECT aliases."""
+        scope = scope or self.scope
+
+        def resolve(column: exp.Column) -> Expr:
+            name = scope.resolve(column)
+            if name is not None:
+                self.columns_seen.setdefault(name, column)
+                return ColumnRef(name)
+            item = _find_alias(column, aliases)
+            if item is None:
+                raise scope.unknown(column)
+            # the aliased expression itself, bound without alias fallback (no cycles)
+            return bind(item.node, self._context(clause, scope, post))
+
+        return BindContext(self.text, resolve, clause,
+                           aggregate=self._register_aggregate if post else None,
+                           subquery=lambda node: self._subquery_error(node, clause, scope))
+
+    def _register_aggregate(self, node: exp.Expression) -> Expr:
+        assert self.agg is not None
+        base = self._context("aggregate argument")
+        ctx = BindContext(base.text, base.resolve, base.clause, subquery=base.subquery,
+                          no_aggregate="nested aggregate function")
+        func, arg = aggregate_call(node, ctx)
+        return self.agg.add_call(func, arg, node)
+
+    def _bind_predicates(self) -> list[_Sourced]:
+        out: list[_Sourced] = []
+        for k, join in enumerate(self.select.args.get("joins") or []):
+            on = join.args.get("on")
+            if on is not None:  # ON sees only the items joined so far
+                out += self._bind_conjuncts(on, self._context("JOIN condition",
+                                                              self.scope.prefix(k + 2)))
+        where = self.select.args.get("where")
+        if where is not None:
+            out += self._bind_conjuncts(where.this, self._context("WHERE"))
+        return out
+
+    def _bind_conjuncts(self, node: exp.Expression, ctx: BindContext) -> list[_Sourced]:
+        return [_Sourced(expr, part) for part in _split_and(node)
+                for expr in conjuncts(bind(part, ctx)) if expr != _TRUE]
+
+    def _bind_groups(self, items: list[_Item]) -> None:
+        assert self.agg is not None
+        group = self.select.args.get("group")
+        if group is None:
+            return
+        for key, (construct, keyword) in _GROUPING.items():
+            if group.args.get(key):
+                raise self.text.unsupported(construct, group, keyword)
+        for node in group.expressions:
+            if type(node) in _GROUPING_NODES:
+                construct, keyword = _GROUPING_NODES[type(node)]
+                raise self.text.unsupported(construct, node, keyword)
+            target = self._group_target(node, items)
+            self.agg.add_group(bind(target, self._context("GROUP BY")), node)
+
+    def _group_target(self, node: exp.Expression, items: list[_Item]) -> exp.Expression:
+        """What a GROUP BY key denotes: a SELECT item for a position or for an alias that
+        is not also an input column (Spark's rule), else the key itself."""
+        ordinal = _ordinal(node)
+        if ordinal is not None:
+            return items[self._position(ordinal, len(items), "GROUP BY", node)].node
+        if isinstance(node, exp.Column) and not node.table and isinstance(node.this,
+                                                                          exp.Identifier):
+            if not any(s.find(node.name) for s in self.scope.sources):
+                item = _find_alias(node, items)
+                if item is not None:
+                    return item.node
+        return node
+
+    def _position(self, ordinal: int, count: int, clause: str, node: exp.Expression) -> int:
+        if not 1 <= ordinal <= count:
+            raise UnknownColumnError(f"{clause} position {ordinal} is not in the SELECT "
+                                     f"list{self.text.where(node)}")
+        return ordinal - 1
+
+    def _bind_output(self, node: exp.Expression, clause: str,
+                     aliases: list[_Item] | None = None) -> Expr:
+        if self.agg is None:
+            return bind(node, self._context(clause, aliases=aliases))
+        expr = bind(node, self._context(clause, post=True, aliases=aliases))
+        return self.agg.over_groups(expr, self._ungrouped)
+
+    def _ungrouped(self, field: str) -> UnknownColumnError:
+        column = self.columns_seen.get(field)
+        return UnknownColumnError(f"column {field!r}{self.text.where(column)} must appear in "
+                                  "GROUP BY or inside an aggregate function")
+
+    def _bind_having(self, items: list[_Item]) -> _Sourced | None:
+        having = self.select.args.get("having")
+        if having is None:
+            return None
+        return _Sourced(self._bind_output(having.this, "HAVING", aliases=items), having)
+
+    def _bind_order(self, order: exp.Order | None, items: list[_Item],
+                    outputs: list[_Sourced], all_items: list[_Item],
+                    ) -> tuple[list[SortKey], list[tuple[str, _Sourced]]]:
+        """Sort keys on output columns, and the hidden columns computing the others."""
+        if order is None:
+            return [], []
+        keys: list[SortKey] = []
+        hidden: list[tuple[str, _Sourced]] = []
+        named = [(i.name, o.expr) for i, o in zip(items, outputs)]
+        taken = {i.name.lower() for i in items}
+        for ordered in order.expressions:
+            name = self._order_output(ordered.this, items)
+            if name is None:
+                expr = self._bind_output(ordered.this, "ORDER BY", aliases=all_items)
+                name = next((n for n, e in named if e == expr), None)
+                if name is None:
+                    name = _fresh("_o", taken)
+                    named.append((name, expr))
+                    hidden.append((name, _Sourced(expr, ordered)))
+            keys.append(_sort_key(ordered, name))
+        return keys, hidden
+
+    def _order_output(self, node: exp.Expression, items: list[_Item]) -> str | None:
+        """The output column an ORDER BY key names directly (by position or name)."""
+        ordinal = _ordinal(node)
+        if ordinal is not None:
+            return items[self._position(ordinal, len(items), "ORDER BY", node)].name
+        if isinstance(node, exp.Column) and not node.table and isinstance(node.this,
+                                                                          exp.Identifier):
+            return next((i.name for i in items if i.name.lower() == node.name.lower()), None)
+        return None
+
+    def _subquery_error(self, node: exp.Expression, clause: str,
+                        scope: Scope) -> UnsupportedSqlError:
+        inner = node if isinstance(node, exp.Select) else node.find(exp.Select)
+        if inner is None:
+            return self.text.unsupported(f"subquery in {clause}", node)
+        construct = ("correlated subquery" if _is_correlated(inner, scope, self.catalog)
+                     else f"subquery in {clause}")
+        return self.text.unsupported(construct, inner, "SELECT")
+
+    # -- building ------------------------------------------------------------------------
+
+    def _from_tree(self, predicates: list[_Sourced]) -> PlanNode:
+        """Left-deep join of the FROM items with each conjunct pushed as low as it goes."""
+        n = len(self.items_from)
+        local: list[list[_Sourced]] = [[] for _ in range(n)]
+        at_join: list[list[_Sourced]] = [[] for _ in range(n)]
+        above: list[_Sourced] = []
+        for predicate in predicates:
+            owners = {self.scope.source_of(c) for c in predicate.expr.columns()}
+            if not owners:
+                above.append(predicate)
+            elif len(owners) == 1:
+                local[owners.pop()].append(predicate)
+            else:
+                at_join[max(owners)].append(predicate)
+        leaves = [self._filtered(item.build(self._used_columns(i)), local[i], push=True)
+                  for i, item in enumerate(self.items_from)]
+        node = leaves[0]
+        for index in range(1, n):
+            self._check_conditions(Join(node, leaves[index]), at_join[index])
+            node = Join(node, leaves[index], conjoin([p.expr for p in at_join[index]]))
+        return self._filtered(node, above)
+
+    def _used_columns(self, index: int) -> tuple[str, ...]:
+        source = self.scope.sources[index]
+        used = {f for f, i in self.scope.used.items() if i == index}
+        return tuple(c for c in source.columns if source.field(c) in used)
+
+    def _filtered(self, node: PlanNode, predicates: list[_Sourced],
+                  push: bool = False) -> PlanNode:
+        """``node`` filtered by ``predicates``; with ``push``, as deep into a subquery as
+        they can go, so they reach its scans."""
+        if not predicates:
+            return node
+        self._check_conditions(node, predicates)
+        condition = conjoin([p.expr for p in predicates])
+        assert condition is not None
+        return push_selection(node, condition) if push else Select(node, condition)
+
+    def _aggregate(self, node: PlanNode, having: _Sourced | None) -> PlanNode:
+        assert self.agg is not None
+        projection = self.agg.projection(_names(node)[0])
+        for named in projection:
+            self._check_type(named.expr, node, self.agg.sources.get(named.expr))
+        pre = Project(node, projection)
+        types = {f.name: f.dtype for f in pre.schema}
+        calls = self.agg.agg_calls()
+        for call, source in zip(calls, self.agg.calls):
+            try:
+                aggregate_type(call.func, None if call.arg is None else types[call.arg])
+            except TYPE_ERRORS as error:
+                raise self.text.unsupported("aggregate over this type", self.agg.sources[source],
+                                            detail=str(error)) from None
+        out: PlanNode = Aggregate(pre, self.agg.group_names(), calls)
+        if having is not None:
+            self._check_conditions(out, [having])
+            out = Select(out, having.expr)
+        return out
+
+    def _project(self, node: PlanNode, outputs: list[tuple[str, _Sourced]]) -> Project:
+        for _, output in outputs:
+            self._check_type(output.expr, node, output.node)
+        return Project(node, tuple(NamedExpr(name, o.expr) for name, o in outputs))
+
+    # -- type checks (here, where the SQL of each expression is known) --------------------
+
+    def _check_conditions(self, node: PlanNode, predicates: list[_Sourced]) -> None:
+        for predicate in predicates:
+            self._check_type(predicate.expr, node, predicate.node, boolean=True)
+
+    def _check_type(self, expr: Expr, node: PlanNode, where: exp.Expression | None,
+                    boolean: bool = False) -> None:
+        """Infer ``expr``'s type over ``node``'s output; refuse it if it has none."""
+        try:
+            dtype = infer_type(expr, arrow_schema(node.schema))
+        except TYPE_ERRORS as error:
+            raise self.text.unsupported("operation on these types", where,
+                                        detail=f"{expr}: {error}") from None
+        if boolean and not (pa.types.is_boolean(dtype) or pa.types.is_null(dtype)):
+            raise self.text.unsupported("condition that is not boolean", where,
+                                        detail=f"{expr} is {dtype}")
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _check_clauses(select: exp.Select, text: SqlText) -> None:
+    for key, value in select.args.items():
+        if key in _ALLOWED_CLAUSES or value in (None, [], False, ""):
+            continue
+        construct, keyword = _CLAUSES.get(key, (f"{key.rstrip('_').upper()} clause", None))
+        node = value if isinstance(value, exp.Expression) else None
+        if isinstance(value, list) and value and isinstance(value[0], exp.Expression):
+            node = value[0]
+        raise text.unsupported(construct, node, keyword)
+
+
+def _split_and(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Paren):
+        return _split_and(node.this)
+    if isinstance(node, exp.And):
+        return _split_and(node.this) + _split_and(node.expression)
+    return [node]
+
+
+def _has_aggregate(node: exp.Expression) -> bool:
+    nested = (exp.Window, exp.Subquery, exp.Select)
+    return any(isinstance(n, exp.AggFunc)
+               for n in node.walk(prune=lambda n: isinstance(n, nested)))
+
+
+def _ordinal(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Literal) and node.is_int:
+        return int(node.to_py())
+    return None
+
+
+def _find_alias(column: exp.Column, items: list[_Item] | None) -> _Item | None:
+    if not items or column.table or not isinstance(column.this, exp.Identifier):
+        return None
+    return next((i for i in items if i.name.lower() == column.name.lower()), None)
+
+
+def _sort_key(ordered: exp.Ordered, column: str) -> SortKey:
+    descending = bool(ordered.args.get("desc"))
+    nulls_first = ordered.args.get("nulls_first")
+    # sqlglot fills in Spark's default (NULLs first ascending, last descending), so an
+    # explicit NULLS clause equal to the default is indistinguishable and means the same
+    explicit = (None if nulls_first is None or bool(nulls_first) == (not descending)
+                else bool(nulls_first))
+    return SortKey(column, descending, explicit)
+
+
+def _fresh(prefix: str, taken: set[str]) -> str:
+    i = 0
+    while f"{prefix}{i}" in taken:
+        i += 1
+    taken.add(f"{prefix}{i}")
+    return f"{prefix}{i}"
+
+
+def _names(node: PlanNode) -> tuple[str, ...]:
+    """Output names of ``node`` without running type inference."""
+    if isinstance(node, Project):
+        return tuple(e.name for e in node.exprs)
+    if isinstance(node, Join):
+        return _names(node.left) + _names(node.right)
+    if isinstance(node, Aggregate):
+        return node.group_by + tuple(a.name for a in node.aggregates)
+    if isinstance(node, (Select, Distinct, TopK)):
+        return _names(node.input)
+    return node.column_names
+
+
+def _is_correlated(inner: exp.Select, scope: Scope, catalog: Mapping[str, pa.Schema]) -> bool:
+    """Whether a subquery refers to the enclosing query's columns (a best effort)."""
+    inner_aliases: set[str] = set()
+    inner_columns: set[str] = set()
+    for table in inner.find_all(exp.Table):
+        inner_aliases.add((table.alias or table.name).lower())
+        schema = catalog.get(table.name.lower())
+        inner_columns |= {n.lower() for n in schema.names} if schema is not None else set()
+    outer_aliases = {s.alias for s in scope.sources}
+    for column in inner.find_all(exp.Column):
+        qualifier = column.table.lower()
+        if qualifier:
+            if qualifier not in inner_aliases and qualifier in outer_aliases:
+                return True
+        elif (column.name.lower() not in inner_columns
+              and any(s.find(column.name) for s in scope.sources)):
+            return True
+    return False

@@ -9,10 +9,12 @@ Bloom filter that lets a delta skip probes that cannot match).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.join_index import SideIndex
+from imp_core.engine.join_index import JoinSide, SideIndex
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
@@ -24,11 +26,14 @@ class JoinOp(Operator):
     stateful = True
 
     def __init__(self, node: Join, op_id: str, use_bloom: bool = True,
-                 dedupe_annotations: bool = False):
+                 dedupe_annotations: bool = False,
+                 side_factory: Callable[..., JoinSide] = SideIndex):
         super().__init__(node, op_id)
         self.left_keys, self.right_keys, self.residual = node.equi_keys()
-        self.left = SideIndex(arrow_schema(node.left.schema), self.left_keys, use_bloom)
-        self.right = SideIndex(arrow_schema(node.right.schema), self.right_keys, use_bloom)
+        # the provider of each side's contents is pluggable: in memory by default, a
+        # lookup in the database holding the table for sides too large to keep
+        self.left = side_factory(arrow_schema(node.left.schema), self.left_keys, use_bloom)
+        self.right = side_factory(arrow_schema(node.right.schema), self.right_keys, use_bloom)
         self.dedupe = dedupe_annotations
 
     def _combine(self, lrows: DeltaBatch, rrows: DeltaBatch) -> DeltaBatch:

@@ -1,0 +1,162 @@
+"""Sketches over versioned (Delta) tables: register, maintain from pulled deltas, recapture.
+
+A ``MaintainedQuery`` records, per input table, the table version its state reflects.
+Invariant: its pipeline's state is exactly the query's annotated state at those
+versions; ``maintain`` pulls the change feed from each recorded version up to the
+table's current one, applies all tables' changes as one batch, and only then advances
+the recorded versions (a failure leaves the query at its old versions).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from imp_core.api import DEFAULT_FRAGMENTS, PartitionSpec
+from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
+from imp_core.errors import PartitionError, UnknownColumnError, UnknownQueryError
+from imp_core.plan.nodes import QueryPlan
+from imp_core.reference import reference_capture
+from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.sketch import Sketch
+
+
+class VersionedTables(Protocol):
+    """What maintenance needs of a table store (``imp_core.storage.DeltaStore``)."""
+
+    def version(self, name: str) -> int: ...
+
+    def read(self, name: str, version: int | None = None,
+             columns: list[str] | None = None) -> pa.Table: ...
+
+    def schema(self, name: str) -> pa.Schema: ...
+
+    def tables(self) -> list[str]: ...
+
+    def entry(self, name: str) -> Any: ...
+
+
+class DeltaSource(Protocol):
+    """Where annotated deltas come from: delta-rs directly, or Spark."""
+
+    def changes(self, table: str, from_version: int, to_version: int) -> TableDelta: ...
+
+
+class DirectDeltaSource:
+    """The change feed read by delta-rs in-process (no JVM): best for small deltas."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def changes(self, table: str, from_version: int, to_version: int) -> TableDelta:
+        from imp_core.storage import to_weighted
+
+        feed = self.store.changes(table, from_version, to_version)
+        rows, weights = to_weighted(feed)
+        return TableDelta(rows, np.asarray(weights, dtype=np.int64))
+
+
+@dataclass
+class MaintainedQuery:
+    name: str
+    plan: QueryPlan
+    partitions: PartitionSet
+    pipeline: IncrementalQuery
+    versions: dict[str, int]
+    history: list[SketchDelta] = field(default_factory=list)
+
+    @property
+    def sketch(self) -> Sketch:
+        return self.pipeline.sketch()
+
+
+class Maintainer:
+    """Registered queries over a versioned table store."""
+
+    def __init__(self, store: Any, source: DeltaSource | None = None,
+                 options: EngineOptions = EngineOptions()):
+        self.store = store
+        self.source = source or DirectDeltaSource(store)
+        self.options = options
+        self.queries: dict[str, MaintainedQuery] = {}
+
+    def catalog(self) -> dict[str, pa.Schema]:
+        return {t: self.store.schema(t) for t in self.store.tables()}
+
+    def register(self, name: str, sql: str,
+                 partitions: Mapping[str, PartitionSpec] | None = None,
+                 force: bool = False, fragments: int = DEFAULT_FRAGMENTS) -> MaintainedQuery:
+        from imp_core.safety import require_safe
+        from imp_core.sql import parse_sketch_header, plan_sql
+
+        plan = plan_sql(sql, self.catalog())
+        if partitions is None:
+            header = parse_sketch_header(sql)
+            if not header:
+                raise PartitionError("no partitions given and no '-- sketch:' header")
+            partitions = {f"{t}.{c}": fragments for t, c in header}
+        versions = {t: self.store.version(t) for t in sorted(plan.root.tables())}
+        pset = self._partitions(partitions, versions)
+        columns = {t: self.store.schema(t).names for t in self.store.tables()}
+        domains = {t: dict(self.store.entry(t).domains or {}) for t in versions}
+        require_safe(plan, [(p.table, p.column) for p in pset.partitions], domains=domains,
+                     force=force, table_columns=columns)
+        pipeline = IncrementalQuery(plan, pset, self.options)
+        pipeline.apply({t: TableDelta.inserts(self.store.read(t, v)) for t, v in versions.items()})
+        q = MaintainedQuery(name, plan, pset, pipeline, versions)
+        self.queries[name] = q
+        return q
+
+    def _partitions(self, specs: Mapping[str, PartitionSpec],
+                    versions: Mapping[str, int]) -> PartitionSet:
+        parts = []
+        for attr, spec in specs.items():
+            if isinstance(spec, RangePartition):
+                parts.append(spec)
+                continue
+            table, _, column = attr.lower().partition(".")
+            schema = self.store.schema(table)
+            if column not in schema.names:
+                raise UnknownColumnError(f"{attr}: {table} has no column {column!r}")
+            if isinstance(spec, int):
+                col = self.store.read(table, versions.get(table), columns=[column]).column(0)
+                parts.append(RangePartition.equi_depth(table, column, col, spec))
+            else:
+                parts.append(RangePartition.from_bounds(table, column,
+                                                        schema.field(column).type, list(spec)))
+        return PartitionSet(tuple(parts))
+
+    def query(self, name: str) -> MaintainedQuery:
+        try:
+            return self.queries[name]
+        except KeyError:
+            raise UnknownQueryError(f"no registered query {name!r}") from None
+
+    def maintain(self, name: str) -> SketchDelta:
+        """Bring the sketch up to the tables' current versions."""
+        q = self.query(name)
+        t0 = time.perf_counter()
+        target = {t: self.store.version(t) for t in q.versions}
+        changes = {t: self.source.changes(t, q.versions[t], v)
+                   for t, v in target.items() if v > q.versions[t]}
+        if not changes:
+            return SketchDelta(type(q.sketch.fragments)(), type(q.sketch.fragments)(), 0.0)
+        delta = q.pipeline.apply(changes)
+        q.versions = target
+        delta = SketchDelta(delta.added, delta.removed, time.perf_counter() - t0)
+        q.history.append(delta)
+        return delta
+
+    def maintain_all(self) -> dict[str, SketchDelta]:
+        return {name: self.maintain(name) for name in self.queries}
+
+    def reference_sketch(self, name: str) -> Sketch:
+        """Recapture in-process (reference evaluator) at the query's versions."""
+        q = self.query(name)
+        tables = {t: self.store.read(t, v) for t, v in q.versions.items()}
+        return reference_capture(q.plan, tables, q.partitions).sketch

@@ -1,0 +1,164 @@
+"""The change feed of a Delta table, as Arrow rows and as the files that hold it.
+
+Invariants:
+- A change table has the table's user columns (never the hidden ``__rid``), in the
+  table's order and types (strings as ``string``), then ``_change_type`` (``string``,
+  only ``'insert'`` or ``'delete'``: an update's preimage counts as a deletion and its
+  postimage as an insertion) and ``_commit_version`` (``int64``). Rows are ordered by
+  commit version, deletions before insertions within a version.
+- ``to_weighted`` turns it into ``(rows, weights)``: ``+1`` per insertion, ``-1`` per
+  deletion, the shape of ``imp_core.engine.operators.base.TableDelta``.
+- ``ChangeFile``s of a version range hold, read and tagged as ``read_change_files``
+  does, the same multiset of changes as ``DeltaTable.load_cdf`` over that range. They
+  follow the Delta protocol's change data feed rule per commit: if a commit has ``cdc``
+  actions, those files (with their own ``_change_type`` column) are its changes;
+  otherwise every ``add`` with ``dataChange`` is an insertion of the whole file and
+  every ``remove`` with ``dataChange`` a deletion of the whole (old) file. Commits that
+  only rearrange data (``OPTIMIZE``: ``dataChange`` false) contribute nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from imp_core.storage.batches import plain_strings
+from imp_core.storage.catalog import is_uri
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+INSERT = "insert"
+DELETE = "delete"
+_AS_INSERT = ("insert", "update_postimage")
+_AS_DELETE = ("delete", "update_preimage")
+
+ChangeKind = Literal["cdc", "add", "remove"]
+
+
+@dataclass(frozen=True)
+class ChangeFile:
+    """One Parquet file of a commit's changes.
+
+    ``kind``: ``'cdc'`` (rows carry ``_change_type``), ``'add'`` (all rows inserted) or
+    ``'remove'`` (all rows of this older data file deleted). ``path`` is the file's
+    absolute path or URI. Data files (``add``/``remove``) of a keyless table also hold
+    the hidden ``__rid`` column; ``cdc`` files do too.
+    """
+
+    path: str
+    kind: ChangeKind
+    version: int
+
+
+def change_schema(schema: pa.Schema) -> pa.Schema:
+    """Schema of a change table of a table with user schema ``schema``."""
+    return schema.append(pa.field(CHANGE_TYPE, pa.string(), nullable=False)).append(
+        pa.field(COMMIT_VERSION, pa.int64(), nullable=False)
+    )
+
+
+def empty_changes(schema: pa.Schema) -> pa.Table:
+    return change_schema(schema).empty_table()
+
+
+def normalize_changes(raw: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A change table (module docstring) from ``load_cdf`` output or tagged change files."""
+    raw = plain_strings(raw)
+    kinds = raw.column(CHANGE_TYPE)
+    known = pc.is_in(kinds, value_set=pa.array(_AS_INSERT + _AS_DELETE))
+    if not pc.all(known).as_py() and raw.num_rows:
+        odd = pc.unique(pc.filter(kinds, pc.invert(known))).to_pylist()
+        raise ValueError(f"unexpected change types {odd} in the change feed")
+    kind = pc.if_else(
+        pc.is_in(kinds, value_set=pa.array(_AS_INSERT)), pa.scalar(INSERT), pa.scalar(DELETE)
+    )
+    target = change_schema(schema)
+    columns = [raw.column(name) for name in schema.names] + [kind, raw.column(COMMIT_VERSION)]
+    out = pa.Table.from_arrays(columns, names=target.names).cast(target)
+    return out.sort_by([(COMMIT_VERSION, "ascending"), (CHANGE_TYPE, "ascending")])
+
+
+def to_weighted(changes: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """``(rows, weights)``: user columns, and ``int64`` +1 per insertion, -1 per deletion.
+
+    Accepts a change table (``_change_type`` 'insert'/'delete') or raw ``load_cdf``
+    output (update pre/postimages too); ``_commit_version`` and ``_commit_timestamp`` are
+    dropped.
+    """
+    kinds = changes.column(CHANGE_TYPE)
+    inserted = pc.is_in(kinds, value_set=pa.array(_AS_INSERT)).to_numpy(zero_copy_only=False)
+    deleted = pc.is_in(kinds, value_set=pa.array(_AS_DELETE)).to_numpy(zero_copy_only=False)
+    if not np.all(inserted | deleted):
+        odd = sorted(set(kinds.to_pylist()) - set(_AS_INSERT + _AS_DELETE))
+        raise ValueError(f"unexpected change types {odd}")
+    weights = np.where(inserted, 1, -1).astype(np.int64)
+    meta = [c for c in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP) if c in changes.schema.names]
+    return changes.drop_columns(meta), weights
+
+
+# --- change files from the transaction log ------------------------------------------
+
+
+def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    return pafs.FileSystem.from_uri(location)
+
+
+def _data_path(location: str, path: str) -> str:
+    path = unquote(path)
+    if is_uri(path):
+        return path
+    return f"{location.rstrip('/')}/{path}"
+
+
+def commit_actions(location: str, version: int) -> list[dict]:
+    """The actions of commit ``version`` (``_delta_log/<version>.json``), in order."""
+    fs, base = _filesystem(location)
+    log = f"{base.rstrip('/')}/_delta_log/{version:020d}.json"
+    with fs.open_input_stream(log) as stream:
+        text = stream.read().decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def commit_change_files(location: str, version: int) -> list[ChangeFile]:
+    """The change files of one commit (module docstring)."""
+    actions = commit_actions(location, version)
+    cdc = [a["cdc"] for a in actions if "cdc" in a]
+    if cdc:
+        return [ChangeFile(_data_path(location, c["path"]), "cdc", version) for c in cdc]
+    out: list[ChangeFile] = []
+    for action in actions:
+        for kind in ("remove", "add"):
+            body = action.get(kind)
+            if body is not None and body.get("dataChange", True):
+                out.append(ChangeFile(_data_path(location, body["path"]), kind, version))
+    return out
+
+
+def read_change_files(files: list[ChangeFile], schema: pa.Schema) -> pa.Table:
+    """The change table (module docstring) the files hold; ``schema`` = user columns."""
+    parts: list[pa.Table] = []
+    for cf in files:
+        data = pq.read_table(cf.path)
+        if cf.kind == "cdc":
+            kinds = data.column(CHANGE_TYPE)
+        else:
+            kind = INSERT if cf.kind == "add" else DELETE
+            kinds = pa.array([kind] * data.num_rows, pa.string())
+        cols = {name: data.column(name) for name in schema.names}
+        cols[CHANGE_TYPE] = kinds
+        cols[COMMIT_VERSION] = pa.array(np.full(data.num_rows, cf.version, dtype=np.int64))
+        parts.append(plain_strings(pa.table(cols)))
+    if not parts:
+        return empty_changes(schema)
+    loose = pa.schema([f.with_nullable(True) for f in change_schema(schema)])
+    raw = pa.concat_tables([p.cast(loose) for p in parts])
+    return normalize_changes(raw, schema)

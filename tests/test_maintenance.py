@@ -45,7 +45,8 @@ def _rows_for_insert(store, table, rng, n, salt):
         col = key[-1]
         idx = src.schema.get_field_index(col)
         vals = np.arange(salt, salt + n)
-        src = src.set_column(idx, src.schema.field(col), pa.array(vals).cast(src.schema.field(col).type))
+        field = src.schema.field(col)
+        src = src.set_column(idx, field, pa.array(vals).cast(field.type))
     return src
 
 

@@ -20,8 +20,10 @@ from imp_core.api import DEFAULT_FRAGMENTS, PartitionSpec
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.errors import PartitionError, UnknownColumnError, UnknownQueryError
+from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.nodes import QueryPlan
 from imp_core.reference import reference_capture
+from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
 
@@ -44,7 +46,8 @@ class VersionedTables(Protocol):
 class DeltaSource(Protocol):
     """Where annotated deltas come from: delta-rs directly, or Spark."""
 
-    def changes(self, table: str, from_version: int, to_version: int) -> TableDelta: ...
+    def changes(self, table: str, from_version: int, to_version: int,
+                spec: ScanSpec | None = None) -> TableDelta: ...
 
 
 class DirectDeltaSource:
@@ -53,12 +56,19 @@ class DirectDeltaSource:
     def __init__(self, store: Any):
         self.store = store
 
-    def changes(self, table: str, from_version: int, to_version: int) -> TableDelta:
+    def changes(self, table: str, from_version: int, to_version: int,
+                spec: ScanSpec | None = None) -> TableDelta:
         from imp_core.storage import to_weighted
 
         feed = self.store.changes(table, from_version, to_version)
         rows, weights = to_weighted(feed)
-        return TableDelta(rows, np.asarray(weights, dtype=np.int64))
+        weights = np.asarray(weights, dtype=np.int64)
+        if spec is not None:
+            if spec.predicate is not None and rows.num_rows:
+                keep = evaluate_predicate(spec.predicate, rows)
+                rows, weights = rows.filter(pa.array(keep)), weights[keep]
+            rows = rows.select(list(spec.columns))
+        return TableDelta(rows, weights)
 
 
 @dataclass
@@ -68,6 +78,7 @@ class MaintainedQuery:
     partitions: PartitionSet
     pipeline: IncrementalQuery
     versions: dict[str, int]
+    specs: dict[str, ScanSpec] = field(default_factory=dict)
     history: list[SketchDelta] = field(default_factory=list)
 
     @property
@@ -108,7 +119,7 @@ class Maintainer:
                      force=force, table_columns=columns)
         pipeline = IncrementalQuery(plan, pset, self.options)
         pipeline.apply({t: TableDelta.inserts(self.store.read(t, v)) for t, v in versions.items()})
-        q = MaintainedQuery(name, plan, pset, pipeline, versions)
+        q = MaintainedQuery(name, plan, pset, pipeline, versions, scan_specs(plan.root, pset))
         self.queries[name] = q
         return q
 
@@ -142,7 +153,7 @@ class Maintainer:
         q = self.query(name)
         t0 = time.perf_counter()
         target = {t: self.store.version(t) for t in q.versions}
-        changes = {t: self.source.changes(t, q.versions[t], v)
+        changes = {t: self.source.changes(t, q.versions[t], v, q.specs.get(t))
                    for t, v in target.items() if v > q.versions[t]}
         if not changes:
             return SketchDelta(type(q.sketch.fragments)(), type(q.sketch.fragments)(), 0.0)
@@ -160,3 +171,29 @@ class Maintainer:
         q = self.query(name)
         tables = {t: self.store.read(t, v) for t, v in q.versions.items()}
         return reference_capture(q.plan, tables, q.partitions).sketch
+
+
+class AutoDeltaSource:
+    """Chooses the path per pull by the size of the change files: small deltas through
+    delta-rs in-process (no JVM round trip), large ones through Spark."""
+
+    def __init__(self, store: Any, spark_source: DeltaSource | None = None,
+                 direct_max_bytes: int = 16 << 20):
+        self.store = store
+        self.direct = DirectDeltaSource(store)
+        self.spark = spark_source
+        self.direct_max_bytes = direct_max_bytes
+        self.last_path = "direct"
+
+    def changes(self, table: str, from_version: int, to_version: int,
+                spec: ScanSpec | None = None) -> TableDelta:
+        import os
+
+        if self.spark is not None:
+            files = self.store.change_files(table, from_version, to_version)
+            size = sum(os.path.getsize(f.path) for f in files if os.path.exists(f.path))
+            if size > self.direct_max_bytes:
+                self.last_path = "spark"
+                return self.spark.changes(table, from_version, to_version, spec)
+        self.last_path = "direct"
+        return self.direct.changes(table, from_version, to_version, spec)

@@ -17,6 +17,7 @@ from imp_core.engine.annotation import Annotation
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.nodes import PlanNode, Project, Scan, Select, arrow_schema
+from imp_core.scan_spec import FRAGMENT_COLUMN
 from imp_core.sketch.partition import PartitionSet
 
 
@@ -110,6 +111,10 @@ class ScanOp(Operator):
         found = self.partitions.for_table(self.scan.table)
         if found is None:
             ann = Annotation.empty(rows.num_rows)
+        elif FRAGMENT_COLUMN in rows.column_names:
+            # fragment ids computed upstream (by Spark during delta extraction)
+            ids = rows.column(FRAGMENT_COLUMN).to_numpy().astype(np.int32)
+            ann = Annotation.singletons(ids)
         else:
             ann = Annotation.singletons(self.partitions.annotate(self.scan.table, rows))
         casted = data.cast(self.output_schema) if data.schema != self.output_schema else data

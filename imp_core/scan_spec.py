@@ -1,0 +1,51 @@
+"""What a query needs of one table's delta: columns, pushed-down selection, partition.
+
+Invariant: filtering a table's change feed with ``predicate`` (written over the table's
+own column names) and keeping ``columns`` loses nothing the query's scan of that table
+would keep: the predicate is the selection directly above the query's only scan of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imp_core.plan.expr import ColumnRef, Expr, rename_columns
+from imp_core.plan.nodes import PlanNode, Scan, Select
+from imp_core.sketch.partition import PartitionSet, RangePartition
+
+FRAGMENT_COLUMN = "__imp_fid"
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    table: str
+    columns: tuple[str, ...]
+    predicate: Expr | None = None
+    partition: tuple[RangePartition, int] | None = None
+
+
+def scan_specs(root: PlanNode, partitions: PartitionSet) -> dict[str, ScanSpec]:
+    """One spec per table read by the plan (pushdown only for tables scanned once)."""
+    scans: dict[str, list[Scan]] = {}
+    parents: dict[int, PlanNode] = {}
+    for node in root.walk():
+        for child in node.children():
+            parents[id(child)] = node
+        if isinstance(node, Scan):
+            scans.setdefault(node.table, []).append(node)
+    out = {}
+    for table, found in scans.items():
+        columns = sorted({c for s in found for c in s.source_columns})
+        part = partitions.for_table(table)
+        if part is not None and part[0].column not in columns:
+            columns.append(part[0].column)
+        predicate = None
+        if len(found) == 1:
+            parent = parents.get(id(found[0]))
+            if isinstance(parent, Select):
+                scan = found[0]
+                mapping = {f.name: ColumnRef(src)
+                           for f, src in zip(scan.fields, scan.source_columns)}
+                predicate = rename_columns(parent.predicate, mapping)
+        out[table] = ScanSpec(table, tuple(columns), predicate, part)
+    return out

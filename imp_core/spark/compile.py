@@ -1,0 +1,492 @@
+"""Plans to Spark SQL text: the plain query (NS), the capture query (FM) and the use query.
+
+Every plan node becomes one common table expression ``n<i>`` whose columns are the
+node's schema (names back-quoted, so ``lineitem.l_orderkey`` is one column) plus, in a
+capture query, its *annotation columns*:
+
+- a base row of a partitioned table carries one ``INT`` column, its global fragment id
+  (offset + local id found by binary search over the split points, NULL -> fragment 0);
+- selection and projection pass annotation columns through unchanged; a join keeps both
+  sides' (one column per partitioned ``Scan`` occurrence below it);
+- aggregation and DISTINCT replace them with one ``ARRAY<INT>`` column per group: the
+  sorted, duplicate-free union of the group's fragments (``collect_set``);
+- top-k orders by its keys, then every other column ascending NULLS FIRST, then the
+  annotation as a sorted array (Spark compares arrays like Python tuples), then LIMIT k:
+  the total order of ``imp_core.engine.ordering``, so result and sketch are the reference's.
+
+The annotation of a row is the union of its annotation columns; the capture query ends in
+one aggregate that unions them over all result rows. Expressions keep the semantics of
+``imp_core.plan.evaluate``: ``/`` divides doubles and yields NULL for a zero divisor,
+literals keep their exact types (integer literals stay bare so Spark types them in decimal
+arithmetic as we do), and a global aggregate over no rows yields no row.
+
+Fragment ids are computed either inside the SQL text (``fragment_ids="case"``: a balanced
+tree of CASE comparisons, self-contained text) or by Spark's JVM binary search
+(``fragment_ids="view"``: ``array_binary_search``, reachable only through the DataFrame
+API, so the capture SQL then reads temp views ``fragment_view_name(...)`` that
+``imp_core.spark.run.prepare_fragment_views`` creates; any number of split points).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from dataclasses import dataclass
+from typing import Any
+from typing import Literal as TypingLiteral
+
+import pyarrow as pa
+
+from imp_core.errors import ImpError
+from imp_core.plan.evaluate import infer_type, literal_type
+from imp_core.plan.expr import (
+    BinaryOp,
+    Case,
+    Cast,
+    ColumnRef,
+    Expr,
+    FuncCall,
+    InList,
+    Like,
+    Literal,
+    UnaryOp,
+)
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    PlanNode,
+    Project,
+    QueryPlan,
+    Scan,
+    Select,
+    SortKey,
+    TopK,
+    arrow_schema,
+)
+from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.sketch import Sketch
+
+FragmentIds = TypingLiteral["case", "view"]
+
+ANN_PREFIX = "__imp_a"
+FID_COLUMN = "__imp_fid"
+FRAGMENTS_COLUMN = "fragments"
+ANNOTATION_COLUMN = "__imp_ann"
+
+
+class SparkCompileError(ImpError):
+    """A plan or value that has no Spark SQL translation."""
+
+    code = "UNIMPLEMENTED"
+
+
+# -- names and literals ---------------------------------------------------------------------
+def quote(name: str) -> str:
+    """A back-quoted Spark identifier (dots stay part of the name)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def spark_type(t: pa.DataType) -> str:
+    """The Spark SQL type name of an Arrow type."""
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_int8(t) or pa.types.is_uint8(t):
+        return "TINYINT" if pa.types.is_int8(t) else "SMALLINT"
+    if pa.types.is_int16(t) or pa.types.is_uint16(t):
+        return "SMALLINT" if pa.types.is_int16(t) else "INT"
+    if pa.types.is_int32(t) or pa.types.is_uint32(t):
+        return "INT" if pa.types.is_int32(t) else "BIGINT"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "STRING"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "BINARY"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
+    raise SparkCompileError(f"no Spark SQL type for Arrow type {t}")
+
+
+def string_literal(s: str) -> str:
+    """A Spark string literal (Spark unescapes backslashes inside literals)."""
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sql_literal(value: Any, dtype: pa.DataType) -> str:
+    """``value`` as a Spark SQL literal of exactly type ``dtype``."""
+    if value is None:
+        return "NULL" if pa.types.is_null(dtype) else f"CAST(NULL AS {spark_type(dtype)})"
+    if pa.types.is_boolean(dtype):
+        return "TRUE" if value else "FALSE"
+    if pa.types.is_integer(dtype):
+        v = int(value)
+        suffix = {"TINYINT": "Y", "SMALLINT": "S", "INT": "", "BIGINT": "L"}[spark_type(dtype)]
+        if v == -(2**63):
+            return "CAST('-9223372036854775808' AS BIGINT)"
+        text = f"{v}{suffix}"
+        return f"({text})" if v < 0 else text
+    if pa.types.is_floating(dtype):
+        v = float(value)
+        text = "NaN" if math.isnan(v) else repr(v).replace("inf", "Infinity")
+        return f"CAST('{text}' AS {spark_type(dtype)})"
+    if pa.types.is_decimal(dtype):
+        d = decimal.Decimal(value)
+        text = format(d, "f")
+        if literal_type(d) == dtype:  # Spark types 12.50BD as decimal(4, 2), like we do
+            return f"({text}BD)" if d < 0 else f"{text}BD"
+        return f"CAST('{text}' AS {spark_type(dtype)})"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) \
+            or pa.types.is_string_view(dtype):
+        return string_literal(str(value))
+    if pa.types.is_date(dtype):
+        if isinstance(value, dt.datetime):
+            value = value.date()
+        return f"DATE '{value.isoformat()}'"
+    if pa.types.is_timestamp(dtype):
+        kind = "TIMESTAMP" if dtype.tz else "TIMESTAMP_NTZ"
+        return f"{kind} '{value.isoformat(sep=' ')}'"
+    raise SparkCompileError(f"cannot write a literal of type {dtype}")
+
+
+# -- expressions ----------------------------------------------------------------------------
+_FUNCS = {"year": "year", "month": "month", "day": "dayofmonth", "abs": "abs",
+          "upper": "upper", "lower": "lower", "coalesce": "coalesce", "substring": "substring"}
+
+
+class _ExprWriter:
+    """Scalar expressions over one input schema, in Spark SQL with our semantics."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+
+    def type_of(self, e: Expr) -> pa.DataType:
+        return infer_type(e, self.schema)
+
+    def write(self, e: Expr) -> str:
+        if isinstance(e, ColumnRef):
+            return quote(e.name)
+        if isinstance(e, Literal):
+            return sql_literal(e.value, e.dtype)
+        if isinstance(e, BinaryOp):
+            return self._binary(e)
+        if isinstance(e, UnaryOp):
+            x = self.write(e.operand)
+            return {"not": f"(NOT {x})", "neg": f"(- {x})", "is_null": f"({x} IS NULL)",
+                    "is_not_null": f"({x} IS NOT NULL)"}[e.op]
+        if isinstance(e, Case):
+            whens = " ".join(f"WHEN {self.write(c)} THEN {self.write(v)}" for c, v in e.whens)
+            default = "NULL" if e.default is None else self.write(e.default)
+            return f"(CASE {whens} ELSE {default} END)"
+        if isinstance(e, InList):
+            values = ", ".join(self.write(v) for v in e.values)
+            neg = "NOT " if e.negated else ""
+            return f"({self.write(e.operand)} {neg}IN ({values}))"
+        if isinstance(e, Like):
+            neg = "NOT " if e.negated else ""
+            return f"({self.write(e.operand)} {neg}LIKE {string_literal(e.pattern)})"
+        if isinstance(e, FuncCall):
+            return f"{_FUNCS[e.name]}({', '.join(self.write(a) for a in e.args)})"
+        if isinstance(e, Cast):
+            return f"CAST({self.write(e.operand)} AS {spark_type(e.to)})"
+        raise SparkCompileError(f"no Spark SQL translation for {type(e).__name__}")
+
+    def _binary(self, e: BinaryOp) -> str:
+        left, right = self.write(e.left), self.write(e.right)
+        if e.op in ("and", "or"):
+            return f"({left} {e.op.upper()} {right})"
+        if e.op == "/":
+            # ours: double division, NULL when the divisor is zero (Spark ANSI would raise)
+            return (f"(CAST({left} AS DOUBLE) / NULLIF(CAST({right} AS DOUBLE), "
+                    "CAST(0 AS DOUBLE)))")
+        if e.op == "%":
+            lt, rt = self.type_of(e.left), self.type_of(e.right)
+            if pa.types.is_integer(lt) and pa.types.is_integer(rt):
+                return f"({left} % {right})"  # truncated remainder, as Arrow's integer path
+            # ours for non-integers: x - floor(x / y) * y (the sign follows the divisor)
+            return (f"(CAST({left} AS DOUBLE) - FLOOR(CAST({left} AS DOUBLE) / "
+                    f"CAST({right} AS DOUBLE)) * CAST({right} AS DOUBLE))")
+        return f"({left} {e.op} {right})"
+
+
+def write_expr(expr: Expr, schema: pa.Schema) -> str:
+    """Spark SQL text of ``expr`` over rows of ``schema`` (column names back-quoted)."""
+    return _ExprWriter(schema).write(expr)
+
+
+# -- fragment ids ---------------------------------------------------------------------------
+def fragment_case(part: RangePartition, offset: int, column_sql: str) -> str:
+    """Global fragment id of ``column_sql`` as a balanced CASE tree over the split points."""
+    lits = [sql_literal(b, part.dtype) for b in part.bounds]
+
+    def tree(lo: int, hi: int) -> str:
+        # ids lo..hi; bounds[lo..hi-1] separate them (id i starts at bounds[i - 1])
+        if lo == hi:
+            return str(lo + offset)
+        mid = (lo + hi + 1) // 2  # id mid starts at bounds[mid - 1]
+        return (f"CASE WHEN {column_sql} < {lits[mid - 1]} THEN {tree(lo, mid - 1)} "
+                f"ELSE {tree(mid, hi)} END")
+
+    body = tree(0, part.size - 1)
+    if part.size == 1:
+        return str(offset)
+    return f"(CASE WHEN {column_sql} IS NULL THEN {offset} ELSE {body} END)"
+
+
+def fragment_view_name(part: RangePartition, offset: int) -> str:
+    """Temp view of ``part.table`` plus its rows' global fragment ids (``__imp_fid``)."""
+    return f"__imp_frag_{part.table}_{part.fingerprint()[:12]}_{offset}"
+
+
+def bounds_array_sql(part: RangePartition) -> str:
+    """``array(b1, ..., bn)`` of the split points, typed as the partition column."""
+    return "array(" + ", ".join(sql_literal(b, part.dtype) for b in part.bounds) + ")"
+
+
+# -- relations ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Ann:
+    name: str
+    is_set: bool  # ARRAY<INT> (after aggregation) or INT (one base row's fragment)
+
+
+@dataclass(frozen=True)
+class _Rel:
+    name: str  # CTE name
+    ann: tuple[_Ann, ...]
+
+
+def _ann_union(anns: tuple[_Ann, ...]) -> str:
+    """Per-row annotation as a sorted, duplicate-free ARRAY<INT>."""
+    if len(anns) == 1:
+        a = anns[0]
+        return quote(a.name) if a.is_set else f"array({quote(a.name)})"
+    parts = [quote(a.name) if a.is_set else f"array({quote(a.name)})" for a in anns]
+    return f"array_sort(array_distinct(concat({', '.join(parts)})))"
+
+
+def _ann_aggregate(anns: tuple[_Ann, ...]) -> str:
+    """Union of the annotations of a group's rows, sorted: an aggregate expression."""
+    parts = [f"flatten(collect_set({quote(a.name)}))" if a.is_set
+             else f"collect_set({quote(a.name)})" for a in anns]
+    inner = parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
+    return f"array_sort(array_distinct({inner}))"
+
+
+def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
+    return (f"{quote(column)} {'DESC' if descending else 'ASC'} "
+            f"NULLS {'FIRST' if nulls_first else 'LAST'}")
+
+
+_AGG_SQL = {"sum": "SUM", "count": "COUNT", "avg": "AVG", "min": "MIN", "max": "MAX"}
+
+
+class _Compiler:
+    def __init__(self, partitions: PartitionSet | None = None, sketch: Sketch | None = None,
+                 fragment_ids: FragmentIds = "case"):
+        self.partitions = partitions
+        self.sketch = sketch
+        self.fragment_ids = fragment_ids
+        self.ctes: list[tuple[str, str]] = []
+        self._anns = 0
+
+    def _cte(self, body: str, ann: tuple[_Ann, ...]) -> _Rel:
+        name = f"n{len(self.ctes)}"
+        self.ctes.append((name, body))
+        return _Rel(name, ann)
+
+    def _new_ann(self, is_set: bool) -> _Ann:
+        self._anns += 1
+        return _Ann(f"{ANN_PREFIX}{self._anns}", is_set)
+
+    def compile(self, node: PlanNode) -> _Rel:
+        method = getattr(self, "_" + type(node).__name__, None)
+        if method is None:
+            raise SparkCompileError(f"no Spark SQL translation for {type(node).__name__}")
+        return method(node)
+
+    def with_clause(self) -> str:
+        parts = [f"{name} AS (\n  {body}\n)" for name, body in self.ctes]
+        return "WITH " + ",\n".join(parts) + "\n"
+
+    # -- operators ----------------------------------------------------------------------
+    def _Scan(self, node: Scan) -> _Rel:
+        cols = [f"{quote(src)} AS {quote(f.name)}"
+                for src, f in zip(node.source_columns, node.fields)]
+        source = quote(node.table)
+        ann: tuple[_Ann, ...] = ()
+        found = self.partitions.for_table(node.table) if self.partitions else None
+        if found is not None:
+            part, offset = found
+            a = self._new_ann(False)
+            if self.fragment_ids == "view":
+                source = quote(fragment_view_name(part, offset))
+                cols.append(f"{quote(FID_COLUMN)} AS {quote(a.name)}")
+            else:
+                cols.append(f"{fragment_case(part, offset, quote(part.column))} "
+                            f"AS {quote(a.name)}")
+            ann = (a,)
+        where = ""
+        if self.sketch is not None and self.sketch.partitions.for_table(node.table):
+            where = f"\n  WHERE {sketch_predicate(self.sketch, node.table)}"
+        return self._cte(f"SELECT {', '.join(cols)}\n  FROM {source}{where}", ann)
+
+    def _Select(self, node: Select) -> _Rel:
+        child = self.compile(node.input)
+        pred = write_expr(node.predicate, arrow_schema(node.input.schema))
+        return self._cte(f"SELECT * FROM {child.name}\n  WHERE {pred}", child.ann)
+
+    def _Project(self, node: Project) -> _Rel:
+        child = self.compile(node.input)
+        schema = arrow_schema(node.input.schema)
+        cols = [f"{write_expr(e.expr, schema)} AS {quote(e.name)}" for e in node.exprs]
+        cols += [quote(a.name) for a in child.ann]
+        return self._cte(f"SELECT {', '.join(cols)}\n  FROM {child.name}", child.ann)
+
+    def _Join(self, node: Join) -> _Rel:
+        left, right = self.compile(node.left), self.compile(node.right)
+        if node.condition is None:
+            body = f"SELECT * FROM {left.name} CROSS JOIN {right.name}"
+        else:
+            schema = arrow_schema(node.schema)
+            body = (f"SELECT * FROM {left.name} JOIN {right.name}\n"
+                    f"  ON {write_expr(node.condition, schema)}")
+        return self._cte(body, left.ann + right.ann)
+
+    def _Aggregate(self, node: Aggregate) -> _Rel:
+        child = self.compile(node.input)
+        cols = [quote(g) for g in node.group_by]
+        for a in node.aggregates:
+            if a.func == "count_star":
+                cols.append(f"COUNT(1) AS {quote(a.name)}")
+            else:
+                cols.append(f"{_AGG_SQL[a.func]}({quote(a.arg)}) AS {quote(a.name)}")
+        ann: tuple[_Ann, ...] = ()
+        if child.ann:
+            out = self._new_ann(True)
+            cols.append(f"{_ann_aggregate(child.ann)} AS {quote(out.name)}")
+            ann = (out,)
+        body = f"SELECT {', '.join(cols)}\n  FROM {child.name}"
+        if node.group_by:
+            body += f"\n  GROUP BY {', '.join(quote(g) for g in node.group_by)}"
+        else:
+            body += "\n  HAVING COUNT(1) > 0"  # like the paper: no input rows, no group
+        return self._cte(body, ann)
+
+    def _Distinct(self, node: Distinct) -> _Rel:
+        child = self.compile(node.input)
+        names = [quote(c) for c in node.input.column_names]
+        if not child.ann:
+            return self._cte(f"SELECT DISTINCT {', '.join(names)}\n  FROM {child.name}", ())
+        out = self._new_ann(True)
+        body = (f"SELECT {', '.join(names)}, {_ann_aggregate(child.ann)} AS {quote(out.name)}"
+                f"\n  FROM {child.name}\n  GROUP BY {', '.join(names)}")
+        return self._cte(body, (out,))
+
+    def _TopK(self, node: TopK) -> _Rel:
+        child = self.compile(node.input)
+        keys = [_order_item(s.column, s.descending, s.effective_nulls_first) for s in node.order]
+        ordered = {s.column for s in node.order}
+        keys += [_order_item(c, False, True) for c in node.input.column_names
+                 if c not in ordered]
+        if child.ann:
+            keys.append(f"{_ann_union(child.ann)} ASC")
+        body = (f"SELECT * FROM {child.name}\n  ORDER BY {', '.join(keys)}\n"
+                f"  LIMIT {int(node.k)}")
+        return self._cte(body, child.ann)
+
+
+def _root(plan: QueryPlan | PlanNode) -> tuple[PlanNode, tuple[SortKey, ...]]:
+    if isinstance(plan, QueryPlan):
+        return plan.root, plan.order_by
+    return plan, ()
+
+
+def _final_select(root: PlanNode, rel: _Rel, order_by: tuple[SortKey, ...],
+                  extra: str = "") -> str:
+    cols = ", ".join(quote(c) for c in root.column_names) + extra
+    out = f"SELECT {cols}\nFROM {rel.name}"
+    if order_by:
+        out += "\nORDER BY " + ", ".join(_order_item(s.column, s.descending,
+                                                     s.effective_nulls_first)
+                                          for s in order_by)
+    return out
+
+
+def plain_sql(plan: QueryPlan | PlanNode) -> str:
+    """The query itself in Spark SQL (the no-sketch baseline), with its ORDER BY."""
+    root, order_by = _root(plan)
+    c = _Compiler()
+    rel = c.compile(root)
+    return c.with_clause() + _final_select(root, rel, order_by)
+
+
+def use_sql(plan: QueryPlan | PlanNode, sketch: Sketch) -> str:
+    """The query reading only the sketch's fragments of each sketched table.
+
+    Each scan of a sketched table gets the sketch's ranges (adjacent fragments merged) as
+    a WHERE on the base table's own column, so Spark pushes it into the Parquet reader.
+    """
+    root, order_by = _root(plan)
+    c = _Compiler(sketch=sketch)
+    rel = c.compile(root)
+    return c.with_clause() + _final_select(root, rel, order_by)
+
+
+def annotated_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
+                  fragment_ids: FragmentIds = "case") -> str:
+    """The annotated result: the query's rows plus ``__imp_ann``, each row's fragments."""
+    root, _ = _root(plan)
+    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids)
+    rel = c.compile(root)
+    ann = _ann_union(rel.ann) if rel.ann else "CAST(array() AS ARRAY<INT>)"
+    return c.with_clause() + _final_select(root, rel, (), f", {ann} AS {quote(ANNOTATION_COLUMN)}")
+
+
+def capture_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
+                fragment_ids: FragmentIds = "case") -> str:
+    """The capture query: one row, ``fragments``, the accurate sketch's global ids."""
+    root, _ = _root(plan)
+    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids)
+    rel = c.compile(root)
+    if not rel.ann:  # no partitioned table in the query: the sketch is empty
+        return f"SELECT CAST(array() AS ARRAY<INT>) AS {FRAGMENTS_COLUMN}"
+    return (c.with_clause() + f"SELECT {_ann_aggregate(rel.ann)} AS {FRAGMENTS_COLUMN}\n"
+            f"FROM {rel.name}")
+
+
+def sketch_predicate(sketch: Sketch, table: str, column: str | None = None) -> str:
+    """The sketch's condition on ``table`` with literals typed as the partition column.
+
+    Same ranges as ``Sketch.predicate`` (adjacent fragments merged, NULLs with fragment 0),
+    but written with exactly typed Spark literals (e.g. ``5L`` for BIGINT, ``12.50BD``).
+    """
+    found = sketch.partitions.for_table(table)
+    if found is None:
+        return "TRUE"
+    part = found[0]
+    col = quote(column or part.column)
+    ranges = sketch.ranges(table)
+    if not ranges:
+        return "FALSE"
+    conds = []
+    for r in ranges:
+        parts = []
+        if r.lo is not None:
+            parts.append(f"{col} >= {sql_literal(r.lo, part.dtype)}")
+        if r.hi is not None:
+            parts.append(f"{col} < {sql_literal(r.hi, part.dtype)}")
+        cond = " AND ".join(parts) if parts else "TRUE"
+        if r.includes_null and r.lo is None and parts:
+            cond = f"({cond} OR {col} IS NULL)"
+        conds.append(cond)
+    return conds[0] if len(conds) == 1 else "(" + " OR ".join(f"({c})" for c in conds) + ")"

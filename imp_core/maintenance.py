@@ -118,10 +118,19 @@ class Maintainer:
         require_safe(plan, [(p.table, p.column) for p in pset.partitions], domains=domains,
                      force=force, table_columns=columns)
         pipeline = IncrementalQuery(plan, pset, self.options)
-        pipeline.apply({t: TableDelta.inserts(self.store.read(t, v)) for t, v in versions.items()})
-        q = MaintainedQuery(name, plan, pset, pipeline, versions, scan_specs(plan.root, pset))
+        specs = scan_specs(plan.root, pset)
+        pipeline.apply({t: self._initial(t, v, specs.get(t)) for t, v in versions.items()})
+        q = MaintainedQuery(name, plan, pset, pipeline, versions, specs)
         self.queries[name] = q
         return q
+
+    def _initial(self, table: str, version: int, spec: ScanSpec | None) -> TableDelta:
+        """The table at ``version`` as insertions, through the delta source when it can
+        read snapshots (Spark: filtered, projected and annotated there)."""
+        snapshot = getattr(self.source, "snapshot", None)
+        if snapshot is not None:
+            return snapshot(table, version, spec)
+        return TableDelta.inserts(self.store.read(table, version))
 
     def _partitions(self, specs: Mapping[str, PartitionSpec],
                     versions: Mapping[str, int]) -> PartitionSet:
@@ -197,3 +206,9 @@ class AutoDeltaSource:
                 return self.spark.changes(table, from_version, to_version, spec)
         self.last_path = "direct"
         return self.direct.changes(table, from_version, to_version, spec)
+
+    def snapshot(self, table: str, version: int, spec: ScanSpec | None = None) -> TableDelta:
+        reader = getattr(self.spark, "snapshot", None)
+        if reader is not None:
+            return reader(table, version, spec)
+        return TableDelta.inserts(self.store.read(table, version))

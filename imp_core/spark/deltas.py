@@ -32,13 +32,25 @@ class SparkDeltaSource:
         self.spark = spark or get_spark()
         self.last_ms = 0.0
 
+    def snapshot(self, table: str, version: int, spec: ScanSpec | None = None) -> TableDelta:
+        """The table at ``version`` as insertions, filtered, projected and annotated by
+        Spark: the input the pipeline's state is bootstrapped from."""
+        from imp_core.storage import ChangeFile
+
+        files = [ChangeFile(uri, "add", version)
+                 for uri in self.store.file_uris(table, version)]
+        return self._read(table, files, spec)
+
     def changes(self, table: str, from_version: int, to_version: int,
                 spec: ScanSpec | None = None) -> TableDelta:
+        files = self.store.change_files(table, from_version, to_version)
+        return self._read(table, files, spec)
+
+    def _read(self, table: str, files: list, spec: ScanSpec | None) -> TableDelta:
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
         schema = self.store.schema(table)
-        files = self.store.change_files(table, from_version, to_version)
         columns = list(spec.columns) if spec and spec.columns else list(schema.names)
         frames = []
         for kind in ("cdc", "add", "remove"):

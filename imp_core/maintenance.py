@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,11 +21,25 @@ from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.errors import PartitionError, UnknownColumnError, UnknownQueryError
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.nodes import QueryPlan
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    PlanNode,
+    Project,
+    QueryPlan,
+    Scan,
+    Select,
+    TopK,
+)
 from imp_core.reference import reference_capture
 from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from imp_core.engine.join_index import JoinSide
+    from imp_core.spark.joins import VersionContext
 
 
 class VersionedTables(Protocol):
@@ -80,6 +94,8 @@ class MaintainedQuery:
     versions: dict[str, int]
     specs: dict[str, ScanSpec] = field(default_factory=dict)
     history: list[SketchDelta] = field(default_factory=list)
+    # the batch's versions, for join sides served by Spark (None: all sides in memory)
+    context: VersionContext | None = None
 
     @property
     def sketch(self) -> Sketch:
@@ -87,13 +103,22 @@ class MaintainedQuery:
 
 
 class Maintainer:
-    """Registered queries over a versioned table store."""
+    """Registered queries over a versioned table store.
+
+    With ``join_memory_rows`` set, each equi-join input is held in memory only when its
+    filtered, projected row count is at most that many rows; larger inputs are served by
+    Spark (``imp_core.spark.joins.SparkJoinSide``), decided per join at registration.
+    None (the default) keeps every join input in memory and never starts Spark for joins.
+    """
 
     def __init__(self, store: Any, source: DeltaSource | None = None,
-                 options: EngineOptions = EngineOptions()):
+                 options: EngineOptions = EngineOptions(),
+                 join_memory_rows: int | None = None, spark: Any = None):
         self.store = store
         self.source = source or DirectDeltaSource(store)
         self.options = options
+        self.join_memory_rows = join_memory_rows
+        self._spark = spark
         self.queries: dict[str, MaintainedQuery] = {}
 
     def catalog(self) -> dict[str, pa.Schema]:
@@ -117,12 +142,72 @@ class Maintainer:
         domains = {t: dict(self.store.entry(t).domains or {}) for t in versions}
         require_safe(plan, [(p.table, p.column) for p in pset.partitions], domains=domains,
                      force=force, table_columns=columns)
-        pipeline = IncrementalQuery(plan, pset, self.options)
+        context = None
+        chooser = None
+        if self.join_memory_rows is not None:
+            from imp_core.spark.joins import VersionContext
+
+            context = VersionContext()
+            context.begin(None, versions)  # the bootstrap batch: from empty to versions
+            chooser = self._join_sides(pset, versions, context)
+        pipeline = IncrementalQuery(plan, pset, self.options, join_sides=chooser)
         specs = scan_specs(plan.root, pset)
         pipeline.apply({t: self._initial(t, v, specs.get(t)) for t, v in versions.items()})
-        q = MaintainedQuery(name, plan, pset, pipeline, versions, specs)
+        q = MaintainedQuery(name, plan, pset, pipeline, versions, specs, context=context)
         self.queries[name] = q
         return q
+
+    # -- join sides ---------------------------------------------------------------------
+    def spark(self) -> Any:
+        if self._spark is None:
+            self._spark = getattr(self.source, "spark", None)
+        if self._spark is None:
+            from imp_core.spark.session import get_spark
+
+            self._spark = get_spark()
+        return self._spark
+
+    def _join_sides(self, pset: PartitionSet, versions: Mapping[str, int],
+                    context: VersionContext):
+        """The pipeline's per-join-side choice: None (in memory) or a Spark side."""
+        from imp_core.spark.joins import SparkJoinSide
+
+        decided: dict[tuple[int, str], bool] = {}  # a rewiring (restore) keeps the choice
+
+        def choose(node: Join, which: str) -> JoinSide | None:
+            left_keys, right_keys, _ = node.equi_keys()
+            if not left_keys:  # theta joins and cross products stay in memory
+                return None
+            child = node.left if which == "left" else node.right
+            key = (id(node), which)
+            if key not in decided:
+                decided[key] = self.side_rows(child, pset, versions) > self.join_memory_rows
+            if not decided[key]:
+                return None
+            keys = left_keys if which == "left" else right_keys
+            return SparkJoinSide(child, keys, pset, self.store, context, self.spark(),
+                                 self.options.use_bloom)
+
+        return choose
+
+    def side_rows(self, node: PlanNode, pset: PartitionSet,
+                  versions: Mapping[str, int]) -> int:
+        """A join input's filtered, projected row count as far as the limit needs it: an
+        upper bound from the tables' Parquet footers when that is within the limit,
+        otherwise the exact count by Spark."""
+        import pyarrow.dataset as ds
+
+        assert self.join_memory_rows is not None
+        rows = {}
+        for t in node.tables():
+            files = self.store.file_uris(t, versions[t])
+            rows[t] = ds.dataset(files, format="parquet").count_rows() if files else 0
+        bound = _row_bound(node, rows)
+        if bound <= self.join_memory_rows:
+            return bound
+        from imp_core.spark.joins import subtree_rows
+
+        return subtree_rows(self.spark(), self.store, node, pset, versions)
 
     def _initial(self, table: str, version: int, spec: ScanSpec | None) -> TableDelta:
         """The table at ``version`` as insertions, through the delta source when it can
@@ -166,6 +251,8 @@ class Maintainer:
                    for t, v in target.items() if v > q.versions[t]}
         if not changes:
             return SketchDelta(type(q.sketch.fragments)(), type(q.sketch.fragments)(), 0.0)
+        if q.context is not None:
+            q.context.begin(q.versions, target)
         delta = q.pipeline.apply(changes)
         q.versions = target
         delta = SketchDelta(delta.added, delta.removed, time.perf_counter() - t0)
@@ -180,6 +267,19 @@ class Maintainer:
         q = self.query(name)
         tables = {t: self.store.read(t, v) for t, v in q.versions.items()}
         return reference_capture(q.plan, tables, q.partitions).sketch
+
+
+def _row_bound(node: PlanNode, rows: Mapping[str, int]) -> int:
+    """An upper bound of ``node``'s row count from its tables' row counts."""
+    if isinstance(node, Scan):
+        return rows[node.table]
+    if isinstance(node, Join):
+        return _row_bound(node.left, rows) * _row_bound(node.right, rows)
+    if isinstance(node, TopK):
+        return min(int(node.k), _row_bound(node.input, rows))
+    if isinstance(node, (Select, Project, Aggregate, Distinct)):
+        return _row_bound(node.input, rows)
+    raise TypeError(f"no row bound for {type(node).__name__}")
 
 
 class AutoDeltaSource:

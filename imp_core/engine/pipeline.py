@@ -23,7 +23,7 @@ from imp_core.engine.operators.base import (
     SelectOp,
     TableDelta,
 )
-from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.join import JoinOp, SideChooser
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
@@ -79,11 +79,13 @@ SourceFn = Callable[[PlanNode], DeltaBatch]
 
 class IncrementalQuery:
     def __init__(self, plan: QueryPlan, partitions: PartitionSet,
-                 options: EngineOptions = EngineOptions(), source: SourceFn | None = None):
+                 options: EngineOptions = EngineOptions(), source: SourceFn | None = None,
+                 join_sides: SideChooser | None = None):
         self.plan = plan
         self.partitions = partitions
         self.options = options
         self.source = source
+        self.join_sides = join_sides  # (join, "left" | "right") -> a JoinSide, or None
         self.scans: dict[str, list[ScanOp]] = {}
         self.operators: list[Operator] = []
         self.root = self._wire(plan.root, "0")
@@ -112,7 +114,8 @@ class IncrementalQuery:
         elif isinstance(node, Join):
             partitioned = {p.table for p in self.partitions.partitions}
             shared = node.left.tables() & node.right.tables() & partitioned
-            op = JoinOp(node, op_id, self.options.use_bloom, dedupe_annotations=bool(shared))
+            op = JoinOp(node, op_id, self.options.use_bloom, dedupe_annotations=bool(shared),
+                        choose_side=self.join_sides)
         elif isinstance(node, Aggregate):
             op = AggregateOp(node, op_id, nfrag, self.options.minmax_buffer,
                              self._source_for(node.input))
@@ -195,7 +198,8 @@ class IncrementalQuery:
             grouped.setdefault(owner, {})[name] = t
         # load into a fresh wiring first, so that a snapshot that does not fit leaves this
         # pipeline exactly as it was (no operator half-restored)
-        fresh = IncrementalQuery(self.plan, self.partitions, self.options, self.source)
+        fresh = IncrementalQuery(self.plan, self.partitions, self.options, self.source,
+                                 self.join_sides)
         try:
             for op in fresh.operators:
                 if op.stateful:

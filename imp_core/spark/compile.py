@@ -33,7 +33,7 @@ import datetime as dt
 import decimal
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 from typing import Literal as TypingLiteral
 
 import pyarrow as pa
@@ -292,10 +292,11 @@ _AGG_SQL = {"sum": "SUM", "count": "COUNT", "avg": "AVG", "min": "MIN", "max": "
 
 class _Compiler:
     def __init__(self, partitions: PartitionSet | None = None, sketch: Sketch | None = None,
-                 fragment_ids: FragmentIds = "case"):
+                 fragment_ids: FragmentIds = "case", views: Mapping[str, str] | None = None):
         self.partitions = partitions
         self.sketch = sketch
         self.fragment_ids = fragment_ids
+        self.views = dict(views or {})  # table -> the view a scan of it reads
         self.ctes: list[tuple[str, str]] = []
         self._anns = 0
 
@@ -322,7 +323,7 @@ class _Compiler:
     def _Scan(self, node: Scan) -> _Rel:
         cols = [f"{quote(src)} AS {quote(f.name)}"
                 for src, f in zip(node.source_columns, node.fields)]
-        source = quote(node.table)
+        source = quote(self.views.get(node.table, node.table))
         ann: tuple[_Ann, ...] = ()
         found = self.partitions.for_table(node.table) if self.partitions else None
         if found is not None:
@@ -443,10 +444,15 @@ def use_sql(plan: QueryPlan | PlanNode, sketch: Sketch) -> str:
 
 
 def annotated_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
-                  fragment_ids: FragmentIds = "case") -> str:
-    """The annotated result: the query's rows plus ``__imp_ann``, each row's fragments."""
+                  fragment_ids: FragmentIds = "case",
+                  views: Mapping[str, str] | None = None) -> str:
+    """The annotated result: the query's rows plus ``__imp_ann``, each row's fragments.
+
+    ``views`` maps a table to the view its scans read instead (e.g. one table version);
+    with ``fragment_ids="view"`` scans of partitioned tables read the fragment views.
+    """
     root, _ = _root(plan)
-    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids)
+    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids, views=views)
     rel = c.compile(root)
     ann = _ann_union(rel.ann) if rel.ann else "CAST(array() AS ARRAY<INT>)"
     return c.with_clause() + _final_select(root, rel, (), f", {ann} AS {quote(ANNOTATION_COLUMN)}")

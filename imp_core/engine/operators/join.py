@@ -20,6 +20,8 @@ from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.nodes import Join, arrow_schema
 
+SideChooser = Callable[[Join, str], "JoinSide | None"]
+
 
 class JoinOp(Operator):
     kind = "join"
@@ -27,13 +29,19 @@ class JoinOp(Operator):
 
     def __init__(self, node: Join, op_id: str, use_bloom: bool = True,
                  dedupe_annotations: bool = False,
-                 side_factory: Callable[..., JoinSide] = SideIndex):
+                 side_factory: Callable[..., JoinSide] = SideIndex,
+                 choose_side: SideChooser | None = None):
         super().__init__(node, op_id)
         self.left_keys, self.right_keys, self.residual = node.equi_keys()
         # the provider of each side's contents is pluggable: in memory by default, a
         # lookup in the database holding the table for sides too large to keep
-        self.left = side_factory(arrow_schema(node.left.schema), self.left_keys, use_bloom)
-        self.right = side_factory(arrow_schema(node.right.schema), self.right_keys, use_bloom)
+        # (``choose_side(node, "left" | "right")``; None keeps that side in memory)
+        left = choose_side(node, "left") if choose_side else None
+        right = choose_side(node, "right") if choose_side else None
+        self.left = left if left is not None else \
+            side_factory(arrow_schema(node.left.schema), self.left_keys, use_bloom)
+        self.right = right if right is not None else \
+            side_factory(arrow_schema(node.right.schema), self.right_keys, use_bloom)
         self.dedupe = dedupe_annotations
 
     def _combine(self, lrows: DeltaBatch, rrows: DeltaBatch) -> DeltaBatch:

@@ -35,12 +35,11 @@ from imp_core.errors import (
 )
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.reference import ReferenceResult, reference_capture, reference_evaluate
-from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.partition import PartitionSet, PartitionSpec, build_partition_set
 from imp_core.sketch.sketch import Range, Sketch
 
 DEFAULT_FRAGMENTS = 64
 
-PartitionSpec = int | Sequence[Any] | RangePartition
 
 
 @dataclass
@@ -198,22 +197,8 @@ class Engine:
         return source
 
     def _partition_set(self, specs: Mapping[str, PartitionSpec]) -> PartitionSet:
-        parts = []
-        for attr, spec in specs.items():
-            if isinstance(spec, RangePartition):
-                parts.append(spec)
-                continue
-            table, _, column = attr.lower().partition(".")
-            t = self._get(table)
-            if column not in t.data.schema.names:
-                raise UnknownColumnError(f"{attr}: {table} has no column {column!r}")
-            if isinstance(spec, int):
-                parts.append(RangePartition.equi_depth(table, column, t.data.column(column),
-                                                       spec))
-            else:
-                parts.append(RangePartition.from_bounds(
-                    table, column, t.data.schema.field(column).type, list(spec)))
-        return PartitionSet(tuple(parts))
+        return build_partition_set(specs, lambda t: self._get(t).data.schema,
+                                   lambda t, c: self._get(t).data.column(c))
 
     def query(self, name: str) -> RegisteredQuery:
         try:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import numpy as np
 import pyarrow as pa
 
-from imp_core.api import DEFAULT_FRAGMENTS, PartitionSpec
+from imp_core.api import DEFAULT_FRAGMENTS
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
-from imp_core.errors import PartitionError, UnknownColumnError, UnknownQueryError
+from imp_core.errors import PartitionError, UnknownQueryError
 from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.nodes import (
     Aggregate,
@@ -34,7 +34,7 @@ from imp_core.plan.nodes import (
 )
 from imp_core.reference import reference_capture
 from imp_core.scan_spec import ScanSpec, scan_specs
-from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.partition import PartitionSet, PartitionSpec, build_partition_set
 from imp_core.sketch.sketch import Sketch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -219,22 +219,9 @@ class Maintainer:
 
     def _partitions(self, specs: Mapping[str, PartitionSpec],
                     versions: Mapping[str, int]) -> PartitionSet:
-        parts = []
-        for attr, spec in specs.items():
-            if isinstance(spec, RangePartition):
-                parts.append(spec)
-                continue
-            table, _, column = attr.lower().partition(".")
-            schema = self.store.schema(table)
-            if column not in schema.names:
-                raise UnknownColumnError(f"{attr}: {table} has no column {column!r}")
-            if isinstance(spec, int):
-                col = self.store.read(table, versions.get(table), columns=[column]).column(0)
-                parts.append(RangePartition.equi_depth(table, column, col, spec))
-            else:
-                parts.append(RangePartition.from_bounds(table, column,
-                                                        schema.field(column).type, list(spec)))
-        return PartitionSet(tuple(parts))
+        return build_partition_set(
+            specs, self.store.schema,
+            lambda t, c: self.store.read(t, versions.get(t), columns=[c]).column(0))
 
     def query(self, name: str) -> MaintainedQuery:
         try:

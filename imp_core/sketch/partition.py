@@ -14,7 +14,7 @@ import decimal
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -203,3 +203,32 @@ class PartitionSet:
         for p in self.partitions:
             h.update(p.fingerprint().encode())
         return h.hexdigest()
+
+
+PartitionSpec = int | Sequence[Any] | RangePartition
+
+
+def build_partition_set(specs: Mapping[str, PartitionSpec],
+                        schema_of: Callable[[str], pa.Schema],
+                        values_of: Callable[[str, str], pa.Array | pa.ChunkedArray]
+                        ) -> PartitionSet:
+    """Partitions from ``{"table.column": spec}``: a fragment count (equi-depth over
+    ``values_of(table, column)``), explicit split points, or a ``RangePartition``."""
+    from imp_core.errors import UnknownColumnError
+
+    parts = []
+    for attr, spec in specs.items():
+        if isinstance(spec, RangePartition):
+            parts.append(spec)
+            continue
+        table, _, column = attr.lower().partition(".")
+        schema = schema_of(table)
+        if column not in schema.names:
+            raise UnknownColumnError(f"{attr}: {table} has no column {column!r}")
+        if isinstance(spec, int):
+            parts.append(RangePartition.equi_depth(table, column, values_of(table, column),
+                                                   spec))
+        else:
+            parts.append(RangePartition.from_bounds(table, column, schema.field(column).type,
+                                                    list(spec)))
+    return PartitionSet(tuple(parts))

@@ -1,7 +1,8 @@
 """The ``imp`` command line.
 
-Subcommands today: ``demo`` (the engine demo) and ``bench engine``. Output is readable
-by default; ``--json`` prints machine-readable JSON on stdout (progress goes to stderr).
+Subcommands today: ``demo`` (the engine demo), ``bench engine`` and ``bench spark``.
+Output is readable by default; ``--json`` prints machine-readable JSON on stdout
+(progress goes to stderr).
 """
 
 from __future__ import annotations
@@ -48,6 +49,38 @@ def _bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_spark(args: argparse.Namespace) -> int:
+    from imp_core.bench.spark import DELTA_SIZES, QUERIES, run_spark_bench, summarize
+
+    report = run_spark_bench(
+        sf=args.sf, rows=args.rows, queries=args.queries or QUERIES,
+        fragments=args.fragments, delta_sizes=args.delta_sizes or DELTA_SIZES,
+        repeats=args.repeats, data_root=args.data_root, row_group_rows=args.row_group_rows,
+        page_rows=args.page_rows, progress=not args.quiet)
+    report["summary"] = summarize(report)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+    else:
+        print(f"{'query':14s} {'boot s':>7s} {'fm s':>7s} {'ns s':>7s} {'use s':>7s} "
+              f"{'read ns':>10s} {'read use':>10s} {'share':>7s} same")
+        for r in report["results"]:
+            share = "-" if r["rows_read_share"] is None else f"{100 * r['rows_read_share']:.1f}%"
+            print(f"{r['query']:14s} {r['bootstrap_s']:7.2f} {r['fm_s']:7.2f} {r['ns_s']:7.2f} "
+                  f"{r['use_s']:7.2f} {r['rows_read_ns'] or 0:10,d} {r['rows_read_use'] or 0:10,d}"
+                  f" {share:>7s} {r['same_result']}")
+        print(f"{'table':9s} {'delta':>6s} {'spark ms':>9s} {'direct ms':>10s}")
+        for d in report["deltas"]:
+            print(f"{d['table']:9s} {d['delta_size']:6d} {d['delta_ms_spark']:9.1f} "
+                  f"{d['delta_ms_direct']:10.1f}")
+        for k, v in report["summary"].items():
+            print(f"{k}: {v}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from imp_core.demo import run_demo
 
@@ -83,6 +116,30 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to write the full JSON report")
     eng.add_argument("--quiet", action="store_true", help="no progress lines")
     eng.set_defaults(func=_bench_engine)
+
+    spk = bsub.add_parser("spark", help="the Spark layer on TPC-H and t5000g: recapture, "
+                          "bootstrap, query with/without sketch, delta extraction")
+    spk.add_argument("--json", action="store_true", help="print JSON on stdout")
+    spk.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the result rows")
+    spk.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
+    spk.add_argument("--rows", type=int, default=1_000_000, help="rows of t5000g")
+    spk.add_argument("--queries", type=lambda s: s.split(","), default=None)
+    spk.add_argument("--fragments", type=int, default=1000,
+                     help="fragments of each query's sketch attribute")
+    spk.add_argument("--delta-sizes", type=_ints, default=None)
+    spk.add_argument("--repeats", type=int, default=3,
+                     help="timed pulls per delta (after one warm-up); the median is reported")
+    spk.add_argument("--row-group-rows", type=int, default=65_536,
+                     help="rows per Parquet row group of the bench's Delta tables")
+    spk.add_argument("--page-rows", type=int, default=2048,
+                     help="rows per Parquet data page (page-index skipping granularity)")
+    spk.add_argument("--data-root", default=".imp",
+                     help="TPC-H cache (<root>/data) and Delta store (<root>/bench)")
+    spk.add_argument("--out", default="bench-results/spark.json",
+                     help="where to write the full JSON report")
+    spk.add_argument("--quiet", action="store_true", help="no progress lines")
+    spk.set_defaults(func=_bench_spark)
     return p
 
 

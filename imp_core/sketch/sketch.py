@@ -95,6 +95,33 @@ class Sketch:
             start = prev = f
         return out
 
+    def coarsened(self, max_ranges: int) -> Sketch:
+        """A superset of this sketch with at most ``max_ranges`` ranges per table.
+
+        The smallest gaps (in fragments) between ranges are filled first. Any superset of
+        a safe sketch is safe, so the coarse sketch gives the same query result; it trades
+        a few more rows read for a much shorter filter predicate.
+        """
+        if max_ranges < 1:
+            raise ValueError("max_ranges must be at least 1")
+        out = BitMap(self.fragments)
+        for part, off in zip(self.partitions.partitions, self.partitions.offsets):
+            frags = self.table_fragments(part.table)
+            runs: list[list[int]] = []
+            for f in frags:
+                if runs and f == runs[-1][1] + 1:
+                    runs[-1][1] = f
+                else:
+                    runs.append([f, f])
+            excess = len(runs) - max_ranges
+            if excess <= 0:
+                continue
+            gaps = sorted(range(len(runs) - 1),
+                          key=lambda i: (runs[i + 1][0] - runs[i][1], i))[:excess]
+            for i in gaps:
+                out.update(range(off + runs[i][1] + 1, off + runs[i + 1][0]))
+        return Sketch(self.partitions, out)
+
     def predicate(self, table: str, column: str | None = None) -> str:
         """A SQL condition selecting exactly the sketch's data of ``table``."""
         found = self.partitions.for_table(table)

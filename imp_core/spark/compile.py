@@ -470,9 +470,6 @@ def capture_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
             f"FROM {rel.name}")
 
 
-MAX_PREDICATE_RANGES = 32
-
-
 def sketch_predicate(sketch: Sketch, table: str, column: str | None = None) -> str:
     """The sketch's condition on ``table`` with literals typed as the partition column.
 
@@ -484,9 +481,7 @@ def sketch_predicate(sketch: Sketch, table: str, column: str | None = None) -> s
         return "TRUE"
     part = found[0]
     col = quote(column or part.column)
-    # hundreds of OR-ed ranges cost Spark more to plan and evaluate than the rows they
-    # skip; a coarser superset of the sketch (still safe) keeps the predicate short
-    ranges = sketch.coarsened(MAX_PREDICATE_RANGES).ranges(table)
+    ranges = sketch.ranges(table)
     if not ranges:
         return "FALSE"
     conds = []

@@ -470,6 +470,9 @@ def capture_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
             f"FROM {rel.name}")
 
 
+MAX_PREDICATE_RANGES = 16
+
+
 def sketch_predicate(sketch: Sketch, table: str, column: str | None = None) -> str:
     """The sketch's condition on ``table`` with literals typed as the partition column.
 
@@ -481,7 +484,10 @@ def sketch_predicate(sketch: Sketch, table: str, column: str | None = None) -> s
         return "TRUE"
     part = found[0]
     col = quote(column or part.column)
-    ranges = sketch.ranges(table)
+    # Spark evaluates a long OR of ranges row by row outside generated code: at SF 1,
+    # 94 ranges made q19 take 10.5 s against 0.6 s unfiltered, 16 ranges 1.4 s. A coarser
+    # superset of the sketch (still safe: same result) keeps the predicate short.
+    ranges = sketch.coarsened(MAX_PREDICATE_RANGES).ranges(table)
     if not ranges:
         return "FALSE"
     conds = []

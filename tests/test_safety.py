@@ -541,12 +541,7 @@ def test_unsafe_examples_have_counterexamples(name, attr, nonneg):
 
 # -- the workload queries (need the SQL planner) ------------------------------------------------
 
-try:
-    from imp_core.sql import plan_sql
-except ImportError:  # the planner is not there yet
-    plan_sql = None
-
-needs_planner = pytest.mark.skipif(plan_sql is None, reason="imp_core.sql.plan_sql not available")
+from imp_core.sql import plan_sql  # noqa: E402
 
 
 def _workload():
@@ -563,7 +558,6 @@ def _schemas():
     return catalog(), domains, columns
 
 
-@needs_planner
 @pytest.mark.parametrize("query", _workload(), ids=lambda q: q.qualified_name)
 def test_workload_sketch_attributes_are_safe(query):
     cat, domains, columns = _schemas()
@@ -572,7 +566,6 @@ def test_workload_sketch_attributes_are_safe(query):
         assert verdict_.safe and verdict_.reason.startswith("safe")
 
 
-@needs_planner
 @pytest.mark.parametrize("column", ["b", "id"])
 def test_q_having_2_is_unsafe_on_non_group_attributes(column):
     from imp_core.workloads.queries import load_query
@@ -590,7 +583,6 @@ def test_q_having_2_is_unsafe_on_non_group_attributes(column):
     assert [x.safe for x in verdicts] == [True, False]
 
 
-@needs_planner
 def test_workload_errors():
     from imp_core.workloads.queries import load_query
 
@@ -629,7 +621,6 @@ SQL_CASES = [
 ]
 
 
-@needs_planner
 @pytest.mark.parametrize("sql, safe_nonneg, safe_signed", SQL_CASES)
 @pytest.mark.parametrize("nonneg", [True, False])
 def test_planned_queries_against_the_oracle(sql, safe_nonneg, safe_signed, nonneg):

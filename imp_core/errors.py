@@ -78,3 +78,21 @@ class StateExhaustedError(ImpError):
     """A bounded buffer (min/max, top-k) ran dry and no refill source is configured."""
 
     code = "FAILED_PRECONDITION"
+
+
+class TableExistsError(ImpError):
+    """A table of that name (or a Delta table at that location) already exists."""
+
+    code = "ALREADY_EXISTS"
+
+
+class VersionError(ImpError):
+    """A table version (or version range) outside what the table's log holds."""
+
+    code = "OUT_OF_RANGE"
+
+
+class UnsupportedTableError(ImpError):
+    """A Delta table uses a feature the store cannot read as plain Parquet files."""
+
+    code = "FAILED_PRECONDITION"

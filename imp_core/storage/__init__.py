@@ -6,10 +6,10 @@ feeds come back with the table's user columns, ``_change_type`` in {insert, dele
 ``_commit_version``. See the modules for the details.
 """
 
+from imp_core.errors import TableExistsError, UnsupportedTableError, VersionError
 from imp_core.storage.catalog import TableCatalog, TableEntry
 from imp_core.storage.changes import ChangeFile, read_change_files, to_weighted
 from imp_core.storage.delta_store import DeltaStore, WriteOptions
-from imp_core.storage.errors import TableExistsError, UnsupportedTableError, VersionError
 
 __all__ = [
     "ChangeFile",

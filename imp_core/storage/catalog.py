@@ -28,8 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from imp_core.errors import UnknownTableError
-from imp_core.storage.errors import TableExistsError
+from imp_core.errors import TableExistsError, UnknownTableError
 
 CATALOG_FILE = "catalog.json"
 FORMAT_VERSION = 1

@@ -41,7 +41,14 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from imp_core.errors import SchemaMismatchError, UnknownColumnError, UnknownTableError
+from imp_core.errors import (
+    SchemaMismatchError,
+    TableExistsError,
+    UnknownColumnError,
+    UnknownTableError,
+    UnsupportedTableError,
+    VersionError,
+)
 from imp_core.storage.batches import (
     OP,
     RESERVED,
@@ -58,7 +65,6 @@ from imp_core.storage.changes import (
     empty_changes,
     normalize_changes,
 )
-from imp_core.storage.errors import TableExistsError, UnsupportedTableError, VersionError
 from imp_core.storage.matching import assign_row_ids, read_candidates, row_tuples
 
 TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}

@@ -19,14 +19,10 @@ DELTA_KEYS = {"table", "delta_size", "delta_ms", "delta_ms_spark", "delta_ms_dir
 
 @pytest.fixture(scope="module")
 def spark():
-    from imp_core.spark import SparkConfig, SparkUnavailableError, get_spark, java_version
+    from imp_core.spark import SparkConfig, get_spark
 
-    if java_version() is None:
-        pytest.skip("no Java runtime")
-    try:
-        return get_spark(SparkConfig(master="local[2]", driver_memory="2g"))
-    except SparkUnavailableError as exc:  # pragma: no cover - environment
-        pytest.skip(str(exc))
+    # Java 17+ is required (make test checks it): a missing runtime fails, never skips
+    return get_spark(SparkConfig(master="local[2]", driver_memory="2g"))
 
 
 def test_same_rows_is_a_multiset_comparison_with_float_tolerance():

@@ -30,15 +30,10 @@ QUERIES = list_queries()
 
 @pytest.fixture(scope="module")
 def spark():
-    from imp_core.spark import SparkConfig, SparkUnavailableError, get_spark, java_version
+    from imp_core.spark import SparkConfig, get_spark
 
-    if java_version() is None:
-        pytest.skip("Spark needs Java 17+")
-    try:
-        session = get_spark(SparkConfig(master="local[2]", driver_memory="2g"))
-    except SparkUnavailableError as exc:  # pragma: no cover - environment
-        pytest.skip(str(exc))
-    yield session
+    # Java 17+ is required (make test checks it): a missing runtime fails, never skips
+    yield get_spark(SparkConfig(master="local[2]", driver_memory="2g"))
     # the session is cached per process; other Spark test modules may reuse it
 
 

@@ -170,8 +170,10 @@ class SideIndex:
             for a, b in zip(keys, self.key_columns):
                 lc, rc = left.column(a), matched.data.column(b)
                 if lc.type != rc.type:
-                    lc, rc = lc.cast(pa.float64()), rc.cast(pa.float64()) \
-                        if not pa.types.is_string(lc.type) else (lc, rc)
+                    # keys were hashed on a common representation; compare on one too
+                    common = pa.string() if pa.types.is_string(lc.type) or \
+                        pa.types.is_string(rc.type) else pa.float64()
+                    lc, rc = lc.cast(common), rc.cast(common)
                 ok &= pc.fill_null(pc.equal(lc, rc), False).to_numpy(zero_copy_only=False)
             probe_idx, matched = probe_idx[ok], matched.filter(ok)
         return probe_idx, matched

@@ -277,31 +277,31 @@ class AggregateOp(Operator):
                              agg.column("w_sum").to_pylist()):
             if dw:
                 mm.update(int(gids[gi]), v, dw)
-        for g in gids.tolist():
-            if mm.needs_refill(g, int(self.nonnull[i][g])):
-                self._refill(i, g)
+        dry = [g for g in gids.tolist() if mm.needs_refill(g, int(self.nonnull[i][g]))]
+        if dry:
+            self._refill(i, dry)
         return np.array([mm.extreme(g) != b for g, b in zip(gids.tolist(), before)], dtype=bool)
 
-    def _refill(self, i: int, g: int) -> None:
+    def _refill(self, i: int, groups: list[int]) -> None:
+        """Reload the emptied buffers of ``groups`` from one read of the full input."""
         if self.source is None:
             raise StateExhaustedError(
-                f"{self.agg.aggregates[i].func} buffer of group {self.groups.key_of(g)} is "
-                "exhausted and no refill source is configured")
+                f"{self.agg.aggregates[i].func} buffer of group "
+                f"{self.groups.key_of(groups[0])} is exhausted and no refill source is "
+                "configured")
         self.refills += 1
         full = self.source()
-        key = self.groups.key_of(g)
-        values: dict = {}
-        rows = zip(*[full.data.column(c).to_pylist() for c in self.agg.group_by],
-                   full.data.column(self.agg.aggregates[i].arg).to_pylist(),
-                   full.weights.tolist()) if self.agg.group_by else \
-            ((v, wt) for v, wt in zip(full.data.column(self.agg.aggregates[i].arg).to_pylist(),
-                                       full.weights.tolist()))
-        nkeys = len(self.agg.group_by)
-        for row in rows:
-            k, v, wt = tuple(row[:nkeys]), row[nkeys], row[nkeys + 1]
-            if k == key and v is not None:
-                values[v] = values.get(v, 0) + wt
-        self.minmax[i].refill(g, {v: c for v, c in values.items() if c > 0})
+        wanted = {self.groups.key_of(g): g for g in groups}
+        values: dict[int, dict] = {g: {} for g in groups}
+        keys = zip(*[full.data.column(c).to_pylist() for c in self.agg.group_by]) \
+            if self.agg.group_by else (() for _ in range(len(full)))
+        args = full.data.column(self.agg.aggregates[i].arg).to_pylist()
+        for k, v, wt in zip(keys, args, full.weights.tolist()):
+            g = wanted.get(tuple(k))
+            if g is not None and v is not None:
+                values[g][v] = values[g].get(v, 0) + wt
+        for g, vals in values.items():
+            self.minmax[i].refill(g, {v: c for v, c in vals.items() if c > 0})
 
     # -- state ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, pa.Table]:

@@ -1,0 +1,131 @@
+"""Configuration of the actor runtime: where state lives, how actors are sized and evicted.
+
+Invariants: every limit is positive (or None for "no limit"); ``root`` is a local folder
+or a URI the Arrow filesystem layer understands (``file://``, ``s3://``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Backend = Literal["ray", "local"]
+
+
+@dataclass(frozen=True)
+class Eager:
+    """Maintain proactively once ``batch_tuples`` delta tuples are pending, or when the
+    oldest pending change is ``max_delay_s`` old (None: no time limit)."""
+
+    batch_tuples: int = 1000
+    max_delay_s: float | None = 1.0
+    kind: Literal["eager"] = "eager"
+
+    def __post_init__(self) -> None:
+        if self.batch_tuples < 1:
+            raise ValueError("eager batch_tuples must be at least 1")
+        if self.max_delay_s is not None and self.max_delay_s <= 0:
+            raise ValueError("eager max_delay_s must be positive")
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """Maintain only when a fresh sketch is requested (or on an explicit Maintain)."""
+
+    kind: Literal["lazy"] = "lazy"
+
+
+Strategy = Eager | Lazy
+
+
+def strategy_from_json(raw: dict | None) -> Strategy:
+    if not raw or raw.get("kind", "lazy") == "lazy":
+        return Lazy()
+    if raw["kind"] == "eager":
+        return Eager(int(raw.get("batch_tuples", 1000)), raw.get("max_delay_s", 1.0))
+    raise ValueError(f"unknown maintenance strategy {raw['kind']!r} (eager or lazy)")
+
+
+def strategy_to_json(s: Strategy) -> dict:
+    if isinstance(s, Eager):
+        return {"kind": "eager", "batch_tuples": s.batch_tuples, "max_delay_s": s.max_delay_s}
+    return {"kind": "lazy"}
+
+
+@dataclass(frozen=True)
+class ActorResources:
+    """Ray resources of one query actor (fractional CPUs so that many fit on a node)."""
+
+    num_cpus: float = 0.05
+    memory_bytes: int | None = None  # Ray's logical memory resource, None: not reserved
+
+
+@dataclass(frozen=True)
+class EvictionPolicy:
+    """When live actors are checkpointed and stopped, least recently used first."""
+
+    max_live_actors: int | None = 16
+    idle_seconds: float | None = 600.0
+    memory_budget_bytes: int | None = None  # sum of the live queries' state sizes
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Everything the coordinator needs; ``from_env`` reads ``IMP_*`` variables.
+
+    ``root`` holds ``tables/`` (Delta tables and their catalog), ``checkpoints/`` and
+    ``registry/`` unless ``tables_root`` / ``checkpoint_root`` point elsewhere.
+    """
+
+    root: str = ".imp/service"
+    tables_root: str | None = None
+    checkpoint_root: str | None = None
+    backend: Backend = "ray"
+    ray_address: str | None = None  # None: start (or join) a local Ray
+    ray_namespace: str = "imp"
+    resources: ActorResources = field(default_factory=ActorResources)
+    eviction: EvictionPolicy = field(default_factory=EvictionPolicy)
+    default_fragments: int = 64
+    sketch_versions_kept: int = 16  # readable past sketch versions per query
+    poll_seconds: float | None = 1.0  # how often other writers' commits are looked for
+    checkpoint_every_batches: int | None = 50  # also checkpoint on evict and shutdown
+    delta_cache_bytes: int = 256 << 20  # per-version change feeds kept for reuse
+    spark_delta_min_bytes: int = 16 << 20  # larger change files are read through Spark
+    bootstrap: Literal["engine", "spark"] = "engine"
+
+    @property
+    def tables_dir(self) -> str:
+        return self.tables_root or _join(self.root, "tables")
+
+    @property
+    def checkpoints_dir(self) -> str:
+        return self.checkpoint_root or _join(self.root, "checkpoints")
+
+    @property
+    def registry_dir(self) -> str:
+        return _join(self.root, "registry")
+
+    @staticmethod
+    def from_env(base: RuntimeConfig | None = None) -> RuntimeConfig:
+        cfg = base or RuntimeConfig()
+        env = os.environ
+        changes: dict = {}
+        if env.get("IMP_ROOT"):
+            changes["root"] = env["IMP_ROOT"]
+        if env.get("IMP_TABLES"):
+            changes["tables_root"] = env["IMP_TABLES"]
+        if env.get("IMP_CHECKPOINTS"):
+            changes["checkpoint_root"] = env["IMP_CHECKPOINTS"]
+        if env.get("IMP_RAY_ADDRESS"):
+            changes["ray_address"] = env["IMP_RAY_ADDRESS"]
+        if env.get("IMP_BACKEND"):
+            changes["backend"] = env["IMP_BACKEND"]
+        if env.get("IMP_MAX_LIVE_ACTORS"):
+            changes["eviction"] = replace(cfg.eviction,
+                                          max_live_actors=int(env["IMP_MAX_LIVE_ACTORS"]))
+        return replace(cfg, **changes) if changes else cfg
+
+
+def _join(root: str, name: str) -> str:
+    return root.rstrip("/") + "/" + name

@@ -1,0 +1,116 @@
+"""What the coordinator takes and returns: small frozen records, no Ray, no gRPC.
+
+Invariants: a ``SketchVersion`` is immutable and names the exact table versions its
+sketch is the accurate sketch of; ``seq`` numbers a query's sketch versions from 1 and
+grows by one per new version (a version is made whenever maintenance advances the table
+versions, even if the fragments stay the same).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from imp_actors.config import Lazy, Strategy
+from imp_core.sketch.partition import PartitionSpec
+from imp_core.sketch.sketch import Range, Sketch
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """A registration request.
+
+    ``partitions`` maps "table.column" to a fragment count (equi-depth on the current
+    data) or explicit split points; None uses the SQL's ``-- sketch: table.column``
+    header with ``fragments`` fragments. ``force`` registers even if the safety check
+    finds the sketch attribute unsafe.
+    """
+
+    name: str
+    sql: str
+    partitions: Mapping[str, PartitionSpec] | None = None
+    fragments: int | None = None
+    strategy: Strategy = field(default_factory=Lazy)
+    force: bool = False
+    shards: int = 1
+
+
+@dataclass(frozen=True)
+class SketchVersion:
+    query: str
+    seq: int
+    versions: Mapping[str, int]  # table -> Delta version the sketch is exact for
+    sketch: Sketch
+    created_at: float = field(default_factory=time.time)
+    maintain_seconds: float = 0.0  # time of the maintenance that made this version
+
+    @property
+    def fragments(self) -> list[int]:
+        return list(self.sketch.fragments)
+
+    def tables(self) -> list[str]:
+        return [p.table for p in self.sketch.partitions.partitions]
+
+    def ranges(self, table: str) -> list[Range]:
+        return self.sketch.ranges(table)
+
+    def predicate(self, table: str) -> str:
+        return self.sketch.predicate(table)
+
+    def where(self) -> str:
+        """The sketch as one SQL condition over all sketched tables (AND of each)."""
+        parts = [self.predicate(t) for t in self.tables()]
+        return " AND ".join(f"({p})" for p in parts) if parts else "TRUE"
+
+
+@dataclass(frozen=True)
+class QueryInfo:
+    name: str
+    sql: str
+    tables: tuple[str, ...]
+    partitions: tuple[dict[str, Any], ...]  # RangePartition.to_json() of each
+    strategy: Strategy
+    shards: int
+    state: str  # "live" | "evicted" | "registering"
+    versions: Mapping[str, int]
+    sketch_seq: int
+    sketch_fragments: int
+    total_fragments: int
+    state_bytes: int
+    pending_tuples: int  # delta tuples committed but not yet maintained
+    last_used: float
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    query: str
+    shard: int
+    uri: str
+    versions: Mapping[str, int]
+    bytes: int
+    sha256: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    table: str
+    version: int
+    inserted: int
+    deleted: int
+    maintained: tuple[str, ...] = ()  # queries maintained eagerly by this update
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Rows of a query run on Spark, with or without a sketch, and what the scans read."""
+
+    rows: pa.Table
+    seconds: float
+    rows_read: Mapping[str, int]  # per table, rows the Parquet scans returned
+    files_read: Mapping[str, int]
+    files_skipped: Mapping[str, int]
+    sketch: SketchVersion | None = None

@@ -11,7 +11,7 @@ PYTHON ?=
 PYTHON_CANDIDATES := python3.11 python3.12 python3.13 python3
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check-java test lint demo bench clean distclean
+.PHONY: venv protos check-java test lint demo bench clean distclean
 
 venv: $(STAMP)
 
@@ -38,6 +38,11 @@ $(VENV)/bin/python:
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV)/bin/python -m pip install -q -e '.[dev]'
 	@touch $@
+
+# The gRPC stubs are generated from protos/ by the package build (setup.py) and, when stale,
+# on import (services/protogen.py); this target regenerates them explicitly.
+protos: venv
+	$(VENV)/bin/python -m services.protogen
 
 check-java:
 	@java="$${JAVA_HOME:+$$JAVA_HOME/bin/}java"; \

@@ -96,3 +96,17 @@ class UnsupportedTableError(ImpError):
     """A Delta table uses a feature the store cannot read as plain Parquet files."""
 
     code = "FAILED_PRECONDITION"
+
+
+class NotReadOnlyError(ImpError):
+    """SQL from a client that is not one read-only SELECT (it writes, changes the
+    session, calls into the JVM or reads files by path)."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, what: str, line: int | None = None, column: int | None = None):
+        where = f" at line {line}, column {column}" if line is not None else ""
+        super().__init__(f"only read-only SELECT statements are accepted, not {what}{where}")
+        self.what = what
+        self.line = line
+        self.column = column

@@ -74,8 +74,9 @@ class EvictionPolicy:
 class RuntimeConfig:
     """Everything the coordinator needs; ``from_env`` reads ``IMP_*`` variables.
 
-    ``root`` holds ``tables/`` (Delta tables and their catalog), ``checkpoints/`` and
-    ``registry/`` unless ``tables_root`` / ``checkpoint_root`` point elsewhere.
+    ``root`` holds the table store (``catalog.json`` and ``tables/``, see
+    ``imp_core.storage.DeltaStore``), ``checkpoints/`` and ``registry/``, unless
+    ``tables_root`` / ``checkpoint_root`` point elsewhere.
     """
 
     root: str = ".imp/service"
@@ -96,7 +97,7 @@ class RuntimeConfig:
 
     @property
     def tables_dir(self) -> str:
-        return self.tables_root or _join(self.root, "tables")
+        return self.tables_root or self.root
 
     @property
     def checkpoints_dir(self) -> str:

@@ -98,6 +98,24 @@ class UnsupportedTableError(ImpError):
     code = "FAILED_PRECONDITION"
 
 
+class QueryExistsError(ImpError):
+    """A query of that name is already registered."""
+
+    code = "ALREADY_EXISTS"
+
+
+class UnshardableQueryError(ImpError):
+    """A query's state cannot be split over several actors (the reason says why)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class WorkerLostError(ImpError):
+    """A query actor died or became unreachable; its state must be restored."""
+
+    code = "UNAVAILABLE"
+
+
 class NotReadOnlyError(ImpError):
     """SQL from a client that is not one read-only SELECT (it writes, changes the
     session, calls into the JVM or reads files by path)."""

@@ -8,10 +8,18 @@ would keep: the predicate is the selection directly above the query's only scan 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+
+from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.expr import ColumnRef, Expr, rename_columns
 from imp_core.plan.nodes import PlanNode, Scan, Select
 from imp_core.sketch.partition import PartitionSet, RangePartition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from imp_core.engine.operators.base import TableDelta
 
 FRAGMENT_COLUMN = "__imp_fid"
 
@@ -49,3 +57,24 @@ def scan_specs(root: PlanNode, partitions: PartitionSet) -> dict[str, ScanSpec]:
                 predicate = rename_columns(parent.predicate, mapping)
         out[table] = ScanSpec(table, tuple(columns), predicate, part)
     return out
+
+
+def restrict_delta(delta: TableDelta, spec: ScanSpec | None) -> TableDelta:
+    """A table's full delta cut down to what one query needs: rows passing the pushed-down
+    selection, the spec's columns, and (for a partitioned table) each row's global
+    fragment id in ``FRAGMENT_COLUMN``."""
+    if spec is None:
+        return delta
+    rows, weights = delta.rows, np.asarray(delta.weights, dtype=np.int64)
+    if spec.predicate is not None and rows.num_rows:
+        keep = evaluate_predicate(spec.predicate, rows)
+        if not keep.all():
+            rows, weights = rows.filter(pa.array(keep)), weights[keep]
+    rows = rows.select(list(spec.columns))
+    if spec.partition is not None:
+        part, offset = spec.partition
+        ids = part.annotate(rows.column(part.column)).astype(np.int32) + np.int32(offset)
+        rows = rows.append_column(pa.field(FRAGMENT_COLUMN, pa.int32()), pa.array(ids))
+    from imp_core.engine.operators.base import TableDelta
+
+    return TableDelta(rows, weights)

@@ -1,0 +1,260 @@
+"""Table versions and their changes, pulled once and shared by every query that needs them.
+
+``VersionProbe`` learns of new table versions, whoever committed them: for a table in a
+local folder it checks whether the next commit file of the Delta log exists (a ``stat``,
+microseconds), otherwise it asks the table.
+``DeltaFeed`` serves the change feed of any version range ``(a, b]`` of a table as one
+weighted batch of full rows. It caches the changes per version range it pulled (split
+per version when the source says which version each row belongs to), so a range is
+read from storage once however many queries need it, and queries at different versions
+reuse each other's pulls. Small ranges are read by delta-rs in-process; ranges whose
+change files are large go through Spark.
+Invariant: ``changes(t, a, b)`` equals the table's change feed of ``(a, b]`` exactly
+(rows with weight +1 per insertion and -1 per deletion), whatever is cached.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from imp_core.engine.operators.base import TableDelta
+from imp_core.storage.changes import (
+    COMMIT_VERSION,
+    commit_actions,
+    commit_change_files,
+    read_change_files,
+    to_weighted,
+)
+
+# up to this many versions are read commit by commit from their change files; longer
+# ranges in one change-feed scan
+_FILE_READ_MAX_VERSIONS = 16
+
+
+class VersionProbe:
+    """Latest committed version of each table, cheaply."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self._known: dict[str, int] = {}
+        self._logs: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+
+    def _log_dir(self, table: str) -> str | None:
+        if table not in self._logs:
+            location = self.store.entry(table).location
+            local = "://" not in location or location.startswith("file://")
+            path = location[len("file://"):] if location.startswith("file://") else location
+            self._logs[table] = os.path.join(path, "_delta_log") if local else None
+        return self._logs[table]
+
+    def latest(self, table: str) -> int:
+        with self._lock:
+            known = self._known.get(table)
+            log_dir = self._log_dir(table)
+            if known is None or log_dir is None:
+                v = self.store.version(table)
+            else:
+                v = known
+                while os.path.exists(os.path.join(log_dir, f"{v + 1:020d}.json")):
+                    v += 1
+            self._known[table] = v
+            return v
+
+    def note(self, table: str, version: int) -> None:
+        """A version this process committed itself."""
+        with self._lock:
+            if version > self._known.get(table, -1):
+                self._known[table] = version
+
+    def forget(self, table: str) -> None:
+        with self._lock:
+            self._known.pop(table, None)
+            self._logs.pop(table, None)
+
+
+@dataclass
+class _Entry:
+    start: int  # changes of versions (start, end]
+    end: int
+    delta: TableDelta
+    nbytes: int
+    used: float
+
+
+@dataclass
+class FeedStats:
+    pulls: int = 0  # reads from storage
+    pulled_rows: int = 0
+    hits: int = 0  # ranges served (partly) from the cache
+    spark_pulls: int = 0
+    pull_seconds: float = 0.0
+
+
+class DeltaFeed:
+    def __init__(self, store: Any, spark_source: Callable[[], Any] | None = None,
+                 spark_min_bytes: int = 16 << 20, cache_bytes: int = 256 << 20,
+                 path: str = "auto"):
+        self.store = store
+        self._spark_source = spark_source  # made on first use: starting Spark costs seconds
+        self.spark_min_bytes = spark_min_bytes
+        self.cache_bytes = cache_bytes
+        self.path = path  # "auto" | "direct" | "spark"
+        self._entries: dict[str, dict[int, _Entry]] = {}
+        self._lru: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._bytes = 0
+        self._locks: dict[str, threading.Lock] = {}
+        self._schemas: dict[str, pa.Schema] = {}
+        self._guard = threading.Lock()
+        self.stats = FeedStats()
+        self.last_path = "direct"
+
+    def _lock(self, table: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(table, threading.Lock())
+
+    def changes(self, table: str, start: int, end: int) -> TableDelta:
+        """The change feed of versions ``(start, end]`` of ``table``."""
+        if end <= start:
+            return TableDelta.inserts(self.store.schema(table).empty_table())
+        with self._lock(table):
+            parts: list[TableDelta] = []
+            cur = start
+            hit = False
+            while cur < end:
+                entry = self._entries.get(table, {}).get(cur)
+                if entry is not None and entry.end <= end:
+                    entry.used = time.monotonic()
+                    self._lru.move_to_end((table, cur))
+                    parts.append(entry.delta)
+                    cur = entry.end
+                    hit = True
+                    continue
+                nxt = min((s for s in self._entries.get(table, {}) if cur < s < end),
+                          default=end)
+                parts.extend(self._pull(table, cur, nxt))
+                cur = nxt
+            if hit:
+                self.stats.hits += 1
+        return _concat(parts)
+
+    def _pull(self, table: str, start: int, end: int) -> list[TableDelta]:
+        """Read ``(start, end]`` from storage, cache it, return it (in version order)."""
+        t0 = time.perf_counter()
+        out: list[TableDelta] = []
+        location = self.store.entry(table).location
+        if self._use_spark(location, start, end):
+            source = self._spark_source()
+            delta = source.changes(table, start, end, None)
+            self._put(table, start, end, delta)
+            out.append(delta)
+            self.stats.spark_pulls += 1
+            self.last_path = "spark"
+        elif end - start <= _FILE_READ_MAX_VERSIONS:
+            # the commits' change files read directly: no table snapshot to load
+            schema = self.schema(table)
+            for v in range(start + 1, end + 1):
+                feed = read_change_files(commit_change_files(location, v), schema)
+                part = TableDelta(*to_weighted(feed))
+                self._put(table, v - 1, v, part)
+                out.append(part)
+            self.last_path = "direct"
+        else:
+            feed = self.store.changes(table, start, end)
+            versions = feed.column(COMMIT_VERSION).to_numpy()
+            rows, weights = to_weighted(feed)
+            for v in range(start + 1, end + 1):
+                idx = np.flatnonzero(versions == v)
+                part = TableDelta(rows.take(pa.array(idx, type=pa.int64())), weights[idx])
+                self._put(table, v - 1, v, part)
+                out.append(part)
+            self.last_path = "direct"
+        self.stats.pulls += 1
+        self.stats.pull_seconds += time.perf_counter() - t0
+        return out
+
+    def schema(self, table: str) -> pa.Schema:
+        """The table's user schema (cached: a table's schema never changes)."""
+        schema = self._schemas.get(table)
+        if schema is None:
+            schema = self._schemas[table] = self.store.schema(table)
+        return schema
+
+    def _use_spark(self, location: str, start: int, end: int) -> bool:
+        if self.path == "direct" or self._spark_source is None:
+            return False
+        if self.path == "spark":
+            return True
+        size = 0
+        for v in range(start + 1, end + 1):
+            for action in commit_actions(location, v):
+                for kind in ("cdc", "add", "remove"):
+                    size += int((action.get(kind) or {}).get("size") or 0)
+            if size > self.spark_min_bytes:
+                return True
+        return False
+
+    def record(self, table: str, version: int, delta: TableDelta) -> None:
+        """The changes of ``version``, known to the caller who committed them (saves the
+        read); must equal what the change feed of that version holds."""
+        with self._lock(table):
+            self._put(table, version - 1, version, delta)
+
+    def _put(self, table: str, start: int, end: int, delta: TableDelta) -> None:
+        nbytes = delta.rows.nbytes + delta.weights.nbytes
+        self.stats.pulled_rows += len(delta)
+        entries = self._entries.setdefault(table, {})
+        old = entries.get(start)
+        if old is not None:
+            self._bytes -= old.nbytes
+        entries[start] = _Entry(start, end, delta, nbytes, time.monotonic())
+        self._lru[(table, start)] = None
+        self._lru.move_to_end((table, start))
+        self._bytes += nbytes
+        while self._bytes > self.cache_bytes and len(self._lru) > 1:
+            (t, s), _ = self._lru.popitem(last=False)
+            gone = self._entries.get(t, {}).pop(s, None)
+            if gone is not None:
+                self._bytes -= gone.nbytes
+
+    def prune(self, table: str, below: int) -> None:
+        """Forget cached changes of versions no query needs any more (all at ``below``+)."""
+        with self._lock(table):
+            entries = self._entries.get(table, {})
+            for s in [s for s, e in entries.items() if e.end <= below]:
+                self._bytes -= entries.pop(s).nbytes
+                self._lru.pop((table, s), None)
+
+    def forget(self, table: str) -> None:
+        with self._lock(table):
+            self._schemas.pop(table, None)
+            for s, e in self._entries.pop(table, {}).items():
+                self._bytes -= e.nbytes
+                self._lru.pop((table, s), None)
+
+    def cached_bytes(self) -> int:
+        return self._bytes
+
+
+def _concat(parts: list[TableDelta]) -> TableDelta:
+    if len(parts) == 1:
+        return parts[0]
+    parts = [p for p in parts if len(p)] or parts[:1]
+    if len(parts) == 1:
+        return parts[0]
+    rows = pa.concat_tables([p.rows for p in parts], promote_options="permissive")
+    return TableDelta(rows, np.concatenate([np.asarray(p.weights) for p in parts]))
+
+
+def count_changes(delta: TableDelta) -> int:
+    return int(np.abs(np.asarray(delta.weights)).sum()) if len(delta) else 0
+
+

@@ -1,0 +1,231 @@
+"""Every Ray API call of the runtime lives here ("all Ray calls go through one module").
+
+Two backends with the same interface:
+- ``LocalBackend``: workers are plain objects in this process (tests, embedded use);
+- ``RayBackend``: each worker is a detached, named Ray actor in the runtime's namespace,
+  so that actors survive a coordinator restart and can be found again by name.
+
+Invariant: a call either returns the worker's result, raises the domain error the worker
+raised (an ``ImpError``), or raises ``WorkerLostError`` when the worker process is gone;
+Ray's own exception types never leave this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from imp_actors.config import RuntimeConfig
+from imp_actors.worker import QueryWorker
+from imp_core.errors import ImpError, WorkerLostError
+
+log = logging.getLogger(__name__)
+
+WORKER_PREFIX = "imp-worker-"
+
+
+class Pending(Protocol):
+    def result(self) -> Any: ...
+
+
+class WorkerHandle(Protocol):
+    name: str
+
+    def submit(self, method: str, *args: Any) -> Pending: ...
+
+    def call(self, method: str, *args: Any) -> Any: ...
+
+    def kill(self) -> None: ...
+
+
+@dataclass
+class _Done:
+    value: Any = None
+    error: BaseException | None = None
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class LocalWorkerHandle:
+    def __init__(self, name: str):
+        self.name = name
+        self.worker: QueryWorker | None = QueryWorker()
+
+    def submit(self, method: str, *args: Any) -> Pending:
+        try:
+            return _Done(self.call(method, *args))
+        except BaseException as exc:  # delivered by result(), like a remote call
+            return _Done(error=exc)
+
+    def call(self, method: str, *args: Any) -> Any:
+        if self.worker is None:
+            raise WorkerLostError(f"worker {self.name} was stopped")
+        return getattr(self.worker, method)(*args)
+
+    def kill(self) -> None:
+        self.worker = None
+
+
+class LocalBackend:
+    """Workers as objects in this process; no Ray."""
+
+    kind = "local"
+
+    def __init__(self, config: RuntimeConfig):
+        self.config = config
+        self._n = 0
+
+    def start(self) -> None:
+        return None
+
+    def spawn(self, name: str) -> LocalWorkerHandle:
+        return LocalWorkerHandle(name)
+
+    def find(self, name: str) -> LocalWorkerHandle | None:
+        return None  # in-process workers do not outlive their coordinator
+
+    def worker_names(self) -> list[str]:
+        return []
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"node_id": "local", "alive": True, "address": "127.0.0.1"}]
+
+    def shutdown(self) -> None:
+        return None
+
+
+def gather(pending: Sequence[Pending]) -> list[Any]:
+    """Results in order; raises the first failure after waiting for all of them."""
+    out, first = [], None
+    for p in pending:
+        try:
+            out.append(p.result())
+        except BaseException as exc:
+            out.append(exc)
+            first = first or exc
+    if first is not None:
+        raise first
+    return out
+
+
+# -- Ray ------------------------------------------------------------------------------------
+class _RayPending:
+    def __init__(self, handle: RayWorkerHandle, ref: Any):
+        self.handle = handle
+        self.ref = ref
+
+    def result(self) -> Any:
+        import ray
+        import ray.exceptions as rex
+
+        try:
+            return ray.get(self.ref)
+        except rex.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ImpError):
+                raise cause from None
+            raise
+        except (rex.RayActorError, rex.ActorUnavailableError, rex.WorkerCrashedError,
+                rex.ObjectLostError) as exc:
+            raise WorkerLostError(f"worker {self.handle.name} is lost: "
+                                  f"{type(exc).__name__}") from None
+
+
+class RayWorkerHandle:
+    def __init__(self, name: str, actor: Any):
+        self.name = name
+        self.actor = actor
+
+    def submit(self, method: str, *args: Any) -> Pending:
+        return _RayPending(self, getattr(self.actor, method).remote(*args))
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.submit(method, *args).result()
+
+    def kill(self) -> None:
+        import ray
+
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except Exception as exc:  # already gone
+            log.debug("kill %s: %s", self.name, exc)
+
+
+class RayBackend:
+    """Detached, named actors in ``config.ray_namespace``; starts a local Ray if needed."""
+
+    kind = "ray"
+
+    def __init__(self, config: RuntimeConfig):
+        self.config = config
+        self.started_ray = False
+
+    def start(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        address = self.config.ray_address
+        kwargs: dict[str, Any] = dict(namespace=self.config.ray_namespace,
+                                      log_to_driver=False, logging_level=logging.WARNING)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(include_dashboard=False, **kwargs)
+            self.started_ray = True
+
+    def spawn(self, name: str) -> RayWorkerHandle:
+        from imp_actors.actor_class import RemoteQueryWorker
+
+        res = self.config.resources
+        options: dict[str, Any] = dict(name=name, namespace=self.config.ray_namespace,
+                                       lifetime="detached", num_cpus=res.num_cpus,
+                                       max_restarts=0, scheduling_strategy="SPREAD")
+        if res.memory_bytes:
+            options["memory"] = res.memory_bytes
+        return RayWorkerHandle(name, RemoteQueryWorker.options(**options).remote())
+
+    def find(self, name: str) -> RayWorkerHandle | None:
+        import ray
+
+        try:
+            actor = ray.get_actor(name, namespace=self.config.ray_namespace)
+        except ValueError:
+            return None
+        return RayWorkerHandle(name, actor)
+
+    def worker_names(self) -> list[str]:
+        import ray.util
+
+        found = ray.util.list_named_actors(all_namespaces=True)
+        return sorted(a["name"] for a in found
+                      if a.get("namespace") == self.config.ray_namespace
+                      and a["name"].startswith(WORKER_PREFIX))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        import ray
+
+        return [{"node_id": n["NodeID"], "alive": n["Alive"],
+                 "address": n.get("NodeManagerAddress"),
+                 "cpus": n.get("Resources", {}).get("CPU", 0)} for n in ray.nodes()]
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+            self.started_ray = False
+
+
+def make_backend(config: RuntimeConfig) -> LocalBackend | RayBackend:
+    if config.backend == "local":
+        return LocalBackend(config)
+    if config.backend == "ray":
+        return RayBackend(config)
+    raise ValueError(f"unknown backend {config.backend!r} (ray or local)")

@@ -1,0 +1,118 @@
+"""The durable registry of queries: what a restarted coordinator needs to recover them.
+
+One JSON document (``registry.json``) rewritten atomically on every change. A record
+holds the query's SQL, its exact partitions (split points as Arrow IPC, so fragment ids
+are identical after recovery), strategy, shard count and the generation of its
+checkpoints (bumped whenever the state is re-split, so stale checkpoints are never read).
+Invariant: a query is in the registry iff its registration completed and it was not
+dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from imp_actors.storage import BlobStore
+from imp_core.errors import SnapshotError
+from imp_core.sketch.partition import PartitionSet, RangePartition
+
+FORMAT = 1
+_NAME = "registry.json"
+
+
+def partition_to_record(p: RangePartition) -> dict[str, Any]:
+    sink = io.BytesIO()
+    arr = pa.array(list(p.bounds), type=p.dtype)
+    batch = pa.record_batch([arr], names=["bounds"])
+    with ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return {"table": p.table, "column": p.column, "type": str(p.dtype),
+            "bounds_ipc": base64.b64encode(sink.getvalue()).decode()}
+
+
+def partition_from_record(raw: dict[str, Any]) -> RangePartition:
+    data = base64.b64decode(raw["bounds_ipc"])
+    table = ipc.open_stream(pa.BufferReader(data)).read_all()
+    col = table.column("bounds")
+    return RangePartition(raw["table"], raw["column"], col.type, tuple(col.to_pylist()))
+
+
+def partitions_to_records(pset: PartitionSet) -> tuple[dict[str, Any], ...]:
+    return tuple(partition_to_record(p) for p in pset.partitions)
+
+
+def partitions_from_records(raw: list[dict[str, Any]]) -> PartitionSet:
+    return PartitionSet(tuple(partition_from_record(r) for r in raw))
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    name: str
+    sql: str
+    partitions: tuple[dict[str, Any], ...]
+    strategy: dict[str, Any]
+    force: bool = False
+    shards: int = 1
+    generation: int = 1
+    created_at: float = field(default_factory=time.time)
+
+    def with_shards(self, shards: int) -> QueryRecord:
+        return replace(self, shards=shards, generation=self.generation + 1)
+
+
+class Registry:
+    """Thread-safe; every mutation is written through before it returns."""
+
+    def __init__(self, blobs: BlobStore):
+        self.blobs = blobs
+        self._lock = threading.Lock()
+        self._records: dict[str, QueryRecord] = {}
+        self._load()
+
+    def _load(self) -> None:
+        if not self.blobs.exists(_NAME):
+            return
+        try:
+            doc = json.loads(self.blobs.read(_NAME))
+        except ValueError as exc:
+            raise SnapshotError(f"the query registry {self.blobs.path(_NAME)} is damaged: "
+                                f"{exc}") from None
+        if doc.get("format") != FORMAT:
+            raise SnapshotError(f"query registry format {doc.get('format')} is not "
+                                f"supported (this build reads {FORMAT})")
+        for name, raw in doc.get("queries", {}).items():
+            raw = dict(raw)
+            raw["partitions"] = tuple(raw["partitions"])
+            self._records[name] = QueryRecord(**raw)
+
+    def _save(self) -> None:
+        doc = {"format": FORMAT, "saved_at": time.time(),
+               "queries": {n: asdict(r) for n, r in sorted(self._records.items())}}
+        self.blobs.write_atomic(_NAME, json.dumps(doc, indent=1).encode())
+
+    def records(self) -> dict[str, QueryRecord]:
+        with self._lock:
+            return dict(self._records)
+
+    def get(self, name: str) -> QueryRecord | None:
+        with self._lock:
+            return self._records.get(name)
+
+    def put(self, record: QueryRecord) -> None:
+        with self._lock:
+            self._records[record.name] = record
+            self._save()
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            if self._records.pop(name, None) is not None:
+                self._save()

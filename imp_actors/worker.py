@@ -1,0 +1,157 @@
+"""One query shard's incremental pipeline, as a plain class (Ray wraps it elsewhere).
+
+A ``QueryWorker`` hosts at most one shard of one registered query at a time: its
+``IncrementalQuery`` (operator state and sketch) and the table versions that state is
+exact for. Invariants:
+- ``versions`` changes only together with the state: ``apply`` moves both from
+  ``from_versions`` to ``to_versions`` or, on any error, neither;
+- a batch whose ``from_versions`` are not the worker's versions is refused, and one the
+  worker already applied (its versions equal ``to_versions``) is acknowledged without
+  being applied again: re-sending a batch after a lost reply cannot double-count it;
+- a checkpoint's metadata names the versions of the state it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+from pyroaring import BitMap
+
+from imp_actors.checkpoints import CheckpointStore
+from imp_actors.types import CheckpointInfo
+from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.errors import SnapshotError, VersionError
+from imp_core.plan.nodes import QueryPlan
+from imp_core.sketch.partition import PartitionSet
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to host one shard (plans travel as objects, not SQL)."""
+
+    query: str
+    shard: int
+    shards: int
+    generation: int
+    plan: QueryPlan
+    partitions: PartitionSet
+    options: EngineOptions
+    checkpoint_root: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.query}[{self.shard}/{self.shards}]"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    versions: dict[str, int]
+    sketch: bytes  # the shard's whole sketch after the batch (serialized BitMap)
+    added: int
+    removed: int
+    seconds: float
+    state_bytes: int
+    applied: bool  # False: the batch had been applied before (acknowledged only)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    query: str | None
+    shard: int
+    shards: int
+    generation: int
+    versions: dict[str, int]
+    state_bytes: int
+    batches: int
+    pid: int
+    host: str
+    sketch: bytes
+
+
+class QueryWorker:
+    def __init__(self) -> None:
+        self.spec: WorkerSpec | None = None
+        self.pipeline: IncrementalQuery | None = None
+        self.versions: dict[str, int] = {}
+        self._store: CheckpointStore | None = None
+
+    # -- hosting ------------------------------------------------------------------------
+    def load(self, spec: WorkerSpec, checkpoint: str | None = None) -> WorkerStatus:
+        """Host ``spec``'s shard: empty state, or the state of ``checkpoint`` (a name in
+        the checkpoint store). A damaged or foreign checkpoint raises ``SnapshotError``
+        and leaves the worker empty."""
+        self.unload()
+        pipeline = IncrementalQuery(spec.plan, spec.partitions, spec.options)
+        store = CheckpointStore(spec.checkpoint_root)
+        versions: dict[str, int] = {}
+        if checkpoint is not None:
+            try:
+                blob = store.read(checkpoint)
+            except OSError as exc:
+                raise SnapshotError(f"checkpoint {checkpoint} cannot be read: {exc}") from None
+            meta = pipeline.restore(blob)
+            if meta.get("shard") != spec.shard or meta.get("shards") != spec.shards:
+                raise SnapshotError(f"checkpoint {checkpoint} holds shard "
+                                    f"{meta.get('shard')}/{meta.get('shards')}, not "
+                                    f"{spec.shard}/{spec.shards}")
+            versions = {str(k): int(v) for k, v in dict(meta["versions"]).items()}
+        self.spec, self.pipeline, self.versions, self._store = spec, pipeline, versions, store
+        return self.status()
+
+    def unload(self) -> None:
+        self.spec, self.pipeline, self.versions, self._store = None, None, {}, None
+
+    def _hosted(self) -> IncrementalQuery:
+        if self.pipeline is None:
+            raise VersionError("this worker hosts no query")
+        return self.pipeline
+
+    # -- maintenance --------------------------------------------------------------------
+    def apply(self, changes: Mapping[str, TableDelta], from_versions: Mapping[str, int],
+              to_versions: Mapping[str, int]) -> ApplyResult:
+        """Apply one batch (the tables' changes from ``from_versions`` to ``to_versions``);
+        ``from_versions`` empty means the bootstrap batch of an empty worker."""
+        pipeline = self._hosted()
+        t0 = time.perf_counter()
+        if dict(to_versions) == self.versions and self.versions:
+            return self._result(t0, 0, 0, applied=False)
+        if dict(from_versions) != self.versions:
+            raise VersionError(f"{self.spec.label}: state is at versions {self.versions}, "
+                               f"the batch starts at {dict(from_versions)}")
+        delta = pipeline.apply(changes)
+        self.versions = dict(to_versions)
+        return self._result(t0, len(delta.added), len(delta.removed), applied=True)
+
+    def _result(self, t0: float, added: int, removed: int, applied: bool) -> ApplyResult:
+        pipeline = self._hosted()
+        return ApplyResult(dict(self.versions), pipeline.merge.sketch().serialize(), added,
+                           removed, time.perf_counter() - t0, pipeline.state_bytes(), applied)
+
+    def sketch(self) -> bytes:
+        return self._hosted().merge.sketch().serialize()
+
+    # -- state --------------------------------------------------------------------------
+    def checkpoint(self) -> CheckpointInfo:
+        pipeline = self._hosted()
+        spec = self.spec
+        assert spec is not None and self._store is not None
+        blob = pipeline.snapshot({"versions": self.versions, "query": spec.query,
+                                  "shard": spec.shard, "shards": spec.shards,
+                                  "generation": spec.generation})
+        return self._store.write(spec.query, spec.generation, spec.shard, blob, self.versions)
+
+    def status(self) -> WorkerStatus:
+        spec, p = self.spec, self.pipeline
+        return WorkerStatus(
+            spec.query if spec else None, spec.shard if spec else 0,
+            spec.shards if spec else 0, spec.generation if spec else 0, dict(self.versions),
+            p.state_bytes() if p else 0, p.batches if p else 0, os.getpid(),
+            socket.gethostname(), p.merge.sketch().serialize() if p else BitMap().serialize())
+
+    def ping(self) -> int:
+        return os.getpid()

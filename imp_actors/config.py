@@ -94,6 +94,7 @@ class RuntimeConfig:
     delta_cache_bytes: int = 256 << 20  # per-version change feeds kept for reuse
     spark_delta_min_bytes: int = 16 << 20  # larger change files are read through Spark
     bootstrap: Literal["engine", "spark"] = "engine"
+    warm_actors: int = 1  # started, empty actors kept ready so a restore skips the start-up
 
     @property
     def tables_dir(self) -> str:

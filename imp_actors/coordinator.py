@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -163,6 +164,8 @@ class Coordinator:
         self._pool: ThreadPoolExecutor | None = None
         self._started = False
         self._last_poll = 0.0
+        self._warm: list[WorkerHandle] = []  # started, empty workers ready for use
+        self._warm_lock = threading.Lock()
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Coordinator:
@@ -201,6 +204,7 @@ class Coordinator:
                             log.warning("checkpoint of %s at shutdown failed: %s", q.name, exc)
                     self._stop_actors(q)
             q.history.close()
+        self._kill_warm()
         self.backend.shutdown()
         self._started = False
 
@@ -217,7 +221,9 @@ class Coordinator:
         self._started = False
 
     def _recover(self) -> None:
-        """Rebuild the in-memory registry from the durable one and re-attach live actors."""
+        """Rebuild the in-memory registry from the durable one and re-attach the actors
+        that outlived the previous coordinator (a query whose shards did not all survive
+        restarts from its checkpoints when it is next used)."""
         for name, record in sorted(self.registry.records().items()):
             try:
                 q = self._make_query(record)
@@ -226,40 +232,32 @@ class Coordinator:
                 continue
             self._queries[name] = q
             self._route(q)
-            self._reattach(q)
-        if self.backend.kind == "ray":
-            known = {self._worker_name(q, i) for q in self._queries.values()
-                     for i in range(q.shards) if q.live}
-            for stale in set(self.backend.worker_names()) - known:
-                handle = self.backend.find(stale)
-                if handle is not None:
-                    handle.kill()  # a dropped query's or an older generation's actor
-
-    def _reattach(self, q: _Query) -> None:
-        handles, statuses = [], []
-        for i in range(q.shards):
-            h = self.backend.find(self._worker_name(q, i))
+        found: dict[tuple[str, int, int], tuple[WorkerHandle, WorkerStatus]] = {}
+        for wname in self.backend.worker_names():
+            h = self.backend.find(wname)
             if h is None:
-                break
+                continue
             try:
                 st: WorkerStatus = h.call("status")
             except WorkerLostError:
-                break
-            if (st.query, st.shard, st.shards, st.generation) != \
-                    (q.name, i, q.shards, q.record.generation) or not st.versions:
-                break
-            handles.append(h)
-            statuses.append(st)
-        if len(handles) != q.shards:
-            # not all shards survived: the query restarts from its checkpoints when it is
-            # next used (until then it has no sketch version in this coordinator)
-            for h in handles:
-                h.kill()
-            return
-        self._adopt(q, handles, statuses)
-        self.counters["reattached_queries"] += 1
-        if all(v == q.shard_versions[0] for v in q.shard_versions):
-            self._publish(q, q.shard_versions[0], 0.0)
+                continue
+            if st.query is None:
+                self._warm.append(h)
+            else:
+                found[(st.query, st.generation, st.shard)] = (h, st)
+        for q in self._queries.values():
+            mine = [found.get((q.name, q.record.generation, i)) for i in range(q.shards)]
+            whole = [m for m in mine if m is not None and m[1].shards == q.shards
+                     and m[1].versions]
+            if len(whole) == q.shards:
+                for i in range(q.shards):
+                    del found[(q.name, q.record.generation, i)]
+                self._adopt(q, [h for h, _ in whole], [st for _, st in whole])
+                self.counters["reattached_queries"] += 1
+                if all(v == q.shard_versions[0] for v in q.shard_versions):
+                    self._publish(q, q.shard_versions[0], 0.0)
+        for h, _ in found.values():
+            h.kill()  # a dropped query's, an older generation's or a partial query's actor
 
     @staticmethod
     def _adopt(q: _Query, handles: list[WorkerHandle], statuses: list[WorkerStatus]) -> None:
@@ -585,8 +583,21 @@ class Coordinator:
                 self.feed.prune(t, min(floors))
 
     # -- actors -----------------------------------------------------------------------------
-    def _worker_name(self, q: _Query, shard: int) -> str:
-        return f"{WORKER_PREFIX}{q.name}-g{q.record.generation}-s{shard}"
+    def _spawn(self) -> WorkerHandle:
+        """An empty worker: a warm one when available (no process start-up)."""
+        with self._warm_lock:
+            if self._warm:
+                return self._warm.pop()
+        return self.backend.spawn(f"{WORKER_PREFIX}{uuid.uuid4().hex[:12]}")
+
+    def _keep_warm(self) -> None:
+        with self._warm_lock:
+            missing = self.config.warm_actors - len(self._warm)
+        for _ in range(max(missing, 0)):
+            h = self.backend.spawn(f"{WORKER_PREFIX}{uuid.uuid4().hex[:12]}")
+            h.call("ping")  # wait until its process runs
+            with self._warm_lock:
+                self._warm.append(h)
 
     def _spec(self, q: _Query, shard: int) -> WorkerSpec:
         return WorkerSpec(q.name, shard, q.shards, q.record.generation, q.plan, q.partitions,
@@ -602,7 +613,7 @@ class Coordinator:
         statuses: list[WorkerStatus] = []
         try:
             for i in range(q.shards):
-                h = self.backend.spawn(self._worker_name(q, i))
+                h = self._spawn()
                 handles.append(h)
                 st = self._load_newest_checkpoint(q, i, h)
                 if st is None:
@@ -661,7 +672,7 @@ class Coordinator:
         statuses = []
         try:
             for i in range(q.shards):
-                h = self.backend.spawn(self._worker_name(q, i))
+                h = self._spawn()
                 handles.append(h)
                 statuses.append(self._rebuild_shard(q, i, h))
         except BaseException:
@@ -681,7 +692,7 @@ class Coordinator:
         """Replace a dead shard worker: newest checkpoint, else rebuild."""
         assert q.handles is not None
         q.handles[shard].kill()
-        h = self.backend.spawn(self._worker_name(q, shard))
+        h = self._spawn()
         st = self._load_newest_checkpoint(q, shard, h)
         if st is None:
             st = self._rebuild_shard(q, shard, h, "its actor died and no checkpoint is usable")
@@ -690,6 +701,12 @@ class Coordinator:
         q.shard_sketches[shard] = BitMap.deserialize(st.sketch)
         q.shard_bytes[shard] = st.state_bytes
         self.counters["actor_recoveries"] += 1
+
+    def _kill_warm(self) -> None:
+        with self._warm_lock:
+            warm, self._warm = self._warm, []
+        for h in warm:
+            h.kill()
 
     def _stop_actors(self, q: _Query) -> None:
         for h in q.handles or []:
@@ -836,6 +853,25 @@ class Coordinator:
         return QueryResult(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
                            skipped, version)
 
+    def recapture(self, name: str, versions: Mapping[str, int] | None = None
+                  ) -> tuple[Sketch, float]:
+        """Full maintenance (the paper's FM): the accurate sketch recaptured by Spark from
+        the tables at ``versions`` (default: the query's latest sketch's), and its time."""
+        from imp_core.spark.run import capture_run
+
+        q = self._get(name)
+        if versions is None:
+            latest = q.history.latest
+            versions = dict(latest.versions) if latest else \
+                {t: self.probe.latest(t) for t in q.tables}
+        with self._spark_lock:
+            spark = self._spark()
+            t0 = time.perf_counter()
+            self._table_views(spark, versions)
+            run = capture_run(spark, q.plan, q.partitions)
+        self.counters["recaptures_fm"] += 1
+        return run.sketch, time.perf_counter() - t0
+
     def _find_by_plan(self, plan: QueryPlan) -> _Query | None:
         fp = plan.fingerprint()
         with self._lock:
@@ -904,6 +940,8 @@ class Coordinator:
                     and strategy.max_delay_s is not None \
                     and now - q.pending_since >= strategy.max_delay_s:
                 self._schedule(q)
+        if self.config.warm_actors > 0:
+            self._keep_warm()
         pol = self.config.eviction
         if pol.idle_seconds is not None or pol.memory_budget_bytes is not None:
             live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,

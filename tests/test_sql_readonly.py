@@ -57,7 +57,9 @@ def test_non_select_is_refused_with_position(sql, what, line, column):
         assert err.column == column
 
 
-def test_malformed_sql_is_a_syntax_error():
+@pytest.mark.parametrize("sql", ["SELEC a FROM t", "SELEC a", "", "SELECT a FROM"])
+def test_malformed_sql_is_a_syntax_error(sql):
     with pytest.raises(SqlSyntaxError) as info:
-        check_read_only_select("SELEC a FROM t")
+        check_read_only_select(sql)
+    assert info.value.code == "INVALID_ARGUMENT"
     assert info.value.line == 1 and info.value.column is not None

@@ -10,9 +10,9 @@ session (SET, USE, CACHE, ADD JAR, ...), call into the JVM (``reflect``,
 
 from __future__ import annotations
 
-from sqlglot import exp
+from sqlglot import TokenType, exp
 
-from imp_core.errors import NotReadOnlyError, UnsupportedSqlError
+from imp_core.errors import NotReadOnlyError, SqlSyntaxError, UnsupportedSqlError
 from imp_core.sql.planner import _parse
 from imp_core.sql.text import SqlText
 
@@ -52,6 +52,9 @@ a DELETE statement at line 1, column 1
     while isinstance(query, exp.Subquery):
         query = query.this
     if not isinstance(query, (exp.Select, exp.SetOperation)):
+        first = text.tokens[0] if text.tokens else None
+        if not isinstance(root, _WRITES) and (first is None or first.token_type == TokenType.VAR):
+            raise SqlSyntaxError("expected a SELECT statement", 1, 1)  # e.g. "SELEC a"
         raise _refuse(text, _statement(root), root, keyword=True)
     for node in root.walk():
         if isinstance(node, exp.Into):

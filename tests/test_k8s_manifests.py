@@ -491,6 +491,8 @@ def test_dockerfile_matches_the_pins():
     for image in [args["PYTHON_IMAGE"]] + re.findall(r"^FROM (\S+)", text, flags=re.M):
         assert image.startswith("${") or (":" in image and not image.endswith(":latest"))
     assert "openjdk-17-jre-headless" in text
+    # KubeRay's own probes on Ray containers run wget
+    assert re.search(r"apt-get install[^\n]*\bwget\b", text)
     assert re.search(r"^USER 10001", text, flags=re.M), "the image runs as the pods' user"
     assert f"{HEALTH_SCRIPT.relative_to(ROOT)} /usr/local/bin/imp-grpc-health" in text
     ignored = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text()

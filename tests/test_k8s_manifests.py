@@ -495,8 +495,16 @@ def test_dockerfile_matches_the_pins():
     assert re.search(r"apt-get install[^\n]*\bwget\b", text)
     assert re.search(r"^USER 10001", text, flags=re.M), "the image runs as the pods' user"
     assert f"{HEALTH_SCRIPT.relative_to(ROOT)} /usr/local/bin/imp-grpc-health" in text
-    ignored = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text()
-    assert f"!{HEALTH_SCRIPT.relative_to(ROOT)}" in ignored
+    # everything the build copies from the context is let through the ignore file
+    # (which ignores all else), and exists
+    allowed = {line[1:].rstrip("/") for line in
+               (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    for line in re.findall(r"^COPY (?!--from)(.+)$", text, flags=re.M):
+        *sources, _dest = [w for w in line.split() if not w.startswith("--")]
+        for src in sources:
+            assert src.rstrip("/") in allowed, f"{src} is copied but ignored"
+            assert (ROOT / src).exists(), f"{src} is copied but missing"
 
 
 # -- the exec probe used with TLS ------------------------------------------------------

@@ -1,5 +1,13 @@
-"""The gRPC front end of the IMP service (``SketchService``): a thin servicer that turns
-requests into calls on the query actors and maps domain errors onto gRPC statuses.
+"""The gRPC front end of the IMP service: ``SketchService`` (``protos/imp/v1``).
 
-Nothing lives here yet; the front end is built in a later issue from ``protos/imp/v1``.
+- ``protos``/``protogen``: the generated stubs (made from the .proto files, not stored);
+- ``servicer``: the thin servicer (request -> coordinator call -> response);
+- ``convert``: protobuf <-> domain records; ``records``: what the client returns;
+- ``errors``/``error_interceptor``: error codes -> gRPC statuses, in one interceptor;
+- ``auth``: bearer tokens; ``guards``: limits and the read-only SELECT rule;
+- ``config``: ``ServerConfig`` (IMP_* variables, ``imp serve`` flags);
+- ``server``: the server with health and reflection; ``client``: the Python client;
+- ``cli``: the client subcommands of ``imp``.
+
+Importing the package itself loads nothing heavy (no gRPC), so ``imp`` stays quick.
 """

@@ -1,0 +1,289 @@
+"""A Python client of ``SketchService``: typed methods that return plain records and
+Arrow tables.
+
+    with SketchClient("127.0.0.1:50051", token="...") as client:
+        client.register("q", "SELECT ...", partitions={"lineitem.l_orderkey": 64})
+        client.apply_update("lineitem", inserts=new_rows)
+        sketch = client.sketch("q")            # current: maintained first
+        rows = client.run_query(query="q").rows
+
+Errors come back as ``RemoteError`` carrying the gRPC status name as ``code`` (and the
+SQL position for SQL errors). Only idempotent calls are retried, by gRPC's own retry
+policy, on UNAVAILABLE (a server restarting, a dropped connection): reads, Maintain,
+Checkpoint, Evict, Restore, ScaleQuery, RunQuery. Registering, dropping and updating are
+never retried, so they are never applied twice; a watch resumes after the last version
+it delivered.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import grpc
+import pyarrow as pa
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from imp_actors.config import Lazy, Strategy
+from imp_actors.types import CheckpointInfo, QueryInfo, UpdateResult
+from imp_core.errors import ImpError
+from services import convert
+from services.errors import META_COLUMN, META_CONSTRUCT, META_KIND, META_LINE
+from services.protos import SERVICE_NAME, pb, rpc
+from services.records import RunResult, SketchRecord, TableRecord
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+# Calls that may run twice with the same effect as once.
+IDEMPOTENT = ("ListQueries", "ListTables", "GetSketch", "WatchSketch", "Maintain",
+              "RunQuery", "Checkpoint", "Evict", "Restore", "ScaleQuery", "Stats")
+
+
+class RemoteError(ImpError):
+    """A call the server refused or failed; ``code`` is the gRPC status name."""
+
+    def __init__(self, code: str, message: str, kind: str | None = None,
+                 line: int | None = None, column: int | None = None,
+                 construct: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.kind = kind  # the server's error class, e.g. "SqlSyntaxError"
+        self.line = line
+        self.column = column
+        self.construct = construct
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    @staticmethod
+    def from_rpc(error: grpc.RpcError) -> RemoteError:
+        code = error.code() if callable(getattr(error, "code", None)) else None
+        details = error.details() if callable(getattr(error, "details", None)) else None
+        meta: dict[str, str] = {}
+        trailing = getattr(error, "trailing_metadata", None)
+        for key, value in (trailing() if callable(trailing) else None) or ():
+            meta[key] = value if isinstance(value, str) else value.decode()
+
+        def num(key: str) -> int | None:
+            return int(meta[key]) if key in meta else None
+
+        return RemoteError(code.name if code is not None else "UNKNOWN",
+                           details or "(no details)", meta.get(META_KIND), num(META_LINE),
+                           num(META_COLUMN), meta.get(META_CONSTRUCT))
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """PEM bytes: the CA that signed the server's certificate (None: system roots), and
+    for mutual TLS the client's certificate chain and key; ``server_name`` overrides the
+    name checked against the server certificate."""
+
+    root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
+    server_name: str | None = None
+
+    @staticmethod
+    def from_files(ca: str | None = None, cert: str | None = None, key: str | None = None,
+                   server_name: str | None = None) -> TlsOptions:
+        def read(p: str | None) -> bytes | None:
+            return Path(p).read_bytes() if p else None
+
+        if bool(cert) != bool(key):
+            raise ValueError("a client certificate needs its key (and the other way round)")
+        return TlsOptions(read(ca), read(cert), read(key), server_name)
+
+
+def _service_config(retries: int) -> str:
+    policy = {"maxAttempts": max(2, min(retries + 1, 5)), "initialBackoff": "0.1s",
+              "maxBackoff": "2s", "backoffMultiplier": 2,
+              "retryableStatusCodes": ["UNAVAILABLE"]}
+    names = [{"service": SERVICE_NAME, "method": m} for m in IDEMPOTENT]
+    names.append({"service": "grpc.health.v1.Health", "method": "Check"})
+    return json.dumps({"methodConfig": [{"name": names, "retryPolicy": policy}]})
+
+
+class SketchClient:
+    def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None,
+                 tls: TlsOptions | None = None, timeout: float | None = 60.0,
+                 retries: int = 3, max_message_bytes: int = 96 << 20):
+        self.target = target
+        self.timeout = timeout
+        self.retries = retries
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [("grpc.max_receive_message_length", max_message_bytes),
+                   ("grpc.max_send_message_length", max_message_bytes),
+                   ("grpc.enable_retries", 1 if retries > 0 else 0),
+                   ("grpc.service_config", _service_config(retries))]
+        if tls is not None:
+            if tls.server_name:
+                options.append(("grpc.ssl_target_name_override", tls.server_name))
+            creds = grpc.ssl_channel_credentials(tls.root_certificates, tls.private_key,
+                                                 tls.certificate_chain)
+            self.channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self.channel = grpc.insecure_channel(target, options=options)
+        self.stub = rpc.SketchServiceStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
+
+    # -- plumbing -------------------------------------------------------------------------
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> SketchClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return getattr(self.stub, method)(
+                request, timeout=self.timeout if timeout is None else timeout,
+                metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise RemoteError.from_rpc(error) from None
+
+    # -- queries ---------------------------------------------------------------------------
+    def register(self, name: str, sql: str,
+                 partitions: Mapping[str, int | Sequence[Any]] | None = None,
+                 fragments: int | None = None, strategy: Strategy | None = None,
+                 force: bool = False, shards: int = 1) -> QueryInfo:
+        """Register ``sql`` under ``name``. ``partitions`` maps "table.column" to a
+        fragment count or split points; None uses the SQL's ``-- sketch:`` header."""
+        specs = []
+        for attr, spec in (partitions or {}).items():
+            if isinstance(spec, int):
+                specs.append(pb.PartitionSpec(attribute=attr, fragments=spec))
+            else:
+                specs.append(pb.PartitionSpec(attribute=attr, bounds=pb.Bounds(
+                    values=[convert.to_value(v) for v in spec])))
+        req = pb.RegisterQueryRequest(
+            name=name, sql=sql, partitions=specs, fragments=fragments or 0,
+            strategy=convert.strategy_to_proto(strategy or Lazy()), force=force,
+            shards=shards)
+        return convert.query_info_from_proto(self._call("RegisterQuery", req).query)
+
+    def drop(self, name: str) -> None:
+        self._call("DropQuery", pb.DropQueryRequest(name=name))
+
+    def queries(self) -> list[QueryInfo]:
+        resp = self._call("ListQueries", pb.ListQueriesRequest())
+        return [convert.query_info_from_proto(q) for q in resp.queries]
+
+    def info(self, name: str) -> QueryInfo:
+        for q in self.queries():
+            if q.name == name:
+                return q
+        raise RemoteError("NOT_FOUND", f"no registered query {name!r}")
+
+    def tables(self) -> list[TableRecord]:
+        resp = self._call("ListTables", pb.ListTablesRequest())
+        return [convert.table_from_proto(t) for t in resp.tables]
+
+    def schema(self, table: str) -> pa.Schema:
+        for t in self.tables():
+            if t.name == table.lower():
+                return t.schema
+        raise RemoteError("NOT_FOUND", f"no table {table!r}")
+
+    # -- sketches --------------------------------------------------------------------------
+    def sketch(self, name: str, fresh: bool = True, seq: int | None = None,
+               include_partitions: bool = False, timeout: float | None = None
+               ) -> SketchRecord:
+        """The current sketch (``fresh``, maintained first), the latest maintained one, or
+        the kept version ``seq``."""
+        req = pb.GetSketchRequest(
+            query=name, include_partitions=include_partitions,
+            freshness=pb.FRESHNESS_CURRENT if fresh else pb.FRESHNESS_LATEST_MAINTAINED)
+        if seq is not None:
+            req.seq = seq
+        return convert.sketch_from_proto(self._call("GetSketch", req, timeout).sketch)
+
+    def watch(self, name: str, after_seq: int = 0, include_partitions: bool = False,
+              timeout: float | None = None) -> Iterator[SketchRecord]:
+        """Every sketch version after ``after_seq``, in order, as they are made. Ends when
+        ``timeout`` (seconds, for the whole watch) passes; closing the iterator cancels
+        the stream. A broken connection is resumed after the last delivered version."""
+        attempts = 0
+        while True:
+            call = self.stub.WatchSketch(
+                pb.WatchSketchRequest(query=name, after_seq=after_seq,
+                                      include_partitions=include_partitions),
+                timeout=timeout, metadata=self._metadata)
+            try:
+                for msg in call:
+                    attempts = 0
+                    record = convert.sketch_from_proto(msg.sketch)
+                    after_seq = record.seq
+                    yield record
+                return
+            except grpc.RpcError as error:
+                code = error.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    return
+                if code == grpc.StatusCode.UNAVAILABLE and attempts < self.retries:
+                    attempts += 1
+                    continue
+                raise RemoteError.from_rpc(error) from None
+            finally:
+                call.cancel()
+
+    def maintain(self, queries: Sequence[str] = (), tables: Sequence[str] = ()
+                 ) -> dict[str, SketchRecord]:
+        resp = self._call("Maintain", pb.MaintainRequest(queries=list(queries),
+                                                         tables=list(tables)))
+        return {s.query: convert.sketch_from_proto(s) for s in resp.sketches}
+
+    # -- data ------------------------------------------------------------------------------
+    def apply_update(self, table: str, inserts: pa.Table | None = None,
+                     deletes: pa.Table | None = None,
+                     updates: tuple[pa.Table, pa.Table] | None = None) -> UpdateResult:
+        """Commit one table version: ``deletes`` and the old rows of ``updates`` removed,
+        ``inserts`` and their new rows added. Never retried."""
+        old, new = updates if updates is not None else (None, None)
+        req = pb.ApplyUpdateRequest(
+            table=table, inserts=convert.table_to_ipc(inserts),
+            deletes=convert.table_to_ipc(deletes), update_old=convert.table_to_ipc(old),
+            update_new=convert.table_to_ipc(new))
+        return convert.update_from_proto(self._call("ApplyUpdate", req))
+
+    def run_query(self, sql: str | None = None, query: str | None = None,
+                  use_sketch: bool = True, timeout: float | None = None) -> RunResult:
+        """Run a read-only SELECT (or the registered ``query``'s SQL) on Spark; with
+        ``use_sketch`` the registered query's current sketch filters the scans."""
+        req = pb.RunQueryRequest(sql=sql or "", query=query or "", use_sketch=use_sketch)
+        return convert.run_result_from_proto(self._call("RunQuery", req, timeout))
+
+    # -- actors ----------------------------------------------------------------------------
+    def checkpoint(self, name: str) -> list[CheckpointInfo]:
+        resp = self._call("Checkpoint", pb.CheckpointRequest(query=name))
+        return [convert.checkpoint_from_proto(c) for c in resp.checkpoints]
+
+    def evict(self, name: str) -> None:
+        self._call("Evict", pb.EvictRequest(query=name))
+
+    def restore(self, name: str) -> QueryInfo:
+        resp = self._call("Restore", pb.RestoreRequest(query=name))
+        return convert.query_info_from_proto(resp.query)
+
+    def scale(self, name: str, shards: int) -> QueryInfo:
+        resp = self._call("ScaleQuery", pb.ScaleQueryRequest(query=name, shards=shards))
+        return convert.query_info_from_proto(resp.query)
+
+    def stats(self) -> dict[str, Any]:
+        resp = self._call("Stats", pb.StatsRequest())
+        return {"coordinator": json.loads(resp.coordinator_json or "{}"),
+                "service": json.loads(resp.service_json or "{}")}
+
+    def health(self, service: str = "", timeout: float | None = 5.0) -> str:
+        """The health service's status name for ``service`` ("" is the whole server)."""
+        try:
+            resp = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                      timeout=timeout)
+        except grpc.RpcError as error:
+            raise RemoteError.from_rpc(error) from None
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)

@@ -1,0 +1,208 @@
+"""How the gRPC server is run: address, security, limits, and the runtime it fronts.
+
+``ServerConfig.from_env`` reads the ``IMP_*`` variables; ``add_arguments`` /
+``from_args`` give ``imp serve`` one flag per variable (a flag wins over its variable).
+
+Invariants: every limit is a positive integer; TLS needs both a certificate and a key,
+and a client CA (mutual TLS) needs TLS; the server listens on the loopback interface
+unless ``listen`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from imp_actors.config import RuntimeConfig
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request (or one client) may ask of the server."""
+
+    max_sql_chars: int = 100_000
+    max_batch_rows: int = 1_000_000       # rows of one ApplyUpdate, all batches together
+    max_batch_bytes: int = 64 * MiB       # Arrow IPC bytes of one ApplyUpdate
+    max_message_bytes: int = 96 * MiB     # any gRPC message, in or out
+    max_registrations_per_client: int = 100
+    max_watches: int = 32                 # concurrent WatchSketch streams
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) < 1:
+                raise ValueError(f"{f.name} must be at least 1")
+        if self.max_batch_bytes > self.max_message_bytes:
+            raise ValueError("max_batch_bytes cannot exceed max_message_bytes")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str = DEFAULT_LISTEN
+    # the runtime (None: RuntimeConfig's defaults)
+    root: str | None = None
+    tables: str | None = None
+    checkpoints: str | None = None
+    backend: str | None = None
+    ray_address: str | None = None
+    spark_connect: str | None = None
+    spark_master: str | None = None
+    max_live_actors: int | None = None
+    # security
+    auth_token_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # serving
+    workers: int = 16
+    grace_seconds: float = 5.0
+    limits: Limits = Limits()
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("TLS needs both a certificate (IMP_TLS_CERT) and a key "
+                             "(IMP_TLS_KEY)")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError("mutual TLS (IMP_TLS_CLIENT_CA) needs TLS: set IMP_TLS_CERT "
+                             "and IMP_TLS_KEY")
+        if self.workers < 2:
+            raise ValueError("workers must be at least 2")
+        if self.backend not in (None, "ray", "local"):
+            raise ValueError(f"backend must be 'ray' or 'local', not {self.backend!r}")
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+    def auth_tokens(self) -> tuple[str, ...]:
+        """The accepted bearer tokens: the token file's non-empty, non-comment lines."""
+        if not self.auth_token_file:
+            return ()
+        lines = Path(self.auth_token_file).read_text().splitlines()
+        tokens = tuple(t.strip() for t in lines if t.strip() and not t.startswith("#"))
+        if not tokens:
+            raise ValueError(f"the token file {self.auth_token_file} holds no token")
+        return tokens
+
+    def runtime_config(self, base: RuntimeConfig | None = None) -> RuntimeConfig:
+        """The coordinator's configuration: ``base`` (default: from the environment) with
+        this server's settings applied."""
+        cfg = base or RuntimeConfig.from_env()
+        changes: dict[str, Any] = {}
+        for mine, theirs in (("root", "root"), ("tables", "tables_root"),
+                             ("checkpoints", "checkpoint_root"), ("backend", "backend"),
+                             ("ray_address", "ray_address")):
+            if getattr(self, mine) is not None:
+                changes[theirs] = getattr(self, mine)
+        if self.max_live_actors is not None:
+            changes["eviction"] = replace(cfg.eviction, max_live_actors=self.max_live_actors)
+        return replace(cfg, **changes) if changes else cfg
+
+    def spark_env(self) -> dict[str, str]:
+        """Variables that select the Spark the data layer uses (read by its session)."""
+        out = {}
+        if self.spark_connect:
+            out["IMP_SPARK_CONNECT"] = self.spark_connect
+        if self.spark_master:
+            out["IMP_SPARK_MASTER"] = self.spark_master
+        return out
+
+    # -- environment and flags ---------------------------------------------------------
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> ServerConfig:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name, var, conv in _SETTINGS:
+            if env.get(var):
+                values[name] = _convert(conv, env[var], var)
+        return _build(values)
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        for name, var, _conv in _SETTINGS:
+            flag = "--" + name.replace("_", "-")
+            parser.add_argument(flag, dest=f"cfg_{name}", default=None, metavar=var,
+                                help=f"(env {var}) {_HELP.get(name, '')}".strip())
+
+    @staticmethod
+    def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None
+                  ) -> ServerConfig:
+        base = ServerConfig.from_env(env)
+        values = {name: getattr(base, name) for name, _, _ in _SETTINGS if name not in
+                  _LIMIT_NAMES}
+        values.update({name: getattr(base.limits, name) for name in _LIMIT_NAMES})
+        for name, _var, conv in _SETTINGS:
+            raw = getattr(args, f"cfg_{name}", None)
+            if raw is not None:
+                values[name] = _convert(conv, raw, "--" + name.replace("_", "-"))
+        return _build(values)
+
+
+_LIMIT_NAMES = tuple(f.name for f in fields(Limits))
+
+# (field, environment variable, converter)
+_SETTINGS: tuple[tuple[str, str, type], ...] = (
+    ("listen", "IMP_LISTEN", str),
+    ("root", "IMP_ROOT", str),
+    ("tables", "IMP_TABLES", str),
+    ("checkpoints", "IMP_CHECKPOINTS", str),
+    ("backend", "IMP_BACKEND", str),
+    ("ray_address", "IMP_RAY_ADDRESS", str),
+    ("spark_connect", "IMP_SPARK_CONNECT", str),
+    ("spark_master", "IMP_SPARK_MASTER", str),
+    ("max_live_actors", "IMP_MAX_LIVE_ACTORS", int),
+    ("auth_token_file", "IMP_AUTH_TOKEN_FILE", str),
+    ("tls_cert", "IMP_TLS_CERT", str),
+    ("tls_key", "IMP_TLS_KEY", str),
+    ("tls_client_ca", "IMP_TLS_CLIENT_CA", str),
+    ("workers", "IMP_WORKERS", int),
+    ("grace_seconds", "IMP_GRACE_SECONDS", float),
+    ("max_sql_chars", "IMP_MAX_SQL_CHARS", int),
+    ("max_batch_rows", "IMP_MAX_BATCH_ROWS", int),
+    ("max_batch_bytes", "IMP_MAX_BATCH_BYTES", int),
+    ("max_message_bytes", "IMP_MAX_MESSAGE_BYTES", int),
+    ("max_registrations_per_client", "IMP_MAX_REGISTRATIONS_PER_CLIENT", int),
+    ("max_watches", "IMP_MAX_WATCHES", int),
+)
+
+_HELP = {
+    "listen": f"host:port to listen on (default {DEFAULT_LISTEN}; loopback only)",
+    "root": "folder or URI for tables, checkpoints and the registry",
+    "tables": "where the Delta tables live (default ROOT/tables)",
+    "checkpoints": "where checkpoints are written (default ROOT/checkpoints)",
+    "backend": "'ray' (default) or 'local' (in-process, no Ray)",
+    "ray_address": "join this Ray cluster instead of starting a local one",
+    "spark_connect": "Spark Connect URL (sc://host:port) for the data layer",
+    "spark_master": "Spark master (default local[2])",
+    "max_live_actors": "live query actors before the least recently used is evicted",
+    "auth_token_file": "file of accepted bearer tokens, one per line (none: no auth)",
+    "tls_cert": "PEM server certificate (TLS)",
+    "tls_key": "PEM server private key (TLS)",
+    "tls_client_ca": "PEM CA that client certificates must chain to (mutual TLS)",
+    "workers": "threads serving calls (default 16)",
+    "grace_seconds": "on shutdown, how long running calls may finish (default 5)",
+    "max_sql_chars": "longest SQL text accepted",
+    "max_batch_rows": "most rows in one ApplyUpdate",
+    "max_batch_bytes": "most Arrow IPC bytes in one ApplyUpdate",
+    "max_message_bytes": "largest gRPC message in or out",
+    "max_registrations_per_client": "queries one client (token or host) may register",
+    "max_watches": "concurrent WatchSketch streams",
+}
+
+
+def _convert(conv: type, raw: str, where: str) -> Any:
+    try:
+        return conv(raw)
+    except ValueError:
+        raise ValueError(f"{where}: expected {conv.__name__}, got {raw!r}") from None
+
+
+def _build(values: dict[str, Any]) -> ServerConfig:
+    limits = {k: values.pop(k) for k in list(values) if k in _LIMIT_NAMES}
+    return ServerConfig(**values, limits=Limits(**limits))

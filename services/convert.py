@@ -1,0 +1,367 @@
+"""Conversions between protobuf messages (``imp.v1``) and the domain's records.
+
+Server side: requests to ``QuerySpec`` / strategies / Arrow tables, and coordinator
+records to responses. Client side: responses back to records (``imp_actors.types`` and
+``services.records``). Nothing here talks to the coordinator or the network.
+
+Invariants: a typed value survives a round trip exactly (decimals as text, dates as days,
+timestamps as microseconds); Arrow data crosses as IPC stream bytes and empty bytes mean
+"no table"; malformed input raises ``BadRequestError`` (INVALID_ARGUMENT), never a raw
+Arrow or protobuf exception.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+
+from imp_actors.config import Eager, Lazy, Strategy
+from imp_actors.types import (
+    CheckpointInfo,
+    QueryInfo,
+    QueryResult,
+    QuerySpec,
+    SketchVersion,
+    UpdateResult,
+)
+from imp_core.sketch.partition import _json_value  # bounds as RangePartition.to_json writes them
+from imp_core.sketch.sketch import Range
+from services.errors import BadRequestError
+from services.protos import pb
+from services.records import RunResult, SketchRecord, TableRecord, TableSketchRecord
+
+EPOCH_DATE = dt.date(1970, 1, 1)
+EPOCH = dt.datetime(1970, 1, 1)
+_MICRO = dt.timedelta(microseconds=1)
+
+# -- Arrow types as text ---------------------------------------------------------------
+
+_SIMPLE_TYPES = {
+    "bool": pa.bool_(), "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(),
+    "int64": pa.int64(), "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(),
+    "uint64": pa.uint64(), "halffloat": pa.float16(), "float": pa.float32(),
+    "double": pa.float64(), "string": pa.string(), "large_string": pa.large_string(),
+    "string_view": pa.string_view(), "date32[day]": pa.date32(), "date64[ms]": pa.date64(),
+}
+_TIMESTAMP = re.compile(r"^timestamp\[(s|ms|us|ns)(?:, tz=(.+))?\]$")
+_DECIMAL = re.compile(r"^decimal(32|64|128|256)\((\d+), (-?\d+)\)$")
+_DECIMALS = {"32": "decimal32", "64": "decimal64", "128": "decimal128", "256": "decimal256"}
+
+
+def arrow_type(text: str) -> pa.DataType:
+    """The Arrow type whose ``str()`` is ``text`` (the types a partition can have).
+
+    >>> arrow_type("decimal128(15, 2)")
+    Decimal128Type(decimal128(15, 2))
+    """
+    if text in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[text]
+    if m := _TIMESTAMP.match(text):
+        return pa.timestamp(m.group(1), tz=m.group(2))
+    if m := _DECIMAL.match(text):
+        return getattr(pa, _DECIMALS[m.group(1)])(int(m.group(2)), int(m.group(3)))
+    raise BadRequestError(f"unsupported attribute type {text!r}")
+
+
+# -- typed values ----------------------------------------------------------------------
+
+
+def to_value(v: Any, dtype: pa.DataType | None = None) -> pb.Value | None:
+    """``v`` as a ``Value`` (None for None); ``dtype`` picks the field, else ``v``'s type."""
+    if v is None:
+        return None
+    if dtype is None:
+        return _infer_value(v)
+    if pa.types.is_boolean(dtype):
+        return pb.Value(bool_value=bool(v))
+    if pa.types.is_integer(dtype):
+        return pb.Value(int64_value=int(v))
+    if pa.types.is_floating(dtype):
+        return pb.Value(double_value=float(v))
+    if pa.types.is_decimal(dtype):
+        return pb.Value(decimal_value=str(v))
+    if pa.types.is_date(dtype):
+        day = v.date() if isinstance(v, dt.datetime) else v
+        return pb.Value(date_value=(day - EPOCH_DATE).days)
+    if pa.types.is_timestamp(dtype):
+        return pb.Value(timestamp_micros=_micros(v))
+    return pb.Value(string_value=str(v))
+
+
+def _infer_value(v: Any) -> pb.Value:
+    if isinstance(v, bool):
+        return pb.Value(bool_value=v)
+    if isinstance(v, int):
+        return pb.Value(int64_value=v)
+    if isinstance(v, float):
+        return pb.Value(double_value=v)
+    if isinstance(v, decimal.Decimal):
+        return pb.Value(decimal_value=str(v))
+    if isinstance(v, dt.datetime):
+        return pb.Value(timestamp_micros=_micros(v))
+    if isinstance(v, dt.date):
+        return pb.Value(date_value=(v - EPOCH_DATE).days)
+    if isinstance(v, str):
+        return pb.Value(string_value=v)
+    raise BadRequestError(f"cannot send a value of type {type(v).__name__}: {v!r}")
+
+
+def _micros(v: dt.datetime) -> int:
+    if v.tzinfo is not None:
+        v = v.astimezone(dt.UTC).replace(tzinfo=None)
+    return (v - EPOCH) // _MICRO
+
+
+def from_value(v: pb.Value | None) -> Any:
+    """The Python value of a ``Value`` (None when unset)."""
+    if v is None:
+        return None
+    kind = v.WhichOneof("kind")
+    if kind is None:
+        return None
+    if kind == "decimal_value":
+        try:
+            return decimal.Decimal(v.decimal_value)
+        except decimal.InvalidOperation:
+            raise BadRequestError(f"not a decimal number: {v.decimal_value!r}") from None
+    if kind == "date_value":
+        return EPOCH_DATE + dt.timedelta(days=v.date_value)
+    if kind == "timestamp_micros":
+        return EPOCH + v.timestamp_micros * _MICRO
+    return getattr(v, kind)
+
+
+def _field_value(msg: Any, name: str) -> Any:
+    return from_value(getattr(msg, name)) if msg.HasField(name) else None
+
+
+def _from_json_value(v: Any, dtype: pa.DataType) -> Any:
+    if v is None:
+        return None
+    if pa.types.is_timestamp(dtype):
+        return dt.datetime.fromisoformat(v)
+    if pa.types.is_date(dtype):
+        return dt.date.fromisoformat(v)
+    if pa.types.is_decimal(dtype):
+        return decimal.Decimal(v)
+    return v
+
+
+# -- Arrow IPC --------------------------------------------------------------------------
+
+
+def table_to_ipc(table: pa.Table | None) -> bytes:
+    if table is None:
+        return b""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_to_table(data: bytes, what: str = "batch") -> pa.Table | None:
+    if not data:
+        return None
+    try:
+        with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
+            return reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError) as exc:
+        raise BadRequestError(f"{what} is not an Arrow IPC stream: {exc}") from None
+
+
+def schema_to_bytes(schema: pa.Schema) -> bytes:
+    return schema.serialize().to_pybytes()
+
+
+def schema_from_bytes(data: bytes) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(data))
+
+
+# -- strategies -------------------------------------------------------------------------
+
+
+def strategy_to_proto(s: Strategy) -> pb.Strategy:
+    if isinstance(s, Eager):
+        eager = pb.Eager(batch_tuples=s.batch_tuples)
+        if s.max_delay_s is not None:
+            eager.max_delay_s = s.max_delay_s
+        return pb.Strategy(eager=eager)
+    return pb.Strategy(lazy=pb.Lazy())
+
+
+def strategy_from_proto(msg: pb.Strategy) -> Strategy:
+    if msg.WhichOneof("kind") == "eager":
+        e = msg.eager
+        delay = e.max_delay_s if e.HasField("max_delay_s") else None
+        try:
+            return Eager(e.batch_tuples or 1000, delay)
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
+    return Lazy()
+
+
+# -- requests (server side) -------------------------------------------------------------
+
+
+def partition_specs(specs: Iterable[pb.PartitionSpec]) -> dict[str, Any] | None:
+    """``{"table.column": fragments or [bounds]}`` in the request's order."""
+    out: dict[str, Any] = {}
+    for spec in specs:
+        attr = spec.attribute.strip()
+        if attr.count(".") != 1 or not all(attr.split(".")):
+            raise BadRequestError(f"partition attribute {spec.attribute!r} is not table.column")
+        if attr.lower() in (a.lower() for a in out):
+            raise BadRequestError(f"partition attribute {attr} is given twice")
+        kind = spec.WhichOneof("spec")
+        if kind == "fragments":
+            out[attr] = spec.fragments
+        elif kind == "bounds":
+            out[attr] = [from_value(v) for v in spec.bounds.values]
+        else:
+            raise BadRequestError(f"partition {attr}: give a fragment count or bounds")
+    return out or None
+
+
+def query_spec(req: pb.RegisterQueryRequest) -> QuerySpec:
+    return QuerySpec(
+        name=req.name, sql=req.sql, partitions=partition_specs(req.partitions),
+        fragments=req.fragments or None, strategy=strategy_from_proto(req.strategy),
+        force=req.force, shards=req.shards or 1)
+
+
+# -- records to messages (server side) -------------------------------------------------
+
+
+def partition_to_proto(part: Mapping[str, Any]) -> pb.Partition:
+    """A ``RangePartition.to_json()`` dict as a ``Partition``."""
+    dtype = arrow_type(part["type"])
+    return pb.Partition(table=part["table"], column=part["column"], type=part["type"],
+                        bounds=[to_value(_from_json_value(b, dtype), dtype)
+                                for b in part["bounds"]])
+
+
+def query_info_to_proto(info: QueryInfo) -> pb.QueryInfo:
+    return pb.QueryInfo(
+        name=info.name, sql=info.sql, tables=list(info.tables),
+        partitions=[partition_to_proto(p) for p in info.partitions],
+        strategy=strategy_to_proto(info.strategy), shards=info.shards, state=info.state,
+        versions=dict(info.versions), sketch_seq=info.sketch_seq,
+        sketch_fragments=info.sketch_fragments, total_fragments=info.total_fragments,
+        state_bytes=info.state_bytes, pending_tuples=info.pending_tuples,
+        last_used=info.last_used)
+
+
+def _range_to_proto(r: Range, dtype: pa.DataType) -> pb.Range:
+    return pb.Range(lo=to_value(r.lo, dtype), hi=to_value(r.hi, dtype),
+                    includes_null=r.includes_null)
+
+
+def sketch_to_proto(sv: SketchVersion, include_partitions: bool = False) -> pb.SketchVersion:
+    sketch = sv.sketch
+    pset = sketch.partitions
+    tables = []
+    for part, offset in zip(pset.partitions, pset.offsets):
+        ranges = sketch.ranges(part.table)
+        tables.append(pb.TableSketch(
+            table=part.table, column=part.column, type=str(part.dtype),
+            first_fragment=offset, fragment_count=part.size,
+            fragments=sketch.table_fragments(part.table),
+            ranges=[_range_to_proto(r, part.dtype) for r in ranges],
+            predicate=sketch.predicate(part.table),
+            bounds=[to_value(b, part.dtype) for b in part.bounds] if include_partitions
+            else ()))
+    return pb.SketchVersion(
+        query=sv.query, seq=sv.seq, versions=dict(sv.versions), tables=tables,
+        where=sv.where(), fragments=list(sketch.fragments), total_fragments=pset.size,
+        created_at=sv.created_at, maintain_seconds=sv.maintain_seconds,
+        has_partitions=include_partitions)
+
+
+def checkpoint_to_proto(c: CheckpointInfo) -> pb.CheckpointInfo:
+    return pb.CheckpointInfo(query=c.query, shard=c.shard, uri=c.uri, versions=dict(c.versions),
+                             size_bytes=c.bytes, sha256=c.sha256, created_at=c.created_at)
+
+
+def update_to_proto(u: UpdateResult) -> pb.ApplyUpdateResponse:
+    return pb.ApplyUpdateResponse(table=u.table, version=u.version, inserted=u.inserted,
+                                  deleted=u.deleted, maintained=list(u.maintained))
+
+
+def query_result_to_proto(r: QueryResult, rows: bytes) -> pb.RunQueryResponse:
+    out = pb.RunQueryResponse(
+        rows=rows, row_count=r.rows.num_rows, seconds=r.seconds, rows_read=dict(r.rows_read),
+        files_read=dict(r.files_read), files_skipped=dict(r.files_skipped))
+    if r.sketch is not None:
+        out.sketch.CopyFrom(sketch_to_proto(r.sketch))
+    return out
+
+
+# -- messages to records (client side) -------------------------------------------------
+
+
+def partition_from_proto(msg: pb.Partition) -> dict[str, Any]:
+    return {"table": msg.table, "column": msg.column, "type": msg.type,
+            "bounds": [_json_value(from_value(v)) for v in msg.bounds]}
+
+
+def query_info_from_proto(msg: pb.QueryInfo) -> QueryInfo:
+    return QueryInfo(
+        name=msg.name, sql=msg.sql, tables=tuple(msg.tables),
+        partitions=tuple(partition_from_proto(p) for p in msg.partitions),
+        strategy=strategy_from_proto(msg.strategy), shards=msg.shards, state=msg.state,
+        versions=dict(msg.versions), sketch_seq=msg.sketch_seq,
+        sketch_fragments=msg.sketch_fragments, total_fragments=msg.total_fragments,
+        state_bytes=msg.state_bytes, pending_tuples=msg.pending_tuples,
+        last_used=msg.last_used)
+
+
+def sketch_from_proto(msg: pb.SketchVersion) -> SketchRecord:
+    tables = []
+    for t in msg.tables:
+        dtype = arrow_type(t.type)
+        tables.append(TableSketchRecord(
+            table=t.table, column=t.column, type=dtype, first_fragment=t.first_fragment,
+            fragment_count=t.fragment_count, fragments=tuple(t.fragments),
+            ranges=tuple(Range(_field_value(r, "lo"), _field_value(r, "hi"), r.includes_null)
+                         for r in t.ranges),
+            predicate=t.predicate,
+            bounds=tuple(_cast(from_value(b), dtype) for b in t.bounds)
+            if msg.has_partitions else None))
+    return SketchRecord(
+        query=msg.query, seq=msg.seq, versions=dict(msg.versions), tables=tuple(tables),
+        where=msg.where, fragments=tuple(msg.fragments), total_fragments=msg.total_fragments,
+        created_at=msg.created_at, maintain_seconds=msg.maintain_seconds)
+
+
+def _cast(v: Any, dtype: pa.DataType) -> Any:
+    """A bound as Arrow gives it back for ``dtype`` (e.g. int for a float column's 1.0)."""
+    return pa.scalar(v, type=dtype).as_py()
+
+
+def checkpoint_from_proto(msg: pb.CheckpointInfo) -> CheckpointInfo:
+    return CheckpointInfo(query=msg.query, shard=msg.shard, uri=msg.uri,
+                          versions=dict(msg.versions), bytes=msg.size_bytes, sha256=msg.sha256,
+                          created_at=msg.created_at)
+
+
+def update_from_proto(msg: pb.ApplyUpdateResponse) -> UpdateResult:
+    return UpdateResult(table=msg.table, version=msg.version, inserted=msg.inserted,
+                        deleted=msg.deleted, maintained=tuple(msg.maintained))
+
+
+def run_result_from_proto(msg: pb.RunQueryResponse) -> RunResult:
+    rows = ipc_to_table(msg.rows, "rows")
+    return RunResult(
+        rows=rows if rows is not None else pa.table({}), seconds=msg.seconds,
+        rows_read=dict(msg.rows_read), files_read=dict(msg.files_read),
+        files_skipped=dict(msg.files_skipped),
+        sketch=sketch_from_proto(msg.sketch) if msg.HasField("sketch") else None)
+
+
+def table_from_proto(msg: pb.TableInfo) -> TableRecord:
+    return TableRecord(name=msg.name, version=msg.version,
+                       schema=schema_from_bytes(msg.arrow_schema))

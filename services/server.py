@@ -1,0 +1,156 @@
+"""The gRPC server: ``SketchService`` plus the standard health and reflection services,
+behind the token and error-mapping interceptors, on an insecure or TLS port.
+
+``SketchServer`` fronts a coordinator it is given (tests, benchmarks); ``serve`` is
+``imp serve``: it builds the coordinator from a ``ServerConfig``, serves until SIGINT or
+SIGTERM, then drains calls and closes the coordinator (which checkpoints live queries).
+
+Invariants: the health service reports SERVING only between a successful start and the
+beginning of shutdown. The default address is loopback; listening elsewhere is an explicit
+setting (IMP_LISTEN), and doing so without TLS and tokens is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.auth import TokenAuthInterceptor
+from services.config import ServerConfig
+from services.error_interceptor import ErrorMappingInterceptor
+from services.guards import Guard
+from services.metrics import CallMetrics
+from services.protos import SERVICE_NAME, rpc
+from services.servicer import SketchServicer
+
+log = logging.getLogger("imp.services")
+
+
+def is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def server_credentials(config: ServerConfig) -> grpc.ServerCredentials:
+    key = Path(config.tls_key).read_bytes()
+    cert = Path(config.tls_cert).read_bytes()
+    client_ca = Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
+                                       require_client_auth=client_ca is not None)
+
+
+class SketchServer:
+    """A started-on-demand gRPC server in front of ``coordinator``."""
+
+    def __init__(self, config: ServerConfig, coordinator: Any):
+        if not is_loopback(config.listen) and not (config.tls and config.auth_token_file):
+            log.warning("listening on %s (not loopback) without %s: any host that reaches "
+                        "this port can call the service", config.listen,
+                        "TLS and token authentication" if not config.tls and not
+                        config.auth_token_file else "TLS" if not config.tls else
+                        "token authentication")
+        self.config = config
+        self.coordinator = coordinator
+        self.metrics = CallMetrics()
+        self.guard = Guard(config.limits)
+        self.stopping = threading.Event()
+        self.health = health.HealthServicer()
+        interceptors: list[grpc.ServerInterceptor] = []
+        tokens = config.auth_tokens()
+        if tokens:
+            interceptors.append(TokenAuthInterceptor(tokens))
+        interceptors.append(ErrorMappingInterceptor(self.metrics))
+        size = config.limits.max_message_bytes
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers,
+                                       thread_name_prefix="imp-grpc"),
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", size),
+                     ("grpc.max_send_message_length", size),
+                     ("grpc.so_reuseport", 0),
+                     # watch streams may sit idle for long: let clients keep them alive
+                     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                     ("grpc.keepalive_permit_without_calls", 1)])
+        self.servicer = SketchServicer(coordinator, self.guard, self.metrics, self.stopping)
+        rpc.add_SketchServiceServicer_to_server(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        if config.tls:
+            self.port = self.server.add_secure_port(config.listen, server_credentials(config))
+        else:
+            self.port = self.server.add_insecure_port(config.listen)
+        if not self.port:
+            raise OSError(f"cannot listen on {config.listen}")
+
+    @property
+    def address(self) -> str:
+        host = self.config.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    def start(self) -> SketchServer:
+        self.server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("SketchService listening on %s (%s%s)", self.address,
+                 "TLS" if self.config.tls else "plaintext",
+                 ", token auth" if self.config.auth_token_file else "")
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop accepting calls, end watch streams, let running calls finish."""
+        self.health.enter_graceful_shutdown()
+        self.stopping.set()
+        grace = self.config.grace_seconds if grace is None else grace
+        self.server.stop(grace).wait()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.server.wait_for_termination(timeout)
+
+    def __enter__(self) -> SketchServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(0)
+
+
+def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
+    """``imp serve``: run the coordinator and the server until SIGINT/SIGTERM."""
+    from imp_actors.coordinator import Coordinator
+
+    os.environ.update(config.spark_env())
+    coordinator = Coordinator(config.runtime_config())
+    coordinator.start()
+    try:
+        server = SketchServer(config, coordinator).start()
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            log.info("signal %s: shutting down", signal.Signals(signum).name)
+            done.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+        print(f"imp: serving on {server.address}", flush=True)
+        if ready is not None:
+            ready.set()
+        done.wait()
+        server.stop()
+    finally:
+        coordinator.close()
+    return 0

@@ -1,0 +1,162 @@
+"""``SketchService``: each call converts its request, asks the coordinator, converts the
+answer. No business logic lives here: checks are ``Guard``'s, conversions ``convert``'s,
+errors become statuses in ``ErrorMappingInterceptor``.
+
+Deadlines and cancellation: a call whose client has gone (cancelled, deadline passed) is
+not started; the long calls (RunQuery, Maintain, a current GetSketch, ApplyUpdate)
+check again before building their answer; WatchSketch waits in short slices and stops
+as soon as its client cancels, its deadline passes or the server stops.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Iterator
+
+import grpc
+
+from imp_core.errors import ImpError
+from services import convert
+from services.auth import client_identity
+from services.errors import BadRequestError
+from services.guards import Guard
+from services.metrics import CallMetrics
+from services.protos import pb, rpc
+
+WATCH_SLICE_S = 0.25  # longest wait between two checks of a watch's client
+
+
+class CallEndedError(ImpError):
+    """The client cancelled the call or its deadline passed; nothing is answered."""
+
+    code = "CANCELLED"
+
+
+def _alive(context: grpc.ServicerContext) -> None:
+    if not context.is_active():
+        raise CallEndedError("the call was cancelled or its deadline passed")
+
+
+class SketchServicer(rpc.SketchServiceServicer):
+    def __init__(self, coordinator: Any, guard: Guard, metrics: CallMetrics,
+                 stopping: threading.Event | None = None):
+        self.c = coordinator
+        self.guard = guard
+        self.metrics = metrics
+        self.stopping = stopping or threading.Event()
+
+    # -- queries ---------------------------------------------------------------------------
+    def RegisterQuery(self, request, context):
+        self.guard.sql(request.sql)
+        spec = convert.query_spec(request)
+        _alive(context)
+        with self.guard.registration(client_identity(context), spec.name):
+            info = self.c.register(spec)
+        return pb.RegisterQueryResponse(query=convert.query_info_to_proto(info))
+
+    def DropQuery(self, request, context):
+        self.c.drop(request.name)
+        self.guard.dropped(request.name)
+        return pb.DropQueryResponse()
+
+    def ListQueries(self, request, context):
+        return pb.ListQueriesResponse(
+            queries=[convert.query_info_to_proto(q) for q in self.c.queries()])
+
+    def ListTables(self, request, context):
+        store = self.c.store
+        return pb.ListTablesResponse(tables=[
+            pb.TableInfo(name=t, version=store.version(t),
+                         arrow_schema=convert.schema_to_bytes(store.schema(t)))
+            for t in self.c.tables()])
+
+    # -- sketches --------------------------------------------------------------------------
+    def GetSketch(self, request, context):
+        if request.HasField("seq"):
+            sv = self.c.sketch_version(request.query, request.seq)
+        else:
+            fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
+            if fresh:
+                _alive(context)
+            sv = self.c.get_sketch(request.query, fresh=fresh)
+        return pb.GetSketchResponse(
+            sketch=convert.sketch_to_proto(sv, request.include_partitions))
+
+    def WatchSketch(self, request, context) -> Iterator[pb.WatchSketchResponse]:
+        with self.guard.watch_slot():
+            after = request.after_seq
+            self.c.info(request.query)  # NOT_FOUND before the stream starts
+            while context.is_active() and not self.stopping.is_set():
+                remaining = context.time_remaining()
+                wait = WATCH_SLICE_S if remaining is None else \
+                    max(0.0, min(WATCH_SLICE_S, remaining))
+                sv = self.c.watch(request.query, after, timeout=wait)
+                if sv is None:
+                    continue
+                yield pb.WatchSketchResponse(
+                    sketch=convert.sketch_to_proto(sv, request.include_partitions))
+                after = sv.seq
+
+    def Maintain(self, request, context):
+        _alive(context)
+        done = self.c.maintain(queries=list(request.queries) or None,
+                               tables=list(request.tables) or None)
+        _alive(context)
+        return pb.MaintainResponse(
+            sketches=[convert.sketch_to_proto(sv) for _, sv in sorted(done.items())])
+
+    # -- data ------------------------------------------------------------------------------
+    def ApplyUpdate(self, request, context):
+        parts = (request.inserts, request.deletes, request.update_old, request.update_new)
+        self.guard.batch_bytes(sum(len(p) for p in parts))
+        inserts, deletes, old, new = (
+            convert.ipc_to_table(p, what) for p, what in
+            zip(parts, ("inserts", "deletes", "update_old", "update_new")))
+        self.guard.batch_rows(sum(t.num_rows for t in (inserts, deletes, old, new)
+                                  if t is not None))
+        if (old is None) != (new is None):
+            raise BadRequestError("an update needs both update_old and update_new")
+        _alive(context)
+        result = self.c.apply_update(request.table, inserts=inserts, deletes=deletes,
+                                     updates=(old, new) if old is not None else None)
+        return convert.update_to_proto(result)
+
+    def RunQuery(self, request, context):
+        if request.sql:
+            self.guard.sql(request.sql)
+        elif not request.query:
+            raise BadRequestError("give the SQL to run or a registered query name")
+        _alive(context)
+        result = self.c.run_query(sql=request.sql or None, query=request.query or None,
+                                  use_sketch=request.use_sketch)
+        _alive(context)
+        rows = convert.table_to_ipc(result.rows)
+        self.guard.result_bytes(len(rows))
+        return convert.query_result_to_proto(result, rows)
+
+    # -- actors ----------------------------------------------------------------------------
+    def Checkpoint(self, request, context):
+        return pb.CheckpointResponse(
+            checkpoints=[convert.checkpoint_to_proto(c) for c in
+                         self.c.checkpoint(request.query)])
+
+    def Evict(self, request, context):
+        self.c.evict(request.query)
+        return pb.EvictResponse()
+
+    def Restore(self, request, context):
+        return pb.RestoreResponse(query=convert.query_info_to_proto(
+            self.c.restore(request.query)))
+
+    def ScaleQuery(self, request, context):
+        if request.shards < 1:
+            raise BadRequestError("shards must be at least 1")
+        return pb.ScaleQueryResponse(query=convert.query_info_to_proto(
+            self.c.scale(request.query, request.shards)))
+
+    def Stats(self, request, context):
+        service = self.metrics.snapshot()
+        service["open_watches"] = self.guard.open_watches
+        return pb.StatsResponse(coordinator_json=json.dumps(self.c.stats(), default=str),
+                                service_json=json.dumps(service))

@@ -117,7 +117,7 @@ def container_env(docs, container: dict) -> dict[str, str]:
             env.update(find(docs, "ConfigMap", src["configMapRef"]["name"])["data"])
         if "secretRef" in src:
             name = src["secretRef"]["name"]
-            env.update({k: f"secret:{name}/{k}" for k in secret_keys(find(docs, "Secret", name))})
+            env.update({k: f"secret:{name}/{k}" for k in secret_keys(secret(docs, name))})
     for e in container.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
@@ -129,6 +129,50 @@ def container_env(docs, container: dict) -> dict[str, str]:
 
 def secret_keys(secret: dict) -> set[str]:
     return set(secret.get("stringData", {})) | set(secret.get("data", {}))
+
+
+@cache
+def declared_secrets() -> dict[str, dict]:
+    """Every Secret the manifests use, as its placeholder declares it: the base's, and the
+    overlays' ``*.example.yaml`` (Secrets an overlay expects to exist but never renders,
+    so that applying it cannot overwrite the real ones)."""
+    found = {d["metadata"]["name"]: d for d in render("base") if d["kind"] == "Secret"}
+    for path in sorted(K8S.glob("overlays/*/*.example.yaml")):
+        for d in yaml.safe_load_all(path.read_text()):
+            if d and d["kind"] == "Secret":
+                found[d["metadata"]["name"]] = d
+    return found
+
+
+def secret(docs, name: str) -> dict:
+    """The Secret as rendered, else as declared by its placeholder."""
+    rendered = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == name]
+    if rendered:
+        return rendered[0]
+    assert name in declared_secrets(), f"Secret {name} is used but declared nowhere"
+    return declared_secrets()[name]
+
+
+def secret_references(docs):
+    """(owner, secret name) for every Secret a pod or the autoscaler refers to."""
+    for owner, template in pod_templates(docs):
+        spec = template["spec"]
+        for v in spec.get("volumes", []):
+            if "secret" in v:
+                yield owner, v["secret"]["secretName"]
+        for c in spec["containers"]:
+            yield from ((owner, n) for n in _container_secrets(c))
+    yield from (("autoscaler", n)
+                for n in _container_secrets(raycluster(docs)["spec"]["autoscalerOptions"]))
+
+
+def _container_secrets(container: dict):
+    for src in container.get("envFrom", []):
+        if "secretRef" in src:
+            yield src["secretRef"]["name"]
+    for e in container.get("env", []):
+        if "secretKeyRef" in e.get("valueFrom", {}):
+            yield e["valueFrom"]["secretKeyRef"]["name"]
 
 
 def mount_of(spec: dict, container: dict, path: str) -> tuple[dict, dict]:
@@ -211,8 +255,7 @@ def test_core_kinds_validate_strictly(target):
         for version in KUBERNETES_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
     expected = {("Namespace", "imp"), ("Deployment", "imp"), ("Service", "imp"),
-                ("ConfigMap", "imp-config"), ("Secret", "imp-auth-token"),
-                ("Secret", "imp-tls"), ("Secret", "imp-ray-auth"),
+                ("ConfigMap", "imp-config"),
                 ("PersistentVolumeClaim", "imp-data"), ("Deployment", "imp-spark-connect"),
                 ("Service", "imp-spark-connect"), ("NetworkPolicy", "default-deny-ingress"),
                 ("RayCluster", "imp-raycluster")}
@@ -318,7 +361,7 @@ def test_imp_settings_name_the_deployed_services(target):
     for e in ray_env:
         assert e["RAY_AUTH_MODE"] == "token"
         assert e["RAY_AUTH_TOKEN"] == "secret:imp-ray-auth/auth_token"
-    assert "auth_token" in secret_keys(find(docs, "Secret", "imp-ray-auth"))
+    assert "auth_token" in secret_keys(secret(docs, "imp-ray-auth"))
     # every setting is documented for operators
     guide = OPERATIONS_GUIDE.read_text()
     for name in env:
@@ -368,18 +411,24 @@ def test_secrets_are_mounted_read_only_placeholders(target):
         files |= {"IMP_TLS_CERT": "imp-tls", "IMP_TLS_KEY": "imp-tls"}
         if env.get("IMP_TLS_CLIENT_CA"):
             files["IMP_TLS_CLIENT_CA"] = "imp-tls"
-    for setting, secret in files.items():
+    for setting, name in files.items():
         path = env[setting]
         mount, volume = mount_of(spec, container, path)
-        assert volume["secret"]["secretName"] == secret, setting
+        assert volume["secret"]["secretName"] == name, setting
         assert mount.get("readOnly") is True, f"{setting}: secret mounted writable"
-        assert path.rsplit("/", 1)[1] in secret_keys(find(docs, "Secret", secret)), setting
+        assert path.rsplit("/", 1)[1] in secret_keys(secret(docs, name)), setting
+    for owner, name in secret_references(docs):  # rendered, or declared by a placeholder
+        assert secret(docs, name)["metadata"]["name"] == name, owner
     # the repository never holds a real secret: every value is a marked placeholder
-    for secret in (d for d in docs if d["kind"] == "Secret"):
-        assert secret["metadata"]["annotations"]["imp-on-spark/placeholder"] == "true"
-        assert "data" not in secret, "placeholders are readable stringData"
-        for key, value in secret["stringData"].items():
-            assert "REPLACE-ME" in value, f"{secret['metadata']['name']}/{key}"
+    rendered = [d for d in docs if d["kind"] == "Secret"]
+    for doc in rendered + list(declared_secrets().values()):
+        name = doc["metadata"]["name"]
+        assert doc["metadata"]["labels"]["imp-on-spark/placeholder"] == "true", name
+        assert "data" not in doc, "placeholders are readable stringData"
+        for key, value in doc["stringData"].items():
+            assert "REPLACE-ME" in value, f"{name}/{key}"
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -471,6 +520,11 @@ def test_overlays_differ_where_they_should():
         return sum(g["maxReplicas"] for g in raycluster(docs)["spec"]["workerGroupSpecs"])
     assert max_workers(prod) > max_workers(dev)
     assert not [d for d in dev if d["kind"] == "PodDisruptionBudget"]
+    # dev renders the placeholder Secrets; production none, so that applying it never
+    # overwrites the real ones
+    assert {d["metadata"]["name"] for d in dev if d["kind"] == "Secret"} == {
+        "imp-auth-token", "imp-tls", "imp-ray-auth"}
+    assert not [d for d in prod if d["kind"] == "Secret"]
     pdbs = [d for d in prod if d["kind"] == "PodDisruptionBudget"]
     pod_labels = [t["metadata"]["labels"] for _, t in pod_templates(prod)]
     covered = set()

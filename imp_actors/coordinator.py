@@ -715,18 +715,23 @@ class Coordinator:
         q.shard_versions, q.shard_sketches, q.shard_bytes = [], [], []
 
     def _make_room(self, incoming: _Query) -> None:
-        """Evict least recently used queries so that ``incoming`` fits the limits."""
-        with self._lock:
-            live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
-                              q.busy)
-                    for q in self._queries.values() if q.live and q is not incoming]
-        victims = choose_victims(live, self.config.eviction, time.time(),
-                                 incoming_actors=incoming.shards, protect=[incoming.name])
-        for name in victims:
-            try:
-                self._evict(self._get(name), blocking=False)
-            except UnknownQueryError:
-                continue
+        """Evict least recently used queries so that ``incoming`` fits the limits. Busy
+        queries are passed over at first; if that is not enough, the last round waits
+        (bounded) for them to finish their maintenance."""
+        for final in (False, True):
+            with self._lock:
+                live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
+                                  q.busy and not final)
+                        for q in self._queries.values() if q.live and q is not incoming]
+            victims = choose_victims(live, self.config.eviction, time.time(),
+                                     incoming_actors=incoming.shards, protect=[incoming.name])
+            if not victims:
+                return
+            for name in victims:
+                try:
+                    self._evict(self._get(name), timeout=10.0 if final else 0.0)
+                except UnknownQueryError:
+                    continue
 
     # -- checkpoints, eviction, restore, scaling --------------------------------------------
     def checkpoint(self, name: str) -> list[CheckpointInfo]:
@@ -760,10 +765,12 @@ class Coordinator:
         return infos
 
     def evict(self, name: str) -> None:
-        self._evict(self._get(name), blocking=True)
+        self._evict(self._get(name))
 
-    def _evict(self, q: _Query, blocking: bool) -> bool:
-        if not q.lock.acquire(blocking=blocking):
+    def _evict(self, q: _Query, timeout: float | None = None) -> bool:
+        """Checkpoint and stop ``q``'s actors; waits for its lock up to ``timeout`` seconds
+        (None: as long as it takes) and gives up (False) if it stays busy."""
+        if not q.lock.acquire(timeout=-1 if timeout is None else timeout):
             return False
         try:
             if not q.live:
@@ -903,6 +910,8 @@ class Coordinator:
 
         def job() -> None:
             try:
+                if not q.live:
+                    return  # evicted: it catches up when it is next used
                 self._maintain(q, {t: self.probe.latest(t) for t in q.tables})
                 self.counters["eager_batches"] += 1
             except UnknownQueryError:
@@ -950,7 +959,7 @@ class Coordinator:
                 with self._lock:
                     victim = self._queries.get(name)
                 if victim is not None:
-                    self._evict(victim, blocking=False)
+                    self._evict(victim, timeout=0.0)
 
     def poll(self) -> dict[str, int]:
         """Look for versions committed by other writers; account them to eager queries."""

@@ -81,6 +81,25 @@ def _bench_spark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_actors(args: argparse.Namespace) -> int:
+    from imp_core.bench.actors import run_actors_bench, summarize
+
+    report = run_actors_bench(rows=args.rows, queries=args.queries, max_live=args.max_live,
+                              calls=args.calls, data_root=args.data_root,
+                              chaos_steps=args.chaos_steps, progress=not args.quiet)
+    report["summary"] = summarize(report)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+    else:
+        for k, v in {**report["results"], **report["summary"]}.items():
+            print(f"{k}: {v}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from imp_core.demo import run_demo
 
@@ -140,6 +159,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to write the full JSON report")
     spk.add_argument("--quiet", action="store_true", help="no progress lines")
     spk.set_defaults(func=_bench_spark)
+
+    act = bsub.add_parser("actors", help="the actor runtime on a local Ray: fresh sketch "
+                          "latency, maintenance, restore, registrations under a live-actor "
+                          "cap, chaos")
+    act.add_argument("--json", action="store_true", help="print JSON on stdout")
+    act.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the results")
+    act.add_argument("--rows", type=int, default=1_000_000, help="rows of t5000g")
+    act.add_argument("--queries", type=int, default=200, help="queries to register")
+    act.add_argument("--max-live", type=int, default=16, help="live query actors at most")
+    act.add_argument("--calls", type=int, default=2000, help="GetSketch calls timed")
+    act.add_argument("--chaos-steps", type=int, default=12, help="update steps of the chaos run")
+    act.add_argument("--data-root", default=".imp", help="where the bench's service root goes")
+    act.add_argument("--out", default="bench-results/actors.json",
+                     help="where to write the full JSON report")
+    act.add_argument("--quiet", action="store_true", help="no progress lines")
+    act.set_defaults(func=_bench_actors)
     return p
 
 

@@ -789,29 +789,46 @@ class Coordinator:
         return self.info(name)
 
     def scale(self, name: str, shards: int) -> QueryInfo:
-        """Split the query's state over ``shards`` actors (re-captured per shard from the
-        tables, at their latest versions); updates committed meanwhile are applied."""
+        """Split the query's state over ``shards`` actors. The live shards' operator state
+        is re-split by the routing column (``imp_actors.resharding``), no table is read;
+        updates committed meanwhile are later versions, applied next."""
+        from imp_actors.resharding import reshard
+
         if shards < 1:
             raise PartitionError("a query needs at least one shard")
         q = self._get(name)
         with q.lock:
             if shards == q.shards:
                 return self.info(name)
-            key = shard_key(q.plan) if shards > 1 else None
+            key = shard_key(q.plan)  # raises with the reason when the plan cannot split
+            self._ensure_live(q)
+            assert q.handles is not None
+            common = {t: max(v[t] for v in q.shard_versions) for t in q.tables}
+            self._advance(q, common)
+            states = [st for st, _ in gather([h.submit("state") for h in q.handles])]
+            parts = reshard(states, q.plan, q.partitions, self.options, key, shards)
             record = q.record.with_shards(shards)
-            fresh = _Query(record, q.plan, q.partitions, q.specs, key, q.history)
-            fresh.last_used = time.time()
+            fresh = _Query(record, q.plan, q.partitions, q.specs,
+                           key if shards > 1 else None, q.history)
             self._make_room(fresh)
-            old_handles = q.handles
-            self._bootstrap(fresh)
+            handles: list[WorkerHandle] = []
+            try:
+                for i, tables in enumerate(parts):
+                    h = self._spawn()
+                    handles.append(h)
+                    h.call("load", self._spec(fresh, i), None, (tables, common))
+                statuses = gather([h.submit("status") for h in handles])
+            except BaseException:
+                for h in handles:
+                    h.kill()
+                raise
+            old = q.handles
+            q.record, q.key = record, fresh.key
+            self._adopt(q, handles, statuses)
+            self._checkpoint_locked(q)
             self.registry.put(record)
-            for h in old_handles or []:
+            for h in old:
                 h.kill()
-            q.record, q.key = record, key
-            q.handles = fresh.handles
-            q.shard_versions, q.shard_sketches = fresh.shard_versions, fresh.shard_sketches
-            q.shard_bytes = fresh.shard_bytes
-            q.batches_since_checkpoint = 0
             self.checkpoints.drop(name, keep_generation=record.generation)
             self.counters["rescales"] += 1
         return self.info(name)

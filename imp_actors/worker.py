@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
+import pyarrow as pa
 from pyroaring import BitMap
 
 from imp_actors.checkpoints import CheckpointStore
@@ -81,15 +82,22 @@ class QueryWorker:
         self._store: CheckpointStore | None = None
 
     # -- hosting ------------------------------------------------------------------------
-    def load(self, spec: WorkerSpec, checkpoint: str | None = None) -> WorkerStatus:
-        """Host ``spec``'s shard: empty state, or the state of ``checkpoint`` (a name in
-        the checkpoint store). A damaged or foreign checkpoint raises ``SnapshotError``
-        and leaves the worker empty."""
+    def load(self, spec: WorkerSpec, checkpoint: str | None = None,
+             state: tuple[Mapping[str, pa.Table], Mapping[str, int]] | None = None
+             ) -> WorkerStatus:
+        """Host ``spec``'s shard: empty state, the state of ``checkpoint`` (a name in the
+        checkpoint store), or ``state`` (state tables and the versions they are exact
+        for). A damaged or foreign checkpoint raises ``SnapshotError`` and leaves the
+        worker empty."""
         self.unload()
         pipeline = IncrementalQuery(spec.plan, spec.partitions, spec.options)
         store = CheckpointStore(spec.checkpoint_root)
         versions: dict[str, int] = {}
-        if checkpoint is not None:
+        if state is not None:
+            tables, at = state
+            pipeline.load_state(tables)
+            versions = {str(k): int(v) for k, v in at.items()}
+        elif checkpoint is not None:
             try:
                 blob = store.read(checkpoint)
             except OSError as exc:
@@ -144,6 +152,10 @@ class QueryWorker:
                                   "shard": spec.shard, "shards": spec.shards,
                                   "generation": spec.generation})
         return self._store.write(spec.query, spec.generation, spec.shard, blob, self.versions)
+
+    def state(self) -> tuple[dict[str, pa.Table], dict[str, int]]:
+        """The state tables and the versions they are exact for (for re-splitting)."""
+        return self._hosted().state_tables(), dict(self.versions)
 
     def status(self) -> WorkerStatus:
         spec, p = self.spec, self.pipeline

@@ -177,7 +177,9 @@ class IncrementalQuery:
     def _identity(self) -> dict[str, str]:
         return {"plan": self.plan.fingerprint(), "partitions": self.partitions.fingerprint()}
 
-    def snapshot(self, extra: Mapping[str, object] | None = None) -> bytes:
+    def state_tables(self) -> dict[str, pa.Table]:
+        """Every piece of state as named Arrow tables (``"<op id>/<name>"``, ``"merge/..."``,
+        ``"result"``): what ``snapshot`` serializes and ``load_state`` takes back."""
         tables: dict[str, pa.Table] = {}
         for op in self.operators:
             for name, t in op.snapshot().items():
@@ -186,17 +188,27 @@ class IncrementalQuery:
             tables[f"merge/{name}"] = t
         if self.options.keep_result:
             tables["result"] = batch_to_arrow(self.result())
+        return tables
+
+    def snapshot(self, extra: Mapping[str, object] | None = None) -> bytes:
         meta = {**self._identity(), "batches": self.batches, **(extra or {})}
-        return write_snapshot(meta, tables)
+        return write_snapshot(meta, self.state_tables())
 
     def restore(self, blob: bytes) -> dict[str, object]:
         """Load state from ``snapshot`` bytes; refuses damaged or foreign snapshots."""
         meta, tables = read_snapshot(blob, expect=self._identity())
+        self.load_state(tables, int(meta.get("batches", 0)))
+        return meta
+
+    def load_state(self, tables: Mapping[str, pa.Table], batches: int = 0) -> None:
+        """Replace all state by ``tables`` (the layout of ``state_tables``), e.g. state
+        computed elsewhere (``imp_core.spark.bootstrap``). All or nothing: tables that do
+        not fit this pipeline raise ``SnapshotError`` and leave it as it was."""
         grouped: dict[str, dict[str, pa.Table]] = {}
         for key, t in tables.items():
             owner, _, name = key.rpartition("/")
             grouped.setdefault(owner, {})[name] = t
-        # load into a fresh wiring first, so that a snapshot that does not fit leaves this
+        # load into a fresh wiring first, so that state that does not fit leaves this
         # pipeline exactly as it was (no operator half-restored)
         fresh = IncrementalQuery(self.plan, self.partitions, self.options, self.source,
                                  self.join_sides)
@@ -206,15 +218,13 @@ class IncrementalQuery:
                     op.restore(grouped.get(op.op_id, {}))
             fresh.merge.restore(grouped["merge"])
             result = [batch_from_arrow(tables["result"])] if "result" in tables else []
-            batches = int(meta.get("batches", 0))
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid) as exc:
-            raise SnapshotError(f"snapshot does not fit this pipeline: {exc}") from None
+            raise SnapshotError(f"state does not fit this pipeline: {exc}") from None
         self.scans, self.operators, self.root = fresh.scans, fresh.operators, fresh.root
         self.merge = fresh.merge
-        self._result = result
+        self._result = [b for b in result if len(b)]
         self._result_rows = sum(len(b) for b in result)
         self.batches = batches
-        return meta
 
 
 __all__ = ["EngineOptions", "IncrementalQuery", "SketchDelta", "TableDelta"]

@@ -377,6 +377,20 @@ class AggregateOp(Operator):
                 mm.sets.setdefault(int(remap[g]), SortedDict())
         self._ensure(n)
 
+    def current_output(self) -> DeltaBatch:
+        """The operator's whole current output: one row (weight +1) per non-empty group,
+        annotated with the group's sketch — the integral of every delta it emitted."""
+        n = len(self.groups)
+        gids = np.flatnonzero(self.cnt[:n] > 0)
+        if len(gids) == 0:
+            return self.empty()
+        cols = self._values(
+            gids, self.cnt[gids], [a[gids] for a in self.nonnull],
+            [None if s is None else s[gids] for s in self.sums],
+            [None if m is None else [m.extreme(g) for g in gids.tolist()] for m in self.minmax])
+        data = pa.Table.from_arrays(cols, schema=self.output_schema)
+        return DeltaBatch.of(data, 1, self.frags.annotation(gids))
+
     def state_bytes(self) -> int:
         n = len(self.groups)
         size = self.cnt.nbytes + sum(a.nbytes for a in self.nonnull)

@@ -1,6 +1,9 @@
 """The ``imp`` command line.
 
-Subcommands today: ``demo`` (the engine demo), ``bench engine`` and ``bench spark``.
+Subcommands: ``demo`` (the engine demo), ``bench engine|spark|actors|grpc``, and the
+service's ``serve`` and client commands (``register``, ``sketch``, ``watch``, ``update``,
+``query``, ``ls``, ``drop``, ``evict``, ``restore``, ``scale``, ``maintain``,
+``checkpoint``, ``stats``; see ``services/cli.py``).
 Output is readable by default; ``--json`` prints machine-readable JSON on stdout
 (progress goes to stderr).
 """
@@ -176,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to write the full JSON report")
     act.add_argument("--quiet", action="store_true", help="no progress lines")
     act.set_defaults(func=_bench_actors)
+
+    # the service: `serve`, the client commands and `bench grpc` (services/cli.py)
+    from services.cli import add_bench_command, add_client_commands
+
+    add_bench_command(bsub)
+    add_client_commands(sub)
     return p
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
+import threading
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
@@ -279,6 +280,33 @@ def sketch_to_proto(sv: SketchVersion, include_partitions: bool = False) -> pb.S
         where=sv.where(), fragments=list(sketch.fragments), total_fragments=pset.size,
         created_at=sv.created_at, maintain_seconds=sv.maintain_seconds,
         has_partitions=include_partitions)
+
+
+class SketchEncoder:
+    """``sketch_to_proto`` with the last message of each query kept: a sketch version is
+    immutable, so while it stays the latest (the common case of a current sketch read
+    many times) it is converted once. A hit needs the very same ``SketchVersion`` object,
+    never just an equal name and seq (a dropped and re-registered query restarts at 1)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, bool], tuple[SketchVersion, pb.SketchVersion]] = {}
+        self._lock = threading.Lock()
+
+    def encode(self, sv: SketchVersion, include_partitions: bool = False) -> pb.SketchVersion:
+        key = (sv.query, include_partitions)
+        with self._lock:
+            hit = self._last.get(key)
+        if hit is not None and hit[0] is sv:
+            return hit[1]
+        msg = sketch_to_proto(sv, include_partitions)
+        with self._lock:
+            self._last[key] = (sv, msg)
+        return msg
+
+    def forget(self, query: str) -> None:
+        with self._lock:
+            for key in [k for k in self._last if k[0] == query]:
+                del self._last[key]
 
 
 def checkpoint_to_proto(c: CheckpointInfo) -> pb.CheckpointInfo:

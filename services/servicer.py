@@ -45,6 +45,7 @@ class SketchServicer(rpc.SketchServiceServicer):
         self.guard = guard
         self.metrics = metrics
         self.stopping = stopping or threading.Event()
+        self.sketches = convert.SketchEncoder()
 
     # -- queries ---------------------------------------------------------------------------
     def RegisterQuery(self, request, context):
@@ -58,6 +59,7 @@ class SketchServicer(rpc.SketchServiceServicer):
     def DropQuery(self, request, context):
         self.c.drop(request.name)
         self.guard.dropped(request.name)
+        self.sketches.forget(request.name)
         return pb.DropQueryResponse()
 
     def ListQueries(self, request, context):
@@ -80,8 +82,7 @@ class SketchServicer(rpc.SketchServiceServicer):
             if fresh:
                 _alive(context)
             sv = self.c.get_sketch(request.query, fresh=fresh)
-        return pb.GetSketchResponse(
-            sketch=convert.sketch_to_proto(sv, request.include_partitions))
+        return pb.GetSketchResponse(sketch=self.sketches.encode(sv, request.include_partitions))
 
     def WatchSketch(self, request, context) -> Iterator[pb.WatchSketchResponse]:
         with self.guard.watch_slot():
@@ -95,7 +96,7 @@ class SketchServicer(rpc.SketchServiceServicer):
                 if sv is None:
                     continue
                 yield pb.WatchSketchResponse(
-                    sketch=convert.sketch_to_proto(sv, request.include_partitions))
+                    sketch=self.sketches.encode(sv, request.include_partitions))
                 after = sv.seq
 
     def Maintain(self, request, context):

@@ -104,7 +104,17 @@ def _bench_actors(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from imp_core.demo import run_demo
+    if args.engine:
+        from imp_core.demo import run_demo as run_engine_demo
+
+        run_engine_demo(rows=args.rows, batches=args.batches, seed=args.seed,
+                        tpch_scale=args.tpch_scale)
+        return 0
+    from services.demo import run_demo
+
+    return run_demo(root=args.root, tpch_scale=args.tpch_scale, rows=args.rows,
+                    batches=args.batches, batch_size=args.batch_size, seed=args.seed,
+                    backend=args.backend)
 
     run_demo(rows=args.rows, batches=args.batches, seed=args.seed, tpch_scale=args.tpch_scale)
     return 0
@@ -115,10 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
                                 "provenance sketches (IMP).")
     sub = p.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the engine demo on small generated data")
-    demo.add_argument("--rows", type=int, default=50_000, help="rows of the synthetic tables")
-    demo.add_argument("--batches", type=int, default=5, help="update batches per query")
-    demo.add_argument("--tpch-scale", type=float, default=0.01, help="TPC-H scale factor")
+    demo = sub.add_parser("demo", help="the whole service on the embedded defaults: TPC-H, "
+                          "queries registered and maintained through gRPC, updates streamed")
+    demo.add_argument("--root", default=".imp/demo", help="service root (recreated)")
+    demo.add_argument("--rows", type=int, default=200_000, help="rows of t5000g")
+    demo.add_argument("--batches", type=int, default=4, help="update batches")
+    demo.add_argument("--batch-size", type=int, default=200,
+                      help="changed rows per table and batch")
+    demo.add_argument("--tpch-scale", type=float, default=0.05, help="TPC-H scale factor")
+    demo.add_argument("--backend", choices=("ray", "local"), default="ray",
+                      help="query workers as Ray actors (default) or in-process")
+    demo.add_argument("--engine", action="store_true",
+                      help="the in-process engine demo instead (no Spark, Ray or gRPC)")
     demo.add_argument("--seed", type=int, default=7)
     demo.set_defaults(func=_demo)
 

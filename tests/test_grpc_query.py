@@ -102,3 +102,28 @@ def test_result_larger_than_a_message_is_refused(svc):
                          use_sketch=False)
     assert info.value.code == "RESOURCE_EXHAUSTED" and "LIMIT" in info.value.message
     assert svc.state() == before
+
+
+def test_cli_query_json(svc, capsys, tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+    from grpc_harness import TOKEN
+
+    from imp_core.cli import main
+
+    conn = ["--target", svc.address, "--token", TOKEN]
+    assert main(["query", "--query", "groups", "--json", *conn]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sketch"]["query"] == "groups" and out["rows"]
+    assert set(out["rows"][0]) == {"a", "ab"} and out["rows_read"]["t1000g"] > 0
+    path = tmp_path / "rows.parquet"
+    assert main(["query", "--sql", "SELECT a, b FROM t1000g WHERE a < 5", "--no-sketch",
+                 "--out", str(path), "--json", *conn]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sketch"] is None and out["rows"] == f"written to {path}"
+    assert pq.read_table(path).num_rows == pc.sum(pc.less(
+        svc.coordinator.store.read("t1000g").column("a"), 5)).as_py()
+    assert main(["query", "--query", "groups", *conn]) == 0
+    text = capsys.readouterr().out
+    assert "rows in" in text and "with the sketch of groups" in text and "rows read" in text

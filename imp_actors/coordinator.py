@@ -28,7 +28,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -609,31 +609,41 @@ class Coordinator:
             return
         t0 = time.perf_counter()
         self._make_room(q)
+
+        def restore(i: int, h: WorkerHandle) -> WorkerStatus:
+            st = self._load_newest_checkpoint(q, i, h)
+            return st or self._rebuild_shard(q, i, h, "it has no usable checkpoint")
+
+        self._start_shards(q, restore)
+        self.counters["restores"] += 1
+        if q.history.latest is None:  # first restore after a coordinator restart
+            self._publish(q, self._align_shards(q), 0.0)
+        self.timings["restore_s"].append(time.perf_counter() - t0)
+        del self.timings["restore_s"][:-1000]
+
+    def _start_shards(self, q: _Query,
+                      prepare: Callable[[int, WorkerHandle], WorkerStatus]) -> None:
+        """A worker per shard, each prepared by ``prepare(shard, handle)``; all or none
+        (on failure the started workers are stopped and ``q`` is left as it was)."""
         handles: list[WorkerHandle] = []
         statuses: list[WorkerStatus] = []
         try:
             for i in range(q.shards):
-                h = self._spawn()
-                handles.append(h)
-                st = self._load_newest_checkpoint(q, i, h)
-                if st is None:
-                    st = self._rebuild_shard(q, i, h, "it has no usable checkpoint")
-                statuses.append(st)
+                handles.append(self._spawn())
+                statuses.append(prepare(i, handles[-1]))
         except BaseException:
             for h in handles:
                 h.kill()
             raise
         self._adopt(q, handles, statuses)
-        versions = q.shard_versions
-        self.counters["restores"] += 1
-        if q.history.latest is None:  # first restore after a coordinator restart
-            if all(v == versions[0] for v in versions):
-                self._publish(q, versions[0], 0.0)
-            else:
-                self._advance(q, {t: max(v[t] for v in versions) for t in q.tables})
-                self._publish(q, q.shard_versions[0], 0.0)
-        self.timings["restore_s"].append(time.perf_counter() - t0)
-        del self.timings["restore_s"][:-1000]
+
+    def _align_shards(self, q: _Query) -> dict[str, int]:
+        """Bring shards that differ (a commit landed between their captures, or a crash
+        hit mid-batch) to the newest of their versions; returns those versions."""
+        target = {t: max(v[t] for v in q.shard_versions) for t in q.tables}
+        if any(v != target for v in q.shard_versions):
+            self._advance(q, target)
+        return target
 
     def _load_newest_checkpoint(self, q: _Query, shard: int, h: WorkerHandle
                                 ) -> WorkerStatus | None:
@@ -668,23 +678,8 @@ class Coordinator:
 
     def _bootstrap(self, q: _Query) -> None:
         """First state of a new query (or of a new shard generation), from the tables."""
-        handles: list[WorkerHandle] = []
-        statuses = []
-        try:
-            for i in range(q.shards):
-                h = self._spawn()
-                handles.append(h)
-                statuses.append(self._rebuild_shard(q, i, h))
-        except BaseException:
-            for h in handles:
-                h.kill()
-            raise
-        self._adopt(q, handles, statuses)
-        versions = q.shard_versions
-        target = {t: max(v[t] for v in versions) for t in q.tables}
-        if any(v != target for v in versions):  # a commit landed between shard captures
-            self._advance(q, target)
-        self._publish(q, target, 0.0)
+        self._start_shards(q, lambda i, h: self._rebuild_shard(q, i, h))
+        self._publish(q, self._align_shards(q), 0.0)
         q.batches_since_checkpoint = 0
         self._checkpoint_locked(q)
 
@@ -811,20 +806,12 @@ class Coordinator:
             fresh = _Query(record, q.plan, q.partitions, q.specs,
                            key if shards > 1 else None, q.history)
             self._make_room(fresh)
-            handles: list[WorkerHandle] = []
-            try:
-                for i, tables in enumerate(parts):
-                    h = self._spawn()
-                    handles.append(h)
-                    h.call("load", self._spec(fresh, i), None, (tables, common))
-                statuses = gather([h.submit("status") for h in handles])
-            except BaseException:
-                for h in handles:
-                    h.kill()
-                raise
+            self._start_shards(fresh, lambda i, h: h.call(
+                "load", self._spec(fresh, i), None, (parts[i], common)))
             old = q.handles
             q.record, q.key = record, fresh.key
-            self._adopt(q, handles, statuses)
+            q.handles, q.shard_versions = fresh.handles, fresh.shard_versions
+            q.shard_sketches, q.shard_bytes = fresh.shard_sketches, fresh.shard_bytes
             self._checkpoint_locked(q)
             self.registry.put(record)
             for h in old:

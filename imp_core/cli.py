@@ -26,6 +26,21 @@ def _ints(text: str) -> list[int]:
             f"expected comma-separated integers, got {text!r}") from None
 
 
+def _write_report(report: dict, args: argparse.Namespace, readable) -> int:
+    """Write the full report to ``args.out``; print JSON (``--json``) or ``readable()``."""
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+    else:
+        readable()
+        for k, v in report.get("summary", {}).items():
+            print(f"{k}: {v}")
+    return 0
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     from imp_core.bench.engine import DELTA_SIZES, FRAGMENTS, QUERIES, run_engine_bench, summarize
 
@@ -35,21 +50,15 @@ def _bench_engine(args: argparse.Namespace) -> int:
         min_seconds=args.min_seconds, min_batches=2 if args.min_seconds == 0 else 5,
         progress=not args.quiet)
     report["summary"] = summarize(report)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"full report (with machine and versions): {out}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(report if args.full else report["results"], indent=2))
-    else:
+
+    def readable() -> None:
         print(f"{'query':12s} {'frags':>6s} {'delta':>6s} {'tuples/s':>14s} {'p50 ms':>9s} "
               f"{'p95 ms':>9s}")
         for r in report["results"]:
             print(f"{r['query']:12s} {r['fragments']:6d} {r['delta_size']:6d} "
                   f"{r['tuples_per_s']:14,.0f} {r['batch_ms_p50']:9.3f} {r['batch_ms_p95']:9.3f}")
-        for k, v in report["summary"].items():
-            print(f"{k}: {v}")
-    return 0
+
+    return _write_report(report, args, readable)
 
 
 def _bench_spark(args: argparse.Namespace) -> int:
@@ -61,13 +70,8 @@ def _bench_spark(args: argparse.Namespace) -> int:
         repeats=args.repeats, data_root=args.data_root, row_group_rows=args.row_group_rows,
         page_rows=args.page_rows, progress=not args.quiet)
     report["summary"] = summarize(report)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"full report (with machine and versions): {out}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
-    else:
+
+    def readable() -> None:
         print(f"{'query':14s} {'boot s':>7s} {'fm s':>7s} {'ns s':>7s} {'use s':>7s} "
               f"{'read ns':>10s} {'read use':>10s} {'share':>7s} same")
         for r in report["results"]:
@@ -79,9 +83,8 @@ def _bench_spark(args: argparse.Namespace) -> int:
         for d in report["deltas"]:
             print(f"{d['table']:9s} {d['delta_size']:6d} {d['delta_ms_spark']:9.1f} "
                   f"{d['delta_ms_direct']:10.1f}")
-        for k, v in report["summary"].items():
-            print(f"{k}: {v}")
-    return 0
+
+    return _write_report(report, args, readable)
 
 
 def _bench_actors(args: argparse.Namespace) -> int:
@@ -91,16 +94,12 @@ def _bench_actors(args: argparse.Namespace) -> int:
                               calls=args.calls, data_root=args.data_root,
                               chaos_steps=args.chaos_steps, progress=not args.quiet)
     report["summary"] = summarize(report)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"full report (with machine and versions): {out}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
-    else:
-        for k, v in {**report["results"], **report["summary"]}.items():
+
+    def readable() -> None:
+        for k, v in report["results"].items():
             print(f"{k}: {v}")
-    return 0
+
+    return _write_report(report, args, readable)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -62,36 +62,40 @@ def reshard(states: list[StateTables], plan: QueryPlan, partitions: PartitionSet
     pipeline = IncrementalQuery(plan, partitions, options)
     aggregate = _top_aggregate(pipeline)
     P = max(partitions.size, 1)  # fragment-count keys are gid * P + fragment
+    sides = _join_sides(pipeline, key)
     united: StateTables = {}
+    for name, col in sides.items():
+        united[name] = pa.concat_tables([s[name] for s in states] if col else [states[0][name]])
     for op in pipeline.operators:
-        if isinstance(op, JoinOp):
-            for side in ("left", "right"):
-                name = f"{op.op_id}/{side}"
-                child = op.node.left if side == "left" else op.node.right
-                parts = [s[name] for s in states] if column_at(child, key) else [states[0][name]]
-                united[name] = pa.concat_tables(parts)
-        elif isinstance(op, AggregateOp):
+        if isinstance(op, AggregateOp):
             united.update(_unite_groups(op.op_id, states, P))
-        elif op.stateful:
+        elif op.stateful and not isinstance(op, JoinOp):
             raise UnshardableQueryError(f"cannot re-split the state of a {op.kind} operator")
     group_col = column_at(aggregate.node, key)
     assert group_col is not None, "shard_key guarantees a routed group-by column"
     out = []
     for k in range(shards):
         mine: StateTables = {}
+        for name, col in sides.items():
+            t = united[name]
+            mine[name] = t if col is None else t.filter(
+                pa.array(shard_of(t.column(col), shards) == k))
         for op in pipeline.operators:
-            if isinstance(op, JoinOp):
-                for side in ("left", "right"):
-                    name = f"{op.op_id}/{side}"
-                    child = op.node.left if side == "left" else op.node.right
-                    col = column_at(child, key)
-                    t = united[name]
-                    mine[name] = t if col is None else t.filter(
-                        pa.array(shard_of(t.column(col), shards) == k))
-            elif isinstance(op, AggregateOp):
+            if isinstance(op, AggregateOp):
                 j = op.agg.group_by.index(group_col)
                 mine.update(_split_groups(op.op_id, united, j, shards, k, P))
         out.append(_with_outputs(mine, plan, partitions, options))
+    return out
+
+
+def _join_sides(pipeline: IncrementalQuery, key: ShardKey) -> dict[str, str | None]:
+    """Each join side's state name and the column routing its rows (None: every shard
+    holds the whole side)."""
+    out: dict[str, str | None] = {}
+    for op in pipeline.operators:
+        if isinstance(op, JoinOp):
+            out[f"{op.op_id}/left"] = column_at(op.node.left, key)
+            out[f"{op.op_id}/right"] = column_at(op.node.right, key)
     return out
 
 

@@ -102,6 +102,36 @@ def _bench_actors(args: argparse.Namespace) -> int:
     return _write_report(report, args, readable)
 
 
+def _data(args: argparse.Namespace) -> int:
+    from imp_actors.config import RuntimeConfig
+    from imp_core import datasets
+    from imp_core.storage import DeltaStore
+
+    root = args.root or RuntimeConfig.from_env().tables_dir
+    store = DeltaStore(root)
+    progress = not args.quiet
+    if args.what == "tpch":
+        names = datasets.load_tpch(store, args.sf, Path(args.work_dir),
+                                   tables=args.tables, progress=progress)
+    elif args.what == "synthetic":
+        names = datasets.load_synthetic(store, args.tables, args.rows, args.seed, progress)
+    elif args.what == "load":
+        datasets.load_parquet(store, args.name, args.path, key=args.key,
+                              cluster_by=args.cluster_by or (), progress=progress)
+        names = [args.name.lower()]
+    else:
+        names = store.tables()
+    rows = [{"table": t, "version": store.version(t), "rows": store.read(t).num_rows,
+             "location": store.entry(t).location} for t in names]
+    if args.json:
+        print(json.dumps({"root": str(root), "tables": rows}, indent=2))
+    else:
+        print(f"table store {root}")
+        for r in rows:
+            print(f"  {r['table']:12s} version {r['version']:>5d}  {r['rows']:>12,d} rows")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.engine:
         from imp_core.demo import run_demo as run_engine_demo
@@ -123,6 +153,37 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="imp", description="Incremental maintenance of "
                                 "provenance sketches (IMP).")
     sub = p.add_subparsers(dest="command", required=True)
+
+    data = sub.add_parser("data", help="load tables into a service's table store (run "
+                          "where the store is; a running service sees them at once)")
+    dsub = data.add_subparsers(dest="what", required=True)
+
+    def data_common(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--root", default=None,
+                         help="table store root (default: IMP_TABLES, IMP_ROOT, .imp/service)")
+        cmd.add_argument("--json", action="store_true", help="print JSON on stdout")
+        cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    tp = dsub.add_parser("tpch", help="generate TPC-H with tpchgen-cli and load it")
+    tp.add_argument("--sf", type=float, default=1.0, help="scale factor")
+    tp.add_argument("--tables", type=lambda s: s.split(","), default=None,
+                    help="comma-separated subset (default: all eight)")
+    tp.add_argument("--work-dir", default=".imp/data", help="where tpchgen-cli writes Parquet")
+    syn = dsub.add_parser("synthetic", help="generate the synthetic workload tables")
+    syn.add_argument("tables", nargs="+",
+                     help="t50g, t1000g, t5000g, t500000g, tjoinhelp, crimes")
+    syn.add_argument("--rows", type=int, default=1_000_000)
+    syn.add_argument("--seed", type=int, default=0)
+    ld = dsub.add_parser("load", help="a table from a Parquet file or folder")
+    ld.add_argument("name")
+    ld.add_argument("path")
+    ld.add_argument("--key", type=lambda s: s.split(","), default=None,
+                    help="key columns (none: a hidden row id keeps bag semantics)")
+    ld.add_argument("--cluster-by", type=lambda s: s.split(","), default=None,
+                    help="sort on these columns (the sketch attributes)")
+    for cmd in (tp, syn, ld, dsub.add_parser("ls", help="the tables of the store")):
+        data_common(cmd)
+    data.set_defaults(func=_data)
 
     demo = sub.add_parser("demo", help="the whole service on the embedded defaults: TPC-H, "
                           "queries registered and maintained through gRPC, updates streamed")

@@ -26,12 +26,23 @@ log = logging.getLogger("imp.services")
 class ErrorMappingInterceptor(grpc.ServerInterceptor):
     def __init__(self, metrics: CallMetrics | None = None):
         self.metrics = metrics or CallMetrics()
+        # wrapped handlers by method: the registered handler of a method is one object,
+        # so its wrapper is made once, not on every call
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     def intercept_service(self, continuation: Callable, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._wrap(handler, method)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         kwargs = dict(request_deserializer=handler.request_deserializer,
                       response_serializer=handler.response_serializer)
         if handler.unary_unary:

@@ -258,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--quiet", action="store_true", help="no progress lines")
     act.set_defaults(func=_bench_actors)
 
+    # the IMP paper's experiments (issue 6): tpch, micro, breakeven, mixed, strategies, ...
+    from imp_core.bench.paper_cli import add_paper_suites
+
+    add_paper_suites(bsub)
+
     # the service: `serve`, the client commands and `bench grpc` (services/cli.py)
     from services.cli import add_bench_command, add_client_commands
 

@@ -11,7 +11,8 @@ from typing import Any
 
 def environment() -> dict[str, Any]:
     versions = {}
-    for pkg in ("pyarrow", "numpy", "pandas", "pyroaring", "sortedcontainers", "sqlglot"):
+    for pkg in ("pyarrow", "numpy", "pandas", "pyroaring", "sortedcontainers", "sqlglot",
+                "pyspark", "ray", "deltalake", "matplotlib"):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from runtime_support import random_batch
 
 from imp_actors.config import Eager, Lazy
+from imp_core.errors import WorkerLostError
 from imp_core.workloads.queries import load_query
 from services.client import RemoteError, SketchClient
 from services.config import Limits
@@ -417,3 +418,36 @@ def test_failed_registration_does_not_use_a_slot(svc):
     with pytest.raises(RemoteError):
         quota.register("broken", "SELECT nope FROM t1000g", fragments=2)
     assert svc.server.guard.registrations(identity) == before
+
+
+def _fail_once(monkeypatch, obj, name):
+    real = getattr(obj, name)
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise WorkerLostError("a query actor died (injected)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(obj, name, flaky)
+    return calls
+
+
+def test_idempotent_calls_are_retried_updates_are_not(svc, client, monkeypatch):
+    def count(method, status):
+        return client.stats()["service"]["methods"].get(method, {}).get(
+            "by_status", {}).get(status, 0)
+
+    before = count("GetSketch", "UNAVAILABLE")
+    calls = _fail_once(monkeypatch, svc.coordinator, "get_sketch")
+    assert client.sketch("groups").query == "groups"  # UNAVAILABLE once, then retried
+    assert len(calls) == 2 and count("GetSketch", "UNAVAILABLE") == before + 1
+
+    state = svc.state()
+    calls = _fail_once(monkeypatch, svc.coordinator, "apply_update")
+    with pytest.raises(RemoteError) as info:
+        client.apply_update("t1000g", inserts=_rows(svc, "t1000g", 1).set_column(
+            0, "id", pa.array([77_000_001], pa.int64())))
+    assert info.value.code == "UNAVAILABLE" and len(calls) == 1
+    assert svc.state() == state

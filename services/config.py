@@ -185,7 +185,7 @@ _HELP = {
     "tls_cert": "PEM server certificate (TLS)",
     "tls_key": "PEM server private key (TLS)",
     "tls_client_ca": "PEM CA that client certificates must chain to (mutual TLS)",
-    "workers": "threads serving calls (default 16)",
+    "workers": "threads serving calls (default 16), plus one per allowed watch stream",
     "grace_seconds": "on shutdown, how long running calls may finish (default 5)",
     "max_sql_chars": "longest SQL text accepted",
     "max_batch_rows": "most rows in one ApplyUpdate",

@@ -76,9 +76,11 @@ class SketchServer:
             interceptors.append(TokenAuthInterceptor(tokens))
         interceptors.append(ErrorMappingInterceptor(self.metrics))
         size = config.limits.max_message_bytes
+        # an open WatchSketch stream holds its thread: the pool has one thread per allowed
+        # watch on top of the workers, so watches never starve the other calls
+        threads = config.workers + config.limits.max_watches
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers,
-                                       thread_name_prefix="imp-grpc"),
+            futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="imp-grpc"),
             interceptors=interceptors,
             options=[("grpc.max_receive_message_length", size),
                      ("grpc.max_send_message_length", size),

@@ -57,7 +57,7 @@ class Service:
 def running_service(root: Path, *, backend: str = "local", tokens: tuple[str, ...] = (TOKEN,),
                     limits: Limits | None = None, tls_files: dict[str, str] | None = None,
                     client_tls: TlsOptions | None = None, fill: bool = True,
-                    **runtime: Any) -> Iterator[Service]:
+                    workers: int = 16, **runtime: Any) -> Iterator[Service]:
     """A started coordinator and server; everything is stopped on exit."""
     root.mkdir(parents=True, exist_ok=True)
     if fill:
@@ -67,7 +67,8 @@ def running_service(root: Path, *, backend: str = "local", tokens: tuple[str, ..
         token_file = root / "tokens"
         token_file.write_text("# accepted tokens\n" + "\n".join(tokens) + "\n")
     config = ServerConfig(listen="127.0.0.1:0", auth_token_file=str(token_file) if token_file
-                          else None, limits=limits or Limits(), **(tls_files or {}))
+                          else None, limits=limits or Limits(), workers=workers,
+                          **(tls_files or {}))
     coordinator = Coordinator(make_config(root, backend, **runtime)).start()
     service = None
     try:

@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.grpc, pytest.mark.integration]
 QUOTA_TOKEN = "quota-token-abcdef"
 LIMITS = Limits(max_sql_chars=4000, max_batch_rows=2000, max_batch_bytes=256 * 1024,
                 max_message_bytes=512 * 1024, max_registrations_per_client=6, max_watches=4)
+WORKERS = 3
 QUERIES = {  # name -> (workload query, strategy)
     "groups": ("q_groups_1000", Lazy()),
     "having": ("q_having_2", Eager(batch_tuples=1, max_delay_s=None)),
@@ -43,7 +44,9 @@ def _sql(name: str) -> str:
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc-service")
-    with running_service(root, tokens=(TOKEN, QUOTA_TOKEN), limits=LIMITS) as service:
+    # few workers: open watches must not take the threads the other calls need
+    with running_service(root, tokens=(TOKEN, QUOTA_TOKEN), limits=LIMITS,
+                         workers=WORKERS) as service:
         client = service.client()
         for name, (wq, strategy) in QUERIES.items():
             table = load_query(wq).sketch[0]
@@ -451,3 +454,28 @@ def test_idempotent_calls_are_retried_updates_are_not(svc, client, monkeypatch):
             0, "id", pa.array([77_000_001], pa.int64())))
     assert info.value.code == "UNAVAILABLE" and len(calls) == 1
     assert svc.state() == state
+
+
+def test_open_watches_do_not_starve_other_calls(svc, client):
+    latest = client.sketch("selpd", fresh=False).seq
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    streams = [client.stub.WatchSketch(pb.WatchSketchRequest(query="selpd", after_seq=latest),
+                                       metadata=metadata) for _ in range(LIMITS.max_watches)]
+    try:
+        deadline = time.time() + 20
+        while client.stats()["service"]["open_watches"] < LIMITS.max_watches and \
+                time.time() < deadline:
+            time.sleep(0.05)
+        assert client.stats()["service"]["open_watches"] == LIMITS.max_watches
+        with pytest.raises(RemoteError) as info:  # one watch more than allowed
+            list(client.watch("selpd", after_seq=latest, timeout=10))
+        assert info.value.code == "RESOURCE_EXHAUSTED"
+        calls = [threading.Thread(target=client.sketch, args=("groups",)) for _ in range(20)]
+        for t in calls:
+            t.start()
+        for t in calls:
+            t.join(30)
+        assert not any(t.is_alive() for t in calls)
+    finally:
+        for s in streams:
+            s.cancel()

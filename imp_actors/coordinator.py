@@ -61,6 +61,7 @@ from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import (
     ImpError,
+    InvalidNameError,
     PartitionError,
     QueryExistsError,
     SnapshotError,
@@ -341,7 +342,7 @@ class Coordinator:
 
         name = spec.name
         if not _NAME.match(name or ""):
-            raise PartitionError(f"query name {name!r} must start with a letter and hold "
+            raise InvalidNameError(f"query name {name!r} must start with a letter and hold "
                                  "only letters, digits, '_', '.', '-' (at most 64)")
         if spec.shards < 1:
             raise PartitionError("a query needs at least one shard")

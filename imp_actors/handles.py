@@ -177,7 +177,8 @@ class RayBackend:
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(include_dashboard=False, **kwargs)
+            # "local": always a new Ray of our own, never one another process started here
+            ray.init(address="local", include_dashboard=False, **kwargs)
             self.started_ray = True
 
     def spawn(self, name: str) -> RayWorkerHandle:

@@ -128,3 +128,9 @@ class NotReadOnlyError(ImpError):
         self.what = what
         self.line = line
         self.column = column
+
+
+class InvalidNameError(ImpError):
+    """A name (of a query, a table...) that does not follow the naming rules."""
+
+    code = "INVALID_ARGUMENT"

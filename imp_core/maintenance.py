@@ -19,7 +19,7 @@ import pyarrow as pa
 from imp_core.api import DEFAULT_FRAGMENTS
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
-from imp_core.errors import PartitionError, UnknownQueryError
+from imp_core.errors import ImpError, PartitionError, UnknownQueryError
 from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.nodes import (
     Aggregate,
@@ -32,14 +32,24 @@ from imp_core.plan.nodes import (
     Select,
     TopK,
 )
-from imp_core.reference import reference_capture
+from imp_core.reference import reference_capture, reference_evaluate
 from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import PartitionSet, PartitionSpec, build_partition_set
 from imp_core.sketch.sketch import Sketch
 
 if TYPE_CHECKING:  # pragma: no cover
     from imp_core.engine.join_index import JoinSide
+    from imp_core.engine.zset import DeltaBatch
+    from imp_core.spark.bootstrap import BootstrapRun
     from imp_core.spark.joins import VersionContext
+
+BOOTSTRAP_MODES = ("auto", "spark", "engine")
+
+
+class BootstrapModeError(ImpError):
+    """An unknown way to bootstrap a query's state."""
+
+    code = "INVALID_ARGUMENT"
 
 
 class VersionedTables(Protocol):
@@ -94,8 +104,11 @@ class MaintainedQuery:
     versions: dict[str, int]
     specs: dict[str, ScanSpec] = field(default_factory=dict)
     history: list[SketchDelta] = field(default_factory=list)
-    # the batch's versions, for join sides served by Spark (None: all sides in memory)
+    # the batch's versions: join sides served by Spark and min/max / top-k refills read
+    # the tables at them
     context: VersionContext | None = None
+    bootstrap: str = "engine"  # how the state was first built: "spark" or "engine"
+    bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
 
     @property
     def sketch(self) -> Sketch:
@@ -109,15 +122,33 @@ class Maintainer:
     filtered, projected row count is at most that many rows; larger inputs are served by
     Spark (``imp_core.spark.joins.SparkJoinSide``), decided per join at registration.
     None (the default) keeps every join input in memory and never starts Spark for joins.
+
+    ``bootstrap`` says how a registered query's initial state is built:
+
+    - ``"spark"``: Spark computes every stateful operator's state on the table versions
+      (``imp_core.spark.bootstrap``) and ships it as Arrow;
+    - ``"engine"``: the tables (filtered, projected and annotated by the delta source when
+      it reads snapshots) are fed to the pipeline as one insert batch;
+    - ``"auto"`` (the default): ``"spark"`` when this maintainer works with Spark anyway
+      (a Spark session or a Spark delta source given, or join sides served by Spark),
+      else ``"engine"``, so that a maintainer without Spark never starts it.
+
+    With bounded min/max or top-k buffers (``EngineOptions``), an exhausted buffer is
+    refilled from the operator's input at the batch's target versions: evaluated by Spark
+    when the maintainer works with Spark and the input's values are exact there, else by
+    the reference evaluator over the stored tables.
     """
 
     def __init__(self, store: Any, source: DeltaSource | None = None,
                  options: EngineOptions = EngineOptions(),
-                 join_memory_rows: int | None = None, spark: Any = None):
+                 join_memory_rows: int | None = None, spark: Any = None,
+                 bootstrap: str = "auto"):
+        _check_mode(bootstrap)
         self.store = store
         self.source = source or DirectDeltaSource(store)
         self.options = options
         self.join_memory_rows = join_memory_rows
+        self.bootstrap = bootstrap
         self._spark = spark
         self.queries: dict[str, MaintainedQuery] = {}
 
@@ -126,10 +157,16 @@ class Maintainer:
 
     def register(self, name: str, sql: str,
                  partitions: Mapping[str, PartitionSpec] | None = None,
-                 force: bool = False, fragments: int = DEFAULT_FRAGMENTS) -> MaintainedQuery:
+                 force: bool = False, fragments: int = DEFAULT_FRAGMENTS,
+                 bootstrap: str | None = None) -> MaintainedQuery:
+        """Plan ``sql``, build its partitions on the current table versions, check the
+        sketch attributes' safety and bootstrap the state (``bootstrap`` overrides the
+        maintainer's mode for this query)."""
         from imp_core.safety import require_safe
+        from imp_core.spark.joins import VersionContext
         from imp_core.sql import parse_sketch_header, plan_sql
 
+        mode = self._mode(bootstrap)
         plan = plan_sql(sql, self.catalog())
         if partitions is None:
             header = parse_sketch_header(sql)
@@ -142,25 +179,62 @@ class Maintainer:
         domains = {t: dict(self.store.entry(t).domains or {}) for t in versions}
         require_safe(plan, [(p.table, p.column) for p in pset.partitions], domains=domains,
                      force=force, table_columns=columns)
-        context = None
+        context = VersionContext()
+        context.begin(None, versions)  # the bootstrap batch: from empty to versions
         chooser = None
         if self.join_memory_rows is not None:
-            from imp_core.spark.joins import VersionContext
-
-            context = VersionContext()
-            context.begin(None, versions)  # the bootstrap batch: from empty to versions
             chooser = self._join_sides(pset, versions, context)
-        pipeline = IncrementalQuery(plan, pset, self.options, join_sides=chooser)
+        refill = self._refill_source(pset, context) if self._bounded() else None
+        pipeline = IncrementalQuery(plan, pset, self.options, source=refill,
+                                    join_sides=chooser)
         specs = scan_specs(plan.root, pset)
-        pipeline.apply({t: self._initial(t, v, specs.get(t)) for t, v in versions.items()})
-        q = MaintainedQuery(name, plan, pset, pipeline, versions, specs, context=context)
+        run = None
+        if mode == "spark":
+            from imp_core.spark.bootstrap import bootstrap
+
+            run = bootstrap(self.spark(), self.store, pipeline, versions)
+        else:
+            pipeline.apply({t: self._initial(t, v, specs.get(t))
+                            for t, v in versions.items()})
+        q = MaintainedQuery(name, plan, pset, pipeline, versions, specs, context=context,
+                            bootstrap=mode, bootstrap_run=run)
         self.queries[name] = q
         return q
+
+    # -- bootstrap and refills ------------------------------------------------------------
+    def _mode(self, requested: str | None) -> str:
+        mode = _check_mode(requested or self.bootstrap)
+        if mode == "auto":
+            return "spark" if self.uses_spark() else "engine"
+        return mode
+
+    def uses_spark(self) -> bool:
+        """Whether this maintainer works with Spark anyway (so using it costs no start)."""
+        return (self._spark is not None or _source_session(self.source) is not None
+                or self.join_memory_rows is not None)
+
+    def _bounded(self) -> bool:
+        return self.options.minmax_buffer is not None or self.options.topk_buffer is not None
+
+    def _refill_source(self, pset: PartitionSet, context: VersionContext):
+        """An operator input's full annotated contents at the current batch's target
+        versions, for refilling exhausted min/max and top-k buffers."""
+
+        def source(node: PlanNode) -> DeltaBatch:
+            versions = {t: context.after[t] for t in sorted(node.tables())}
+            if self.uses_spark() and _exact_on_spark(node):
+                from imp_core.spark.joins import subtree_batch
+
+                return subtree_batch(self.spark(), self.store, node, pset, versions)
+            tables = {t: self.store.read(t, v) for t, v in versions.items()}
+            return reference_evaluate(node, tables, pset).to_batch()
+
+        return source
 
     # -- join sides ---------------------------------------------------------------------
     def spark(self) -> Any:
         if self._spark is None:
-            self._spark = getattr(self.source, "spark", None)
+            self._spark = _source_session(self.source)
         if self._spark is None:
             from imp_core.spark.session import get_spark
 
@@ -254,6 +328,36 @@ class Maintainer:
         q = self.query(name)
         tables = {t: self.store.read(t, v) for t, v in q.versions.items()}
         return reference_capture(q.plan, tables, q.partitions).sketch
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in BOOTSTRAP_MODES:
+        raise BootstrapModeError(f"unknown bootstrap mode {mode!r}; use one of "
+                                 f"{', '.join(BOOTSTRAP_MODES)}")
+    return mode
+
+
+def _source_session(source: Any) -> Any:
+    """The Spark session a delta source works with, if any (``AutoDeltaSource`` holds a
+    Spark delta source, which holds the session)."""
+    found = getattr(source, "spark", None)
+    if found is not None and not hasattr(found, "sql"):
+        found = getattr(found, "spark", None)
+    return found if found is not None and hasattr(found, "sql") else None
+
+
+def _exact_on_spark(node: PlanNode) -> bool:
+    """Whether Spark computes ``node``'s values exactly as the engine does: everything but
+    AVG and sums of doubles, which Spark rounds on its own."""
+    import pyarrow.types as pat
+
+    for n in node.walk():
+        if isinstance(n, Aggregate):
+            types = {f.name: f.dtype for f in n.input.schema}
+            for a in n.aggregates:
+                if a.func == "avg" or (a.func == "sum" and pat.is_floating(types[a.arg])):
+                    return False
+    return True
 
 
 def _row_bound(node: PlanNode, rows: Mapping[str, int]) -> int:

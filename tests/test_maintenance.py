@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from workload_data import synthetic_tables, tpch_tables
+from workload_data import synthetic_tables, workload_stores
 
 from imp_core.errors import SchemaMismatchError, UnknownTableError
 from imp_core.maintenance import Maintainer
@@ -21,16 +21,7 @@ QUERIES = list_queries()
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
-    out = {}
-    for suite, tables in (("tpch", tpch_tables()), ("synthetic", synthetic_tables())):
-        store = DeltaStore(tmp_path_factory.mktemp(f"store-{suite}"))
-        for name, data in tables.items():
-            info = TABLES[name]
-            sketch_cols = tuple({c for q in QUERIES for t, c in q.sketch if t == name})
-            store.create_table(name, data, key=info.key, domains=info.domains,
-                               cluster_by=sketch_cols)
-        out[suite] = store
-    return out
+    return workload_stores(tmp_path_factory.mktemp("store"))
 
 
 def _store_for(stores, wq):

@@ -42,3 +42,23 @@ def synthetic_tables(rows: int = 3000) -> dict[str, pa.Table]:
         "tjoinhelp": generate_joinhelp(500, groups=5000, fanout=1, selectivity=0.1, seed=5),
         "crimes": generate_crimes(rows, seed=6),
     }
+
+
+def workload_stores(root: Path) -> dict[str, object]:
+    """Delta stores ("tpch", "synthetic") under ``root`` holding the tiny workload tables,
+    each clustered on the sketch columns the workload queries use."""
+    from imp_core.storage import DeltaStore
+    from imp_core.workloads.queries import list_queries
+    from imp_core.workloads.schemas import TABLES
+
+    queries = list_queries()
+    out: dict[str, object] = {}
+    for suite, tables in (("tpch", tpch_tables()), ("synthetic", synthetic_tables())):
+        store = DeltaStore(Path(root) / suite)
+        for name, data in tables.items():
+            info = TABLES[name]
+            sketch_cols = tuple({c for q in queries for t, c in q.sketch if t == name})
+            store.create_table(name, data, key=info.key, domains=info.domains,
+                               cluster_by=sketch_cols)
+        out[suite] = store
+    return out

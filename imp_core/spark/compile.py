@@ -292,11 +292,15 @@ _AGG_SQL = {"sum": "SUM", "count": "COUNT", "avg": "AVG", "min": "MIN", "max": "
 
 class _Compiler:
     def __init__(self, partitions: PartitionSet | None = None, sketch: Sketch | None = None,
-                 fragment_ids: FragmentIds = "case", views: Mapping[str, str] | None = None):
+                 fragment_ids: FragmentIds = "case", views: Mapping[str, str] | None = None,
+                 fragment_views: Mapping[str, str] | None = None):
         self.partitions = partitions
         self.sketch = sketch
         self.fragment_ids = fragment_ids
         self.views = dict(views or {})  # table -> the view a scan of it reads
+        # table -> its view with fragment ids (``fragment_ids="view"``); by default the view
+        # ``prepare_fragment_views`` makes over the table's registered name
+        self.fragment_views = dict(fragment_views or {})
         self.ctes: list[tuple[str, str]] = []
         self._anns = 0
 
@@ -330,7 +334,8 @@ class _Compiler:
             part, offset = found
             a = self._new_ann(False)
             if self.fragment_ids == "view":
-                source = quote(fragment_view_name(part, offset))
+                source = quote(self.fragment_views.get(node.table)
+                               or fragment_view_name(part, offset))
                 cols.append(f"{quote(FID_COLUMN)} AS {quote(a.name)}")
             else:
                 cols.append(f"{fragment_case(part, offset, quote(part.column))} "
@@ -395,15 +400,21 @@ class _Compiler:
 
     def _TopK(self, node: TopK) -> _Rel:
         child = self.compile(node.input)
-        keys = [_order_item(s.column, s.descending, s.effective_nulls_first) for s in node.order]
-        ordered = {s.column for s in node.order}
-        keys += [_order_item(c, False, True) for c in node.input.column_names
-                 if c not in ordered]
-        if child.ann:
-            keys.append(f"{_ann_union(child.ann)} ASC")
-        body = (f"SELECT * FROM {child.name}\n  ORDER BY {', '.join(keys)}\n"
-                f"  LIMIT {int(node.k)}")
+        order = total_order_sql(node, _ann_union(child.ann) if child.ann else None)
+        body = f"SELECT * FROM {child.name}\n  ORDER BY {order}\n  LIMIT {int(node.k)}"
         return self._cte(body, child.ann)
+
+
+def total_order_sql(node: TopK, annotation: str | None) -> str:
+    """ORDER BY items of top-k's total order (``imp_core.engine.ordering``): the order keys,
+    every other input column ascending NULLS FIRST, then the annotation array (Spark
+    compares arrays like Python tuples)."""
+    keys = [_order_item(s.column, s.descending, s.effective_nulls_first) for s in node.order]
+    ordered = {s.column for s in node.order}
+    keys += [_order_item(c, False, True) for c in node.input.column_names if c not in ordered]
+    if annotation is not None:
+        keys.append(f"{annotation} ASC")
+    return ", ".join(keys)
 
 
 def _root(plan: QueryPlan | PlanNode) -> tuple[PlanNode, tuple[SortKey, ...]]:
@@ -445,17 +456,52 @@ def use_sql(plan: QueryPlan | PlanNode, sketch: Sketch) -> str:
 
 def annotated_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
                   fragment_ids: FragmentIds = "case",
-                  views: Mapping[str, str] | None = None) -> str:
+                  views: Mapping[str, str] | None = None,
+                  fragment_views: Mapping[str, str] | None = None) -> str:
     """The annotated result: the query's rows plus ``__imp_ann``, each row's fragments.
 
     ``views`` maps a table to the view its scans read instead (e.g. one table version);
-    with ``fragment_ids="view"`` scans of partitioned tables read the fragment views.
+    with ``fragment_ids="view"`` scans of partitioned tables read the fragment views
+    (``fragment_views``: table -> view, else those of ``prepare_fragment_views``).
     """
     root, _ = _root(plan)
-    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids, views=views)
+    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids, views=views,
+                  fragment_views=fragment_views)
     rel = c.compile(root)
     ann = _ann_union(rel.ann) if rel.ann else "CAST(array() AS ARRAY<INT>)"
     return c.with_clause() + _final_select(root, rel, (), f", {ann} AS {quote(ANNOTATION_COLUMN)}")
+
+
+@dataclass(frozen=True)
+class AnnotatedRelation:
+    """A plan subtree compiled to CTEs: ``with_clause`` defines ``name``, whose columns are
+    the subtree's (``columns``) plus its annotation columns ``ann`` (name, is an
+    ``ARRAY<INT>``); a row's fragments are the union of its annotation columns."""
+
+    with_clause: str
+    name: str
+    columns: tuple[str, ...]
+    ann: tuple[tuple[str, bool], ...]
+
+    @property
+    def annotation_sql(self) -> str:
+        """The row's fragments as one sorted, duplicate-free ``ARRAY<INT>`` expression."""
+        if not self.ann:
+            return "CAST(array() AS ARRAY<INT>)"
+        return _ann_union(tuple(_Ann(n, s) for n, s in self.ann))
+
+
+def annotated_relation(node: PlanNode, partitions: PartitionSet,
+                       fragment_ids: FragmentIds = "case",
+                       views: Mapping[str, str] | None = None,
+                       fragment_views: Mapping[str, str] | None = None) -> AnnotatedRelation:
+    """``node`` compiled with annotation columns, for callers that aggregate over it (the
+    state bootstrap); ``views`` / ``fragment_views`` as in ``annotated_sql``."""
+    c = _Compiler(partitions=partitions, fragment_ids=fragment_ids, views=views,
+                  fragment_views=fragment_views)
+    rel = c.compile(node)
+    return AnnotatedRelation(c.with_clause(), rel.name, tuple(node.column_names),
+                             tuple((a.name, a.is_set) for a in rel.ann))
 
 
 def capture_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,

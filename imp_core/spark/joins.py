@@ -78,6 +78,36 @@ def version_views(spark: SparkSession, store: Any, versions: Mapping[str, int]) 
     return views
 
 
+def fragment_views(spark: SparkSession, views: Mapping[str, str],
+                   partitions: PartitionSet) -> dict[str, str]:
+    """Per partitioned table among ``views`` (table -> version view), a view of it plus its
+    rows' global fragment ids (``__imp_fid``, by JVM binary search over the split points:
+    a CASE tree of many fragments is too big for code generation)."""
+    from imp_core.spark.compile import FID_COLUMN
+    from imp_core.spark.run import fragment_id_column
+
+    out = {}
+    for part, offset in zip(partitions.partitions, partitions.offsets):
+        base = views.get(part.table)
+        if base is None:
+            continue
+        name = f"{base}_f{offset}_{part.fingerprint()[:12]}"
+        spark.table(quote(base)).withColumn(FID_COLUMN, fragment_id_column(part, offset)) \
+            .createOrReplaceTempView(name)
+        out[part.table] = name
+    return out
+
+
+def subtree_batch(spark: SparkSession, store: Any, node: PlanNode, partitions: PartitionSet,
+                  versions: Mapping[str, int]) -> DeltaBatch:
+    """``node``'s annotated rows at ``versions`` evaluated by Spark, as a batch (weight +1
+    per row); e.g. to refill an exhausted min/max or top-k buffer."""
+    views = version_views(spark, store, {t: versions[t] for t in sorted(node.tables())})
+    sql = annotated_sql(node, partitions, "view", views,
+                        fragment_views(spark, views, partitions))
+    return _to_batch(spark.sql(sql).toArrow(), arrow_schema(node.schema))
+
+
 def subtree_frame(spark: SparkSession, store: Any, node: PlanNode, partitions: PartitionSet,
                   versions: Mapping[str, int]) -> DataFrame:
     """``node``'s annotated rows (plus ``__imp_ann``) over the tables at ``versions``."""

@@ -191,5 +191,7 @@ class SideIndex:
             self._rebuild_bloom()
 
     def nbytes(self) -> int:
-        data = self.contents()
-        return data.data.nbytes + data.weights.nbytes + data.annotation.values.nbytes
+        # summed over the stored parts: merging them here would copy the whole side on
+        # every call (callers ask after each batch)
+        return sum(b.data.nbytes + b.weights.nbytes + b.annotation.values.nbytes
+                   for b in (self._main, *self._pending))

@@ -135,8 +135,7 @@ def topk_space(sf: float, data_root: Path, buffers: Iterable[int | None], progre
 def _topk_entries(pipe) -> int | None:
     for op in pipe.operators:
         if op.kind == "topk":
-            snap = op.snapshot()
-            return int(sum(t.num_rows for t in snap.values()))
+            return int(op.snapshot()["entries"].num_rows)
     return None
 
 

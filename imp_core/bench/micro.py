@@ -173,8 +173,8 @@ def measure_case(coordinator, store, case: Case, sizes: list[int], repeats: int,
     return rows
 
 
-def cases(experiments: Iterable[str], rows: int, store, seed: int, progress: bool
-          ) -> list[Case]:
+def cases(experiments: Iterable[str], rows: int, store, seed: int, progress: bool,
+          fragments: Iterable[int] = FRAGMENTS) -> list[Case]:
     from imp_core.engine.pipeline import EngineOptions
 
     out: list[Case] = []
@@ -207,7 +207,7 @@ def cases(experiments: Iterable[str], rows: int, store, seed: int, progress: boo
                                     options=EngineOptions(use_bloom=on)))
     if "fragments" in exps:
         h = ensure_helper(store, 5000, 1, 1.0, seed, progress)
-        for f in FRAGMENTS:
+        for f in fragments:
             out.append(Case("fragments", f"{f}", JOIN_SQL.format(t="t5000g", x=1000, y=1000,
                                                                  h=h), "t5000g", 5000, f))
     if "delta_filter" in exps:
@@ -331,11 +331,14 @@ def run_micro_bench(rows: int = 1_000_000, experiments: Iterable[str] = EXPERIME
                     delta_sizes: Iterable[int] = DELTA_SIZES, repeats: int = 3,
                     seed: int = 0, data_root: str | Path = ".imp",
                     buffer_rows: int = 50_000, buffer_updates: int = 500,
-                    max_load: float | None = None, progress: bool = True,
+                    fragments: Iterable[int] = FRAGMENTS, max_load: float | None = None,
+                    progress: bool = True,
                     out: str | Path = "bench-results/micro.json") -> dict[str, Any]:
     experiments, sizes = list(experiments), sorted(delta_sizes)
+    fragments = list(fragments)
     params = {"rows": rows, "experiments": experiments, "delta_sizes": sizes,
               "repeats": repeats, "seed": seed, "fragments": 1000,
+              "fragment_counts": fragments,
               "buffer_rows": buffer_rows, "buffer_updates": buffer_updates,
               "batches": "mixed: half fresh insertions, half deletions of stored rows "
                          "(from a few random data files)",
@@ -350,7 +353,7 @@ def run_micro_bench(rows: int = 1_000_000, experiments: Iterable[str] = EXPERIME
         from imp_core.spark import get_spark
 
         report["environment"]["spark"] = get_spark().version
-        case_list = cases(spark_exps, rows, store, seed, progress)
+        case_list = cases(spark_exps, rows, store, seed, progress, fragments)
         results.extend(run_cases(case_list, store, root, sizes, repeats, seed, progress))
     if "buffers" in experiments:
         results.extend(run_buffers(buffer_rows, buffer_updates, seed=seed, progress=progress))

@@ -97,9 +97,12 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--buffer-rows", type=int, default=None)
     p.add_argument("--buffer-updates", type=int, default=None)
+    p.add_argument("--fragments", type=_ints, default=None,
+                   help=f"fragment counts of the fragments experiment (default "
+                   f"{','.join(map(str, micro.FRAGMENTS))})")
     p.set_defaults(func=_run(micro.run_micro_bench, a="rows", b="experiments",
                              c="delta_sizes", d="repeats", e="buffer_rows",
-                             f="buffer_updates"))
+                             f="buffer_updates", g="fragments"))
 
     p = bsub.add_parser("breakeven", help="delta share where FM becomes cheaper than IMP")
     _common(p, "bench-results/breakeven.json")

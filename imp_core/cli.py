@@ -68,7 +68,7 @@ def _bench_spark(args: argparse.Namespace) -> int:
         sf=args.sf, rows=args.rows, queries=args.queries or QUERIES,
         fragments=args.fragments, delta_sizes=args.delta_sizes or DELTA_SIZES,
         repeats=args.repeats, data_root=args.data_root, row_group_rows=args.row_group_rows,
-        page_rows=args.page_rows, progress=not args.quiet)
+        page_rows=args.page_rows, progress=not args.quiet, bootstrap=args.bootstrap)
     report["summary"] = summarize(report)
 
     def readable() -> None:
@@ -238,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="TPC-H cache (<root>/data) and Delta store (<root>/bench)")
     spk.add_argument("--out", default="bench-results/spark.json",
                      help="where to write the full JSON report")
+    spk.add_argument("--bootstrap", choices=("spark", "engine", "both"), default="spark",
+                     help="how registration builds the state (both: also time the engine "
+                     "path, as bootstrap_engine_s)")
     spk.add_argument("--quiet", action="store_true", help="no progress lines")
     spk.set_defaults(func=_bench_spark)
 

@@ -39,7 +39,8 @@ def test_cli_bench_spark_json_tiny(spark, tmp_path, capsys):
     out = tmp_path / "spark.json"
     code = main(["bench", "spark", "--json", "--quiet", "--sf", "0.01", "--rows", "5000",
                  "--queries", "q03,q_groups_5000", "--fragments", "20", "--delta-sizes",
-                 "10,100", "--repeats", "1", "--data-root", str(tmp_path / "imp"),
+                 "10,100", "--repeats", "1", "--bootstrap", "both",
+                 "--data-root", str(tmp_path / "imp"),
                  "--out", str(out)])
     assert code == 0
     rows = json.loads(capsys.readouterr().out)
@@ -47,6 +48,8 @@ def test_cli_bench_spark_json_tiny(spark, tmp_path, capsys):
     for r in rows:
         assert KEYS <= set(r), KEYS - set(r)
         assert r["same_result"] and r["sketch_matches_capture"]
+        assert r["bootstrap"] == "spark" and r["bootstrap_spark_queries"] > 0
+        assert r["bootstrap_engine_s"] > 0
         assert r["rows_read_ns"] > 0 and 0 < r["rows_read_share"] <= 1
         assert set(r["delta_ms"]) == {"10", "100"}
         assert set(r["delta_ms"]["10"]) == {"spark", "direct"}

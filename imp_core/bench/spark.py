@@ -7,7 +7,10 @@ Parquet files, so scans have row counts.
 
 Per workload query (sketch attribute from its header, ``fragments`` equi-depth ranges):
 
-- ``bootstrap_s``: ``Maintainer.register`` (state built from a Spark snapshot read);
+- ``bootstrap_s``: ``Maintainer.register`` with the state bootstrapped on Spark
+  (``bootstrap="spark"``: Spark computes every stateful operator's state) and, with
+  ``bootstrap="both"``, ``bootstrap_engine_s``: the same registration with the engine
+  building the state from Spark's filtered, annotated table snapshots;
 - ``fm_s``: a full recapture on Spark (``capture``), warm: run once, the second is timed;
 - ``ns_s`` / ``use_s``: the query without / with the maintained sketch, and
   ``rows_read_ns`` / ``rows_read_use`` of the sketched table, ``rows_read_share``;
@@ -200,9 +203,21 @@ def measure_deltas(store, spark, maintainer, sizes: Iterable[int], repeats: int 
     return out
 
 
-def measure_query(spark, maintainer, qname: str, fragments: int,
-                  progress: bool = True) -> dict[str, Any]:
+def _register(maintainer, row: dict[str, Any], qname: str, sql: str, attr: str,
+              fragments: int, mode: str):
+    """Register (forced when the attribute is unsafe for the query; noted in ``row``)."""
     from imp_core.errors import UnsafeSketchError
+
+    try:
+        return maintainer.register(qname, sql, {attr: fragments}, bootstrap=mode)
+    except UnsafeSketchError as exc:  # unsafe for this attribute: maintain anyway, say so
+        row["forced"] = True
+        row["safety"] = str(exc)
+        return maintainer.register(qname, sql, {attr: fragments}, force=True, bootstrap=mode)
+
+
+def measure_query(spark, maintainer, qname: str, fragments: int,
+                  progress: bool = True, bootstrap: str = "spark") -> dict[str, Any]:
     from imp_core.spark import capture_run, run_query
     from imp_core.workloads.queries import load_query
 
@@ -210,17 +225,21 @@ def measure_query(spark, maintainer, qname: str, fragments: int,
     table, column = wq.sketch[0]
     row: dict[str, Any] = {"query": qname, "sketch_attr": f"{table}.{column}",
                            "fragments_requested": fragments}
-    t0 = time.perf_counter()
-    forced = False
-    try:
-        q = maintainer.register(qname, wq.sql, {f"{table}.{column}": fragments})
-    except UnsafeSketchError as exc:  # unsafe for this attribute: maintain anyway, say so
-        forced = True
-        row["safety"] = str(exc)
+    attr = f"{table}.{column}"
+    row["forced"] = False
+    if bootstrap in ("engine", "both"):
         t0 = time.perf_counter()
-        q = maintainer.register(qname, wq.sql, {f"{table}.{column}": fragments}, force=True)
+        _register(maintainer, row, qname, wq.sql, attr, fragments, "engine")
+        row["bootstrap_engine_s"] = round(time.perf_counter() - t0, 3)
+        del maintainer.queries[qname]  # its state may be large: drop it before the next
+    mode = "engine" if bootstrap == "engine" else "spark"
+    t0 = time.perf_counter()
+    q = _register(maintainer, row, qname, wq.sql, attr, fragments, mode)
     row["bootstrap_s"] = round(time.perf_counter() - t0, 3)
-    row["forced"] = forced
+    row["bootstrap"] = q.bootstrap
+    if q.bootstrap_run is not None:
+        row["bootstrap_spark_queries"] = q.bootstrap_run.spark_queries
+        row["bootstrap_spark_s"] = round(q.bootstrap_run.spark_seconds, 3)
     sketch = q.sketch
     row["fragments"] = sum(p.size for p in q.partitions.partitions)
     row["sketch_fragments"] = len(sketch.fragments)
@@ -244,7 +263,9 @@ def measure_query(spark, maintainer, qname: str, fragments: int,
     row["result_rows"] = ns.rows.num_rows
     row["same_result"] = same_rows(ns.rows, use.rows)
     share = row["rows_read_share"]
-    _log(progress, f"  {qname:13s} bootstrap {row['bootstrap_s']:7.2f} s  fm {row['fm_s']:6.2f} s"
+    engine = f" (engine {row['bootstrap_engine_s']:.2f} s)" if "bootstrap_engine_s" in row else ""
+    _log(progress, f"  {qname:13s} bootstrap {row['bootstrap_s']:7.2f} s{engine}"
+         f"  fm {row['fm_s']:6.2f} s"
          f"  ns {row['ns_s']:6.2f} s  use {row['use_s']:6.2f} s  rows read "
          f"{row['rows_read_use']}/{row['rows_read_ns']}"
          f" ({'-' if share is None else f'{100 * share:.1f}%'})"
@@ -256,7 +277,8 @@ def run_spark_bench(sf: float = 1.0, rows: int = 1_000_000, queries: Iterable[st
                     fragments: int = 1000, delta_sizes: Iterable[int] = DELTA_SIZES,
                     repeats: int = 3, seed: int = 0, data_root: str | Path = ".imp",
                     row_group_rows: int = 65_536, page_rows: int = 2048,
-                    progress: bool = True, spark=None) -> dict[str, Any]:
+                    progress: bool = True, spark=None, bootstrap: str = "spark"
+                    ) -> dict[str, Any]:
     from imp_core.maintenance import Maintainer
     from imp_core.spark import get_spark, register_tables
     from imp_core.spark.deltas import SparkDeltaSource
@@ -280,7 +302,8 @@ def run_spark_bench(sf: float = 1.0, rows: int = 1_000_000, queries: Iterable[st
     results = []
     _log(progress, "queries:")
     for qname in queries:
-        results.append(measure_query(spark, maintainer, qname, fragments, progress))
+        results.append(measure_query(spark, maintainer, qname, fragments, progress,
+                                     bootstrap))
     _log(progress, "delta extraction:")
     deltas = measure_deltas(store, spark, maintainer, delta_sizes, repeats, seed, progress)
     for row in results:  # the issue's per-query view of the delta figures
@@ -292,6 +315,7 @@ def run_spark_bench(sf: float = 1.0, rows: int = 1_000_000, queries: Iterable[st
                            "fragments": fragments, "delta_sizes": delta_sizes,
                            "repeats": repeats, "seed": seed, "store": str(root),
                            "row_group_rows": row_group_rows, "page_rows": page_rows,
+                           "bootstrap": bootstrap,
                            "delta_batch": "half deletes of stored rows, half the same rows "
                            "re-inserted with a permuted non-key column"},
             "setup": {"prepare_s": round(prepare_s, 2), "spark_start_s": round(spark_start_s, 2),

@@ -93,7 +93,11 @@ class RuntimeConfig:
     checkpoint_every_batches: int | None = 50  # also checkpoint on evict and shutdown
     delta_cache_bytes: int = 256 << 20  # per-version change feeds kept for reuse
     spark_delta_min_bytes: int = 16 << 20  # larger change files are read through Spark
-    bootstrap: Literal["engine", "spark"] = "engine"
+    # how a query's first state is built: "spark" computes every operator's state on
+    # Spark and ships it as Arrow; "engine" reads the tables and feeds them to the actor;
+    # "auto": Spark when the query's tables hold more than spark_bootstrap_min_bytes
+    bootstrap: Literal["auto", "engine", "spark"] = "auto"
+    spark_bootstrap_min_bytes: int = 64 << 20
     warm_actors: int = 1  # started, empty actors kept ready so a restore skips the start-up
 
     @property

@@ -100,6 +100,8 @@ class _Query:
     pending_since: float | None = None
     scheduled: bool = False
     busy: bool = False
+    # the shard states of the Spark capture in progress: (versions, one state per shard)
+    capture: tuple[dict[str, int], list[dict]] | None = None
 
     @property
     def name(self) -> str:
@@ -636,6 +638,8 @@ class Coordinator:
             for h in handles:
                 h.kill()
             raise
+        finally:
+            q.capture = None  # a Spark capture serves one start of the shards only
         self._adopt(q, handles, statuses)
 
     def _align_shards(self, q: _Query) -> dict[str, int]:
@@ -667,8 +671,11 @@ class Coordinator:
             self.counters["recaptures"] += 1
         else:
             self.counters["captures"] += 1
-        h.call("load", self._spec(q, shard), None)
         versions = {t: self.probe.latest(t) for t in q.tables}
+        if self._spark_bootstrap(q, versions):
+            states = self._spark_states(q, versions)
+            return h.call("load", self._spec(q, shard), None, (states[shard], versions))
+        h.call("load", self._spec(q, shard), None)
         changes = {}
         for t in q.tables:
             rows = self.store.read(t, versions[t])
@@ -676,6 +683,38 @@ class Coordinator:
             changes[t] = route_rows(t, mine, q.key, q.shards)[shard]
         h.call("apply", changes, {}, versions)
         return h.call("status")
+
+    def _spark_bootstrap(self, q: _Query, versions: Mapping[str, int]) -> bool:
+        mode = self.config.bootstrap
+        if mode != "auto":
+            return mode == "spark"
+        import os
+
+        size = sum(os.path.getsize(f) for t, v in versions.items()
+                   for f in (u[len("file://"):] if u.startswith("file://") else u
+                             for u in self.store.file_uris(t, v))
+                   if os.path.exists(f))
+        return size > self.config.spark_bootstrap_min_bytes
+
+    def _spark_states(self, q: _Query, versions: Mapping[str, int]) -> list[dict]:
+        """Every shard's first state computed on Spark (imp_core.spark.bootstrap): the
+        whole query's state, re-split by the routing column when sharded. One Spark run
+        serves all shards of a capture."""
+        from imp_actors.resharding import reshard
+        from imp_core.engine.pipeline import IncrementalQuery
+        from imp_core.spark.bootstrap import bootstrap_tables
+
+        if q.capture is not None and q.capture[0] == dict(versions) \
+                and len(q.capture[1]) == q.shards:
+            return q.capture[1]
+        with self._spark_lock:
+            pipeline = IncrementalQuery(q.plan, q.partitions, self.options)
+            tables, _ = bootstrap_tables(self._spark(), self.store, pipeline, versions)
+        states = [tables] if q.shards == 1 else \
+            reshard([tables], q.plan, q.partitions, self.options, q.key, q.shards)
+        q.capture = (dict(versions), states)
+        self.counters["spark_bootstraps"] += 1
+        return states
 
     def _bootstrap(self, q: _Query) -> None:
         """First state of a new query (or of a new shard generation), from the tables."""
@@ -692,6 +731,7 @@ class Coordinator:
         st = self._load_newest_checkpoint(q, shard, h)
         if st is None:
             st = self._rebuild_shard(q, shard, h, "its actor died and no checkpoint is usable")
+            q.capture = None
         q.handles[shard] = h
         q.shard_versions[shard] = dict(st.versions)
         q.shard_sketches[shard] = BitMap.deserialize(st.sketch)

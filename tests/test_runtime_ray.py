@@ -78,3 +78,23 @@ def test_killed_actor_is_restored_and_catches_up(coordinator):
     _spark_exact(c, "q_having_2")
     assert c.counters["actor_recoveries"] >= 1
     assert c._get("q_having_2").handles[0] is not victim
+
+
+def test_spark_bootstrap_of_plain_and_sharded_queries(tmp_path):
+    """First states computed on Spark (and re-split for shards) stay exact under updates."""
+    from dataclasses import replace
+
+    root = tmp_path / "svc"
+    fill_store(root, ("synthetic", "tpch"))
+    cfg = replace(make_config(root, backend="local"), bootstrap="spark")
+    rng = np.random.default_rng(4)
+    with Coordinator(cfg) as c:
+        for q, shards in (("q_joinsel", 3), ("q10", 1), ("cq2", 2)):
+            c.register(workload_spec(q, q, shards=shards))
+        assert c.counters["spark_bootstraps"] == 3
+        for step in range(2):
+            for t in ("t5000g", "lineitem", "crimes"):
+                ins, dels = random_batch(c.store, t, rng, 12, 4 * 10**7 + 1000 * step)
+                c.apply_update(t, inserts=ins, deletes=dels)
+            for q in ("q_joinsel", "q10", "cq2"):
+                _spark_exact(c, q)

@@ -88,6 +88,8 @@ class SideIndex:
         self.use_bloom = use_bloom and bool(key_columns)
         self._main = DeltaBatch.empty(schema)
         self._pending: list[DeltaBatch] = []
+        self._pending_bytes = 0  # bytes of the pending parts (nbytes is asked per batch)
+        self._pending_rows = 0
         self._sorted: np.ndarray | None = None
         self._perm: np.ndarray | None = None
         self.bloom: BloomFilter | None = None
@@ -98,6 +100,8 @@ class SideIndex:
         if len(delta) == 0:
             return
         self._pending.append(delta)
+        self._pending_bytes += _batch_bytes(delta)
+        self._pending_rows += len(delta)
         self._sorted = None
         if self.use_bloom:
             if self.bloom is None or self.bloom.saturated():
@@ -119,11 +123,16 @@ class SideIndex:
             neg = int((merged.weights < 0).sum())
             if neg and 4 * neg >= len(merged):
                 merged = merged.consolidate()
+            if any(c.num_chunks > 1 for c in merged.data.columns):
+                # one chunk per column: a probe's take() over many chunks costs about as
+                # much as copying the side, on every probe
+                merged = merged.with_data(merged.data.combine_chunks())
             self._main, self._pending = merged, []
+            self._pending_bytes = self._pending_rows = 0
         return self._main
 
     def __len__(self) -> int:
-        return len(self._main) + sum(len(p) for p in self._pending)
+        return len(self._main) + self._pending_rows
 
     # -- lookups ------------------------------------------------------------------------
     def _index(self) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
@@ -185,13 +194,17 @@ class SideIndex:
     def restore(self, table: pa.Table) -> None:
         self._main = batch_from_arrow(table)
         self._pending = []
+        self._pending_bytes = self._pending_rows = 0
         self._sorted = None
         self.bloom = None
         if self.use_bloom:
             self._rebuild_bloom()
 
     def nbytes(self) -> int:
-        # summed over the stored parts: merging them here would copy the whole side on
-        # every call (callers ask after each batch)
-        return sum(b.data.nbytes + b.weights.nbytes + b.annotation.values.nbytes
-                   for b in (self._main, *self._pending))
+        # the stored parts' sizes: merging them here would copy the whole side on every
+        # call (callers ask after each batch)
+        return _batch_bytes(self._main) + self._pending_bytes
+
+
+def _batch_bytes(b: DeltaBatch) -> int:
+    return b.data.nbytes + b.weights.nbytes + b.annotation.values.nbytes

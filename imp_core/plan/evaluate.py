@@ -111,6 +111,7 @@ class _Evaluator:
     def __init__(self, table: pa.Table):
         self.table = table
         self.n = table.num_rows
+        self._columns: dict[str, pa.Array] = {}  # each column combined once per evaluation
 
     def eval(self, expr: Expr) -> pa.Array | pa.Scalar:
         method = getattr(self, "_" + type(expr).__name__)
@@ -118,12 +119,17 @@ class _Evaluator:
 
     # -- leaves -------------------------------------------------------------------------
     def _ColumnRef(self, e: ColumnRef) -> pa.Array:
+        found = self._columns.get(e.name)
+        if found is not None:
+            return found
         try:
             col = self.table.column(e.name)
         except KeyError:
             raise UnknownColumnError(f"unknown column {e.name!r}; input has "
                                      f"{', '.join(self.table.column_names)}") from None
-        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        self._columns[e.name] = col
+        return col
 
     def _Literal(self, e: Literal) -> pa.Scalar:
         return pa.scalar(e.value, type=e.dtype)
@@ -344,7 +350,9 @@ def evaluate(expr: Expr, table: pa.Table) -> pa.Array:
 def evaluate_predicate(expr: Expr, table: pa.Table) -> np.ndarray:
     """Boolean mask of rows where ``expr`` is TRUE (NULL counts as false)."""
     out = evaluate(expr, table)
-    return pc.fill_null(out, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+    if out.null_count:
+        out = pc.fill_null(out, False)
+    return out.to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
 def infer_type(expr: Expr, schema: pa.Schema) -> pa.DataType:

@@ -311,6 +311,9 @@ class _AggPlan:
     floats: tuple[int, ...]  # aggregates summed as doubles
     exact: tuple[int, ...]  # aggregates summed as DECIMAL (integers, decimals)
     minmax: tuple[int, ...]
+    # aggregates over the same argument share its non-NULL count (and sum): aggregate i
+    # reads the columns of aggregate source[i]
+    source: tuple[int, ...] = ()
 
 
 def _float_columns(x: str, i: int) -> list[str]:
@@ -359,32 +362,42 @@ def _aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
     fields = [f"'a{i}', {n}" for i, n in enumerate(an)] + ["'c', __c"]
     group_fine = kn + an
     floats, exact, minmax = [], [], []
+    counted: dict[str, int] = {}  # argument -> the aggregate that counts (and sums) it
+    summed: set[int] = set()
+    source = list(range(len(agg.aggregates)))
     for i, (a, t) in enumerate(zip(agg.aggregates, op.arg_types)):
         if a.func == "count_star":
             continue
         x = quote(a.arg)
-        inner.append(f"{x} AS __x{i}")
-        fine.append(f"COUNT(__x{i}) AS __n{i}")
-        outer.append(f"SUM(__n{i}) AS __n{i}")
+        first = counted.setdefault(a.arg, i)
+        source[i] = first
+        if first == i:
+            inner.append(f"{x} AS __x{i}")
+            fine.append(f"COUNT(__x{i}) AS __n{i}")
+            outer.append(f"SUM(__n{i}) AS __n{i}")
         if a.func in ("min", "max"):
             minmax.append(i)
         elif a.func in ("sum", "avg"):
+            if first in summed:
+                continue  # sum(x) and avg(x): one exact sum
+            summed.add(first)
+            j = first  # the shared columns are named after the first aggregate
             kind = kind_of(t)
             if kind == "float":
-                floats.append(i)
-                inner += _float_columns(f"CAST({x} AS DOUBLE)", i)
-                group_fine.append(f"__b{i}")
-                fine += [f"SUM(CAST(__hi{i} AS DECIMAL(38,0))) AS __h{i}",
-                         f"SUM(CAST(__lo{i} AS DECIMAL(38,0))) AS __l{i}",
-                         f"SUM(__bad{i}) AS __bad{i}"]
-                outer.append(f"SUM(__bad{i}) AS __bad{i}")
-                fields += [f"'b{i}', __b{i}", f"'h{i}', __h{i}", f"'l{i}', __l{i}"]
+                floats.append(j)
+                inner += _float_columns(f"CAST({x} AS DOUBLE)", j)
+                group_fine.append(f"__b{j}")
+                fine += [f"SUM(CAST(__hi{j} AS DECIMAL(38,0))) AS __h{j}",
+                         f"SUM(CAST(__lo{j} AS DECIMAL(38,0))) AS __l{j}",
+                         f"SUM(__bad{j}) AS __bad{j}"]
+                outer.append(f"SUM(__bad{j}) AS __bad{j}")
+                fields += [f"'b{j}', __b{j}", f"'h{j}', __h{j}", f"'l{j}', __l{j}"]
             else:
-                exact.append(i)
+                exact.append(j)
                 scale = t.scale if kind == "decimal" else 0
-                arg = f"CAST(__x{i} AS INT)" if pa.types.is_boolean(t) else f"__x{i}"
-                fine.append(f"SUM(CAST({arg} AS DECIMAL(38,{scale}))) AS __s{i}")
-                outer.append(f"SUM(__s{i}) AS __s{i}")
+                arg = f"CAST(__x{j} AS INT)" if pa.types.is_boolean(t) else f"__x{j}"
+                fine.append(f"SUM(CAST({arg} AS DECIMAL(38,{scale}))) AS __s{j}")
+                outer.append(f"SUM(__s{j}) AS __s{j}")
     scaled = [c for i in floats for c in _scaled_columns(i)]
     parts = len(an) > 0 or bool(floats)
     if parts:
@@ -404,9 +417,10 @@ def _aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
     part_by = f"PARTITION BY {by} " if kn else ""
     for i in minmax:
         desc = "DESC" if agg.aggregates[i].func == "max" else "ASC"
-        sql += (f",\n__imp_mv{i} AS (\n  SELECT {', '.join(kn + [f'__x{i} AS __v'])}, "
-                f"COUNT(1) AS __c\n  FROM __imp_in WHERE __x{i} IS NOT NULL\n"
-                f"  GROUP BY {', '.join(kn + [f'__x{i}'])}\n)")
+        x = f"__x{source[i]}"
+        sql += (f",\n__imp_mv{i} AS (\n  SELECT {', '.join(kn + [f'{x} AS __v'])}, "
+                f"COUNT(1) AS __c\n  FROM __imp_in WHERE {x} IS NOT NULL\n"
+                f"  GROUP BY {', '.join(kn + [x])}\n)")
         if buffer is not None:
             sql += (f",\n__imp_mr{i} AS (\n  SELECT *, row_number() OVER ({part_by}ORDER BY "
                     f"__v {desc}) AS __r, COUNT(1) OVER ({part_by.strip()}) AS __nd\n"
@@ -421,7 +435,8 @@ def _aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
         joins.append(f"LEFT JOIN __imp_mm{i} m{i} ON {on}")
         select += [f"m{i}.__mm AS __mm{i}", f"m{i}.__nd AS __nd{i}"]
     sql += f"\nSELECT {', '.join(select)}\nFROM __imp_g g" + "".join(f"\n{j}" for j in joins)
-    return sql, _AggPlan(len(kn), len(an), tuple(floats), tuple(exact), tuple(minmax))
+    return sql, _AggPlan(len(kn), len(an), tuple(floats), tuple(exact), tuple(minmax),
+                         tuple(source))
 
 
 def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -449,16 +464,19 @@ def _aggregate_tables(op: AggregateOp, res: pa.Table, plan: _AggPlan,
         if a.func == "count_star":
             cols[f"nonnull{i}"] = pa.array(np.zeros(n, dtype=np.int64))
             continue
-        nn = _array(res.column(f"__n{i}")).fill_null(0).to_numpy(zero_copy_only=False)
+        src = plan.source[i]
+        nn = _array(res.column(f"__n{src}")).fill_null(0).to_numpy(zero_copy_only=False)
         cols[f"nonnull{i}"] = pa.array(nn.astype(np.int64))
-        if i in plan.exact:
-            sums = _ints(res.column(f"__s{i}"))
+        if a.func not in ("sum", "avg"):
+            continue
+        if src in plan.exact:
+            sums = _ints(res.column(f"__s{src}"))
             cols[f"sum{i}"] = pa.array([str(int(v)) for v in sums], pa.string())
-        elif i in plan.floats:
-            if int(pc.sum(_array(res.column(f"__bad{i}"))).as_py() or 0):
+        elif src in plan.floats:
+            if int(pc.sum(_array(res.column(f"__bad{src}"))).as_py() or 0):
                 raise ValueError("cannot sum NaN or infinite values exactly")
-            cols[f"sum{i}"] = pa.array([str(v) for v in _float_sums(entries, owner, n, i)],
-                                       pa.string())
+            cols[f"sum{i}"] = pa.array(
+                [str(v) for v in _float_sums(entries, owner, n, src)], pa.string())
     out = {"groups": pa.table(cols), "fragments": _fragments(op, entries, owner, plan.anns)}
     for i in plan.minmax:
         mm = _array(res.column(f"__mm{i}"))

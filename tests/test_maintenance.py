@@ -10,7 +10,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from workload_data import synthetic_tables, workload_stores
 
-from imp_core.errors import SchemaMismatchError, UnknownTableError
+from imp_core.errors import (
+    SchemaMismatchError,
+    UnknownColumnError,
+    UnknownQueryError,
+    UnknownTableError,
+)
 from imp_core.maintenance import Maintainer
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import list_queries
@@ -107,6 +112,21 @@ def test_bad_updates_change_nothing(tmp_path):
     assert m.maintain("h2").empty
 
 
+def test_registration_errors_register_nothing(tmp_path):
+    store = DeltaStore(tmp_path)
+    store.create_table("t5000g", synthetic_tables()["t5000g"].slice(0, 100), key="id")
+    m = Maintainer(store)
+    with pytest.raises(UnknownTableError, match="nosuch"):
+        m.register("a", "SELECT a, count(*) AS c FROM nosuch GROUP BY a", {"t5000g.a": 4})
+    with pytest.raises(UnknownColumnError, match="zz"):
+        m.register("b", "SELECT a, sum(zz) AS s FROM t5000g GROUP BY a", {"t5000g.a": 4})
+    with pytest.raises(UnknownColumnError):
+        m.register("c", "SELECT a, sum(b) AS s FROM t5000g GROUP BY a", {"t5000g.zz": 4})
+    with pytest.raises(UnknownQueryError):
+        m.maintain("a")
+    assert m.queries == {} and store.version("t5000g") == 0
+
+
 @pytest.mark.spark
 def test_spark_pulled_deltas_maintain_exact_sketches(stores):
     """The same maintenance with deltas extracted by Spark (filtered, projected and
@@ -172,7 +192,8 @@ def test_spark_bootstrap_state_equals_in_memory_state(stores):
 @pytest.mark.parametrize("wq", QUERIES, ids=[q.name for q in QUERIES])
 def test_every_workload_query_with_spark_deltas_equals_spark_recapture(stores, wq):
     """Deltas extracted by Spark (pushed-down selection, projection, fragment ids), checked
-    against a fresh capture on Spark at the same table versions after every batch."""
+    against a fresh capture on Spark at the same table versions after every batch: batches
+    through the store, then one written by another writer straight through delta-rs."""
     from imp_core.spark import capture, get_spark, register_tables
     from imp_core.spark.deltas import SparkDeltaSource
 
@@ -197,3 +218,26 @@ def test_every_workload_query_with_spark_deltas_equals_spark_recapture(stores, w
         m.maintain(wq.name)
         register_tables(spark, {t: store.read(t, v) for t, v in q.versions.items()})
         assert q.sketch == capture(spark, q.plan, q.partitions), f"{wq.name} step {step}"
+    # another writer: a predicate delete and an append, two versions the service never saw
+    before = store.version(table)
+    _external_writes(store, table, rng, 90_000_000 + 1000 * QUERIES.index(wq))
+    assert store.version(table) == before + 2
+    m.maintain(wq.name)
+    assert q.versions[table] == store.version(table)
+    register_tables(spark, {t: store.read(t, v) for t, v in q.versions.items()})
+    assert q.sketch == capture(spark, q.plan, q.partitions), f"{wq.name} external writes"
+
+
+def _external_writes(store, table, rng, salt):
+    """Through delta-rs directly: delete the rows of a few keys, append copies of stored
+    rows under fresh keys (lineitem: fresh order keys, same line numbers)."""
+    path = store.entry(table).location
+    data = store.read(table)
+    key = "l_orderkey" if table == "lineitem" else TABLES[table].key[-1]
+    victims = sorted(set(rng.choice(data.column(key).to_numpy(), size=3).tolist()))
+    DeltaTable(path).delete(f"{key} IN ({', '.join(str(int(v)) for v in victims)})")
+    copies = data.take(pa.array(rng.integers(0, data.num_rows, size=5), type=pa.int64()))
+    field = copies.schema.field(key)
+    copies = copies.set_column(copies.schema.get_field_index(key), field,
+                               pa.array(np.arange(salt, salt + 5)).cast(field.type))
+    write_deltalake(path, copies, mode="append")

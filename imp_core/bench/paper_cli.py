@@ -83,8 +83,11 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed cycles (default 3)")
     p.add_argument("--feed-repeats", type=int, default=None,
                    help="cycles reading the delta back from the change feed (default 1)")
+    p.add_argument("--fm-runs", type=int, default=None,
+                   help="timed FM runs after registration (default 1; one more is timed at "
+                   "the verification point)")
     p.set_defaults(func=_run(tpch.run_tpch_bench, a="sf", b="delta_sizes", c="queries",
-                             d="fragments", e="repeats", f="feed_repeats"))
+                             d="fragments", e="repeats", f="feed_repeats", g="fm_runs"))
 
     p = bsub.add_parser("micro", help="microbenchmarks: groups, aggregates, joins, join "
                         "selectivity, fragments, delta filter, Bloom filters, buffers")

@@ -15,9 +15,10 @@ Each batch is committed (``commit_s``, not part of IMP) and then the sketch is r
 query's columns and selection, the operators including joins, sketch out). The cycle runs
 ``repeats`` times; ``feed_repeats`` more cycles drop the coordinator's cached changes
 before each request, so the delta is read back from the Delta change files
-(``imp_feed_ms``). FM is a warm Spark recapture (``coordinator.recapture``), timed right
-after registration and again at a verification point (after a mixed batch of the largest
-size), where the maintained sketch must equal the recaptured one (``sketch_ok``).
+(``imp_feed_ms``). FM is a warm Spark recapture (``coordinator.recapture``): one warm-up
+run, ``fm_runs`` timed runs right after registration, and one at a verification point
+(after a mixed batch of the largest size), where the maintained sketch must equal the
+recaptured one (``sketch_ok``). A ``-partial.json`` report is rewritten after every query.
 """
 
 from __future__ import annotations
@@ -107,13 +108,17 @@ def _keys(rows: pa.Table) -> set[tuple]:
 
 def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: int,
                   repeats: int, feed_repeats: int, rng: np.random.Generator,
-                  progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                  progress: bool, fm_runs: int = 1
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     info, boot_s, note = _register(coordinator, qname, fragments)
+    log(progress, f"  {qname}: registered (bootstrap {boot_s:.1f} s)")
     spec = coordinator._get(qname).specs.get("lineitem")
     predicate = spec.predicate if spec is not None else None
-    coordinator.recapture(qname)  # warm Spark: files, code generation
-    _, fm0 = coordinator.recapture(qname)
-    fm_times = [fm0]
+    fm_times: list[float] = []
+    for i in range(fm_runs + 1):  # the first run warms Spark (files, code generation)
+        _, fm = coordinator.recapture(qname)
+        if i:
+            fm_times.append(fm)
     sampler = RowSampler(store, "lineitem", rng, predicate)
     warm = sampler.draw(sizes[0], LINEITEM_KEY)  # warm-up: lazily built indexes
     for ins, dels in ((None, warm), (warm, None)):
@@ -202,13 +207,14 @@ def aggregate(queries: list[dict[str, Any]], samples: list[dict[str, Any]]
 
 def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
                    delta_sizes: Iterable[int] = DELTA_SIZES, fragments: int = 1000,
-                   repeats: int = 3, feed_repeats: int = 1, seed: int = 0,
+                   repeats: int = 3, feed_repeats: int = 1, fm_runs: int = 1, seed: int = 0,
                    data_root: str | Path = ".imp", max_load: float | None = None,
                    progress: bool = True, out: str | Path = "bench-results/tpch.json"
                    ) -> dict[str, Any]:
     queries, sizes = list(queries), sorted(delta_sizes)
     params = {"sf": sf, "queries": queries, "delta_sizes": sizes, "fragments": fragments,
-              "repeats": repeats, "feed_repeats": feed_repeats, "seed": seed,
+              "repeats": repeats, "feed_repeats": feed_repeats, "fm_runs": fm_runs,
+              "seed": seed,
               "sketch": "lineitem.l_orderkey", "backend": "local (in-process coordinator)",
               "batches": "per size a cycle: delete n, mixed (delete n/2 fresh, re-insert "
                          "n/2), insert (re-insert the rest); tuples satisfy the query's "
@@ -231,9 +237,10 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
     try:
         for qname in queries:
             s, rows = measure_query(coordinator, store, qname, sizes, fragments, repeats,
-                                    feed_repeats, rng, progress)
+                                    feed_repeats, rng, progress, fm_runs)
             summaries.append(s)
             samples.extend(rows)
+            _write_partial(report, summaries, samples, out)
             mid = [r for r in rows if r["mode"] == "own" and r["kind"] == "mixed"]
             log(progress, f"  {qname}: bootstrap {s['bootstrap_s']:.1f} s, FM "
                 f"{s['fm_s']:.2f} s, IMP mixed "
@@ -248,6 +255,20 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
     report["summary"] = summarize(report)
     finish_report(report, out, lambda base: plot(report, base))
     return report
+
+
+def _write_partial(report: dict[str, Any], summaries: list[dict[str, Any]],
+                   samples: list[dict[str, Any]], out: str | Path) -> None:
+    """The report so far (``partial``: the queries not measured yet are missing), so an
+    interrupted run keeps what it measured."""
+    import json
+
+    part = {**report, "partial": True, "queries": summaries,
+            "results": aggregate(summaries, samples), "samples": samples}
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(path.stem + "-partial.json").write_text(json.dumps(part, indent=2,
+                                                                      default=str))
 
 
 def summarize(report: dict[str, Any]) -> dict[str, Any]:

@@ -30,13 +30,11 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pyarrow as pa
-from deltalake import WriterProperties
 
 from imp_core.bench.common import environment
 from imp_core.storage.delta_store import WriteOptions
@@ -59,16 +57,8 @@ def _sf_label(sf: float) -> str:
     return f"{sf:g}"
 
 
-@dataclass(frozen=True)
-class BenchWriteOptions(WriteOptions):
-    """``WriteOptions`` with a cap on rows per data page: with the page index, Spark's
-    Parquet reader then skips pages, not only whole row groups."""
-
-    page_rows: int = 2048
-
-    def writer_properties(self) -> WriterProperties:
-        return WriterProperties(max_row_group_size=self.max_row_group_size,
-                                data_page_row_count_limit=self.page_rows)
+# the store's own layout caps data pages at 2048 rows (page-index skipping) by default
+BenchWriteOptions = WriteOptions
 
 
 def prepare_store(sf: float, rows: int, root: Path, data_dir: Path, seed: int = 0,

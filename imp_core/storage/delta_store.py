@@ -74,13 +74,19 @@ _SOURCE, _TARGET = "src", "tgt"
 @dataclass(frozen=True)
 class WriteOptions:
     """How data files are laid out. Smaller files make a ``MERGE`` cheaper (it rewrites
-    each file holding a deleted row); smaller row groups make statistics finer."""
+    each file holding a deleted row); smaller row groups make statistics finer, and with
+    data pages of at most ``page_rows`` rows the page index lets Spark's Parquet reader
+    skip pages inside a row group (what makes a sketch's ranges read few rows)."""
 
     max_row_group_size: int = 65_536
     target_file_size: int = 32 * 1024 * 1024  # bytes
+    page_rows: int | None = 2048
 
     def writer_properties(self) -> WriterProperties:
-        return WriterProperties(max_row_group_size=self.max_row_group_size)
+        if self.page_rows is None:
+            return WriterProperties(max_row_group_size=self.max_row_group_size)
+        return WriterProperties(max_row_group_size=self.max_row_group_size,
+                                data_page_row_count_limit=self.page_rows)
 
 
 def _quote(name: str) -> str:

@@ -86,8 +86,18 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--fm-runs", type=int, default=None,
                    help="timed FM runs after registration (default 1; one more is timed at "
                    "the verification point)")
-    p.set_defaults(func=_run(tpch.run_tpch_bench, a="sf", b="delta_sizes", c="queries",
-                             d="fragments", e="repeats", f="feed_repeats", g="fm_runs"))
+    p.add_argument("--merge", type=_names, default=None,
+                   help="instead of running: combine these reports (runs over disjoint "
+                   "query sets, e.g. an interrupted run's -partial.json) into --out")
+    run = _run(tpch.run_tpch_bench, a="sf", b="delta_sizes", c="queries", d="fragments",
+               e="repeats", f="feed_repeats", g="fm_runs")
+
+    def tpch_handler(args: argparse.Namespace) -> int:
+        if args.merge:
+            return _emit(tpch.merge_reports(args.merge, args.out), args)
+        return run(args)
+
+    p.set_defaults(func=tpch_handler)
 
     p = bsub.add_parser("micro", help="microbenchmarks: groups, aggregates, joins, join "
                         "selectivity, fragments, delta filter, Bloom filters, buffers")

@@ -146,9 +146,13 @@ def ensure_synthetic(store, name: str, rows: int, seed: int = 0, progress: bool 
 def make_coordinator(store, root: Path, options=None, versions_kept: int = 64):
     """A started in-process coordinator (local backend) over ``store``: no background
     polling (every commit goes through it), no periodic checkpoints, no warm actors."""
+    import shutil
+
     from imp_actors.config import RuntimeConfig
     from imp_actors.coordinator import Coordinator
 
+    # a fresh registry and checkpoints: a killed earlier run must not leave queries behind
+    shutil.rmtree(root / "service", ignore_errors=True)
     cfg = RuntimeConfig(root=str(root / "service"), tables_root=str(store.root),
                         backend="local", poll_seconds=None, checkpoint_every_batches=None,
                         warm_actors=0, sketch_versions_kept=versions_kept)

@@ -28,6 +28,7 @@ from imp_core.bench.paper_common import (
     finish_report,
     log,
     make_coordinator,
+    median,
     open_store,
     pyplot,
     save_figure,
@@ -85,6 +86,11 @@ def run_template(coordinator, store, template: str, sql: str, batches: list[int]
                     "updates": updates, "maintenances": len(versions),
                     "maintain_s": round(total, 4),
                     "maintain_ms_per_update": round(1000 * total / updates, 4),
+                    "maintenance_ms_p50": round(1000 * median([v.maintain_seconds
+                                                               for v in versions]), 3)
+                    if versions else None,
+                    "maintenance_ms_max": round(1000 * max((v.maintain_seconds
+                                                            for v in versions), default=0), 3),
                     "commit_s": round(commit, 2)})
         coordinator.drop(n)
     for r in out:

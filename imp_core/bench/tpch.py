@@ -271,6 +271,31 @@ def _write_partial(report: dict[str, Any], summaries: list[dict[str, Any]],
                                                                       default=str))
 
 
+def merge_reports(paths: Iterable[str | Path], out: str | Path) -> dict[str, Any]:
+    """One report from several runs over disjoint query sets (e.g. a ``-partial.json`` of
+    an interrupted run and a run of the remaining queries); written to ``out``."""
+    import json
+
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    first = reports[0]
+    queries = [q for r in reports for q in r["queries"]]
+    samples = [s for r in reports for s in r["samples"]]
+    report = {k: v for k, v in first.items() if k not in ("partial", "plots")}
+    report["parameters"] = {**first["parameters"],
+                            "queries": [q["query"] for q in queries],
+                            "merged_from": [str(p) for p in paths]}
+    report["load"] = {**first["load"], "at_end": reports[-1]["load"].get("at_end"),
+                      "runs": [r["load"] for r in reports]}
+    report["total_s"] = round(sum(r.get("total_s") or 0 for r in reports), 1)
+    report["queries"], report["samples"] = queries, samples
+    report["results"] = aggregate(queries, samples)
+    report["summary"] = summarize(report)
+    out = Path(out)
+    report["plots"] = plot(report, out.with_suffix(""))
+    out.write_text(json.dumps(report, indent=2, default=str))
+    return report
+
+
 def summarize(report: dict[str, Any]) -> dict[str, Any]:
     """The issue's target: at delta 100 (or the nearest size), mixed, FM / IMP >= 100 for
     every query and median >= 500."""

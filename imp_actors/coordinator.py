@@ -778,14 +778,20 @@ class Coordinator:
             return self._checkpoint_locked(q)
 
     def _checkpoint_info(self, q: _Query, shard: int) -> CheckpointInfo:
+        """The newest checkpoint of an evicted query's shard (read and verified)."""
         import hashlib
+
+        from imp_core.engine.snapshot import read_snapshot
 
         names = self.checkpoints.names(q.name, q.record.generation, shard)
         if not names:
             raise SnapshotError(f"{q.name} shard {shard} has no checkpoint")
         blob = self.checkpoints.read(names[0])
-        return CheckpointInfo(q.name, shard, self.checkpoints.blobs.path(names[0]),
-                              {}, len(blob), hashlib.sha256(blob).hexdigest(), 0.0)
+        meta, _ = read_snapshot(blob)
+        uri = self.checkpoints.blobs.path(names[0])
+        return CheckpointInfo(q.name, shard, uri, dict(meta.get("versions", {})), len(blob),
+                              hashlib.sha256(blob).hexdigest(),
+                              self.checkpoints.blobs.fs.get_file_info(uri).mtime.timestamp())
 
     def _checkpoint_locked(self, q: _Query) -> list[CheckpointInfo]:
         assert q.handles is not None

@@ -332,11 +332,12 @@ def test_minmax_buffer_without_source_group_emptied_and_revived():
     world.apply({"r": (rows, [-1] * 4)})
     world.apply({"r": ([(5, 1, 7, None, None), (6, 1, 8, None, None)], [1, 1])})
     world.apply({"r": ([(5, 1, 7, None, None), (7, 1, 9, None, None)], [-1, 1])})
-    # a group that still has values beyond its emptied buffer needs the source
+    # a group that still has values beyond its emptied buffer needs the source: min keeps
+    # only its best two values {1, 2} (the buffer bounds incomplete groups too); deleting
+    # both leaves 3, 8 and 9 beyond it
     world.apply({"r": (rows[:3], [1] * 3)})
-    world.apply({"r": (rows[:2], [-1] * 2)})
-    with pytest.raises(StateExhaustedError):  # max kept {8, 9}; 3 lies beyond the buffer
-        world.apply({"r": ([(6, 1, 8, None, None), (7, 1, 9, None, None)], [-1, -1])})
+    with pytest.raises(StateExhaustedError):
+        world.apply({"r": (rows[:2], [-1] * 2)})
 
 
 @SETTINGS
@@ -701,3 +702,16 @@ def test_sketch_rejects_foreign_ids():
     ps = PartitionSet((RangePartition.from_bounds("t", "v", pa.int64(), [1]),))
     with pytest.raises(ValueError):
         Sketch(ps, BitMap([2]))
+
+
+def test_minmax_buffer_bounds_incomplete_groups_too():
+    """Once a group's buffer dropped values, better values still keep it at the bound."""
+    from imp_core.engine.operators.aggregate import _MinMax
+
+    mm = _MinMax(is_max=False, buffer=3)
+    for v in [50, 40, 30, 20, 10, 5, 1, 0]:  # each new value is the best so far
+        mm.update(0, v, 1)
+        assert len(mm.sets[0]) <= 3
+    assert list(mm.sets[0]) == [0, 1, 5] and mm.complete[0] is False
+    mm.update(0, 60, 1)  # worse than every kept value: beyond the buffer, not kept
+    assert list(mm.sets[0]) == [0, 1, 5]

@@ -85,7 +85,9 @@ class _MinMax:
                 s[value] = c + w
             else:
                 del s[value]
-        if self.buffer is not None and complete and len(s) > self.buffer:
+        if self.buffer is not None and len(s) > self.buffer:
+            # keep the best ``buffer`` values: still a prefix of the group's sorted values
+            # (complete or not), so the bound holds for incomplete groups too
             while len(s) > self.buffer:
                 s.popitem(0 if self.is_max else -1)
             self.complete[g] = False

@@ -1,5 +1,5 @@
-"""Ray actors of the IMP service: one actor per registered query, holding that query's
-incremental operator state and sketch, maintained from the table deltas it is sent.
-
-Nothing lives here yet; the actors are built in a later issue on top of ``imp_core.engine``.
+"""The actor runtime of the IMP service: a coordinator that keeps registered queries'
+sketches fresh, and the Ray actors (one or more shards per query) holding their
+incremental operator state. See docs/runtime.md; the entry point is
+``imp_actors.coordinator.Coordinator``.
 """

@@ -47,6 +47,7 @@ from imp_actors.registry import (
     partitions_to_records,
 )
 from imp_actors.sharding import ShardKey, route_rows, shard_key
+from imp_actors.spark_work import SparkWork
 from imp_actors.storage import BlobStore
 from imp_actors.types import (
     CheckpointInfo,
@@ -150,15 +151,14 @@ class Coordinator:
         self.registry = Registry(BlobStore(self.config.registry_dir))
         self.checkpoints = CheckpointStore(self.config.checkpoints_dir)
         self.probe = VersionProbe(self.store)
-        self.feed = DeltaFeed(self.store, spark_source=self._spark_delta_source,
+        self.spark = SparkWork(self.store)
+        self.feed = DeltaFeed(self.store, spark_source=self.spark.delta_source,
                               spark_min_bytes=self.config.spark_delta_min_bytes,
                               cache_bytes=self.config.delta_cache_bytes)
         self._queries: dict[str, _Query] = {}
         self._routes: dict[str, set[str]] = {}
         self._lock = threading.RLock()
         self._store_lock = threading.Lock()
-        self._spark_lock = threading.Lock()
-        self._spark_source: Any = None
         self._seen_versions: dict[str, int] = {}
         self.counters: Counter = Counter()
         self.timings: dict[str, list[float]] = {"maintain_s": [], "restore_s": []}
@@ -701,15 +701,11 @@ class Coordinator:
         whole query's state, re-split by the routing column when sharded. One Spark run
         serves all shards of a capture."""
         from imp_actors.resharding import reshard
-        from imp_core.engine.pipeline import IncrementalQuery
-        from imp_core.spark.bootstrap import bootstrap_tables
 
         if q.capture is not None and q.capture[0] == dict(versions) \
                 and len(q.capture[1]) == q.shards:
             return q.capture[1]
-        with self._spark_lock:
-            pipeline = IncrementalQuery(q.plan, q.partitions, self.options)
-            tables, _ = bootstrap_tables(self._spark(), self.store, pipeline, versions)
+        tables = self.spark.first_state(q.plan, q.partitions, self.options, versions)
         states = [tables] if q.shards == 1 else \
             reshard([tables], q.plan, q.partitions, self.options, q.key, q.shards)
         q.capture = (dict(versions), states)
@@ -868,24 +864,11 @@ class Coordinator:
         return self.info(name)
 
     # -- queries on Spark -------------------------------------------------------------------
-    def _spark(self) -> Any:
-        from imp_core.spark.session import get_spark
-
-        return get_spark()
-
-    def _spark_delta_source(self) -> Any:
-        if self._spark_source is None:
-            from imp_core.spark.deltas import SparkDeltaSource
-
-            self._spark_source = SparkDeltaSource(self.store, self._spark())
-        return self._spark_source
-
     def run_query(self, sql: str | None = None, query: str | None = None,
                   use_sketch: bool = True) -> QueryResult:
         """Run a SELECT on Spark over the tables' versions of the sketch it uses (or the
         latest versions without one); with ``use_sketch`` the scans read only the
         sketch's fragments."""
-        from imp_core.spark.run import run_query
         from imp_core.sql import plan_sql
 
         registered = self._get(query) if query else None
@@ -903,32 +886,21 @@ class Coordinator:
             versions = dict(version.versions)
         else:
             versions = {t: self.probe.latest(t) for t in sorted(plan.root.tables())}
-        with self._spark_lock:
-            spark = self._spark()
-            files = self._table_views(spark, versions)
-            run = run_query(spark, plan, version.sketch if version else None)
-        skipped = {t: max(files[t] - run.files_read.get(t, 0), 0) for t in files}
-        return QueryResult(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
-                           skipped, version)
+        run = self.spark.run(plan, versions, version.sketch if version else None)
+        return QueryResult(run.rows, run.seconds, run.rows_read, run.files_read,
+                           run.files_skipped, version)
 
     def recapture(self, name: str, versions: Mapping[str, int] | None = None
                   ) -> tuple[Sketch, float]:
         """Full maintenance (the paper's FM): the accurate sketch recaptured by Spark from
         the tables at ``versions`` (default: the query's latest sketch's), and its time."""
-        from imp_core.spark.run import capture_run
-
         q = self._get(name)
         if versions is None:
             latest = q.history.latest
             versions = dict(latest.versions) if latest else \
                 {t: self.probe.latest(t) for t in q.tables}
-        with self._spark_lock:
-            spark = self._spark()
-            t0 = time.perf_counter()
-            self._table_views(spark, versions)
-            run = capture_run(spark, q.plan, q.partitions)
         self.counters["recaptures_fm"] += 1
-        return run.sketch, time.perf_counter() - t0
+        return self.spark.recapture(q.plan, q.partitions, versions)
 
     def _find_by_plan(self, plan: QueryPlan) -> _Query | None:
         fp = plan.fingerprint()
@@ -937,21 +909,6 @@ class Coordinator:
                 if q.plan.fingerprint() == fp:
                     return q
         return None
-
-    def _table_views(self, spark: Any, versions: Mapping[str, int]) -> dict[str, int]:
-        """Temp views named as the tables over their files at ``versions``; returns the
-        number of files per table."""
-        from imp_core.spark.compile import quote
-        from imp_core.spark.tables import arrow_to_dataframe
-
-        out = {}
-        for t, v in versions.items():
-            files = self.store.file_uris(t, v)
-            df = spark.read.parquet(*files) if files else \
-                arrow_to_dataframe(spark, self.store.schema(t, v).empty_table())
-            df.createOrReplaceTempView(quote(t).strip("`"))
-            out[t] = len(files)
-        return out
 
     # -- background: polling, eager flushes, idle eviction ----------------------------------
     def _schedule(self, q: _Query) -> None:

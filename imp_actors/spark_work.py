@@ -1,0 +1,99 @@
+"""What the service asks of Spark: queries with or without a sketch, full recaptures
+(the paper's FM baseline), first operator states, and large deltas.
+
+Invariants: every run reads the tables exactly at the versions it is given (temp views
+named as the tables over that version's Parquet files); one run at a time, because the
+views are shared by the session; Spark starts only when something here is first used.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.plan.nodes import QueryPlan
+from imp_core.sketch.partition import PartitionSet
+from imp_core.sketch.sketch import Sketch
+
+
+@dataclass(frozen=True)
+class SparkRun:
+    rows: pa.Table
+    seconds: float
+    rows_read: dict[str, int]
+    files_read: dict[str, int]
+    files_skipped: dict[str, int]
+
+
+class SparkWork:
+    def __init__(self, store: Any):
+        self.store = store
+        self._lock = threading.Lock()
+        self._delta_source: Any = None
+
+    def session(self) -> Any:
+        from imp_core.spark.session import get_spark
+
+        return get_spark()
+
+    def delta_source(self) -> Any:
+        """A ``SparkDeltaSource`` over the store (for ranges of large change files)."""
+        if self._delta_source is None:
+            from imp_core.spark.deltas import SparkDeltaSource
+
+            self._delta_source = SparkDeltaSource(self.store, self.session())
+        return self._delta_source
+
+    def run(self, plan: QueryPlan, versions: Mapping[str, int],
+            sketch: Sketch | None = None) -> SparkRun:
+        """The query over the tables at ``versions``, scans filtered by ``sketch``."""
+        from imp_core.spark.run import run_query
+
+        with self._lock:
+            spark = self.session()
+            files = self._table_views(spark, versions)
+            run = run_query(spark, plan, sketch)
+        skipped = {t: max(files[t] - run.files_read.get(t, 0), 0) for t in files}
+        return SparkRun(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
+                        skipped)
+
+    def recapture(self, plan: QueryPlan, partitions: PartitionSet,
+                  versions: Mapping[str, int]) -> tuple[Sketch, float]:
+        """The accurate sketch captured from scratch at ``versions``, and its time."""
+        from imp_core.spark.run import capture_run
+
+        with self._lock:
+            spark = self.session()
+            t0 = time.perf_counter()
+            self._table_views(spark, versions)
+            run = capture_run(spark, plan, partitions)
+        return run.sketch, time.perf_counter() - t0
+
+    def first_state(self, plan: QueryPlan, partitions: PartitionSet, options: EngineOptions,
+                    versions: Mapping[str, int]) -> dict[str, pa.Table]:
+        """Every operator's state at ``versions`` computed on Spark (state tables)."""
+        from imp_core.spark.bootstrap import bootstrap_tables
+
+        with self._lock:
+            pipeline = IncrementalQuery(plan, partitions, options)
+            tables, _ = bootstrap_tables(self.session(), self.store, pipeline, versions)
+        return tables
+
+    def _table_views(self, spark: Any, versions: Mapping[str, int]) -> dict[str, int]:
+        """Temp views named as the tables over their files at ``versions``; returns the
+        number of files per table."""
+        from imp_core.spark.tables import arrow_to_dataframe
+
+        out = {}
+        for t, v in versions.items():
+            files = self.store.file_uris(t, v)
+            df = spark.read.parquet(*files) if files else \
+                arrow_to_dataframe(spark, self.store.schema(t, v).empty_table())
+            df.createOrReplaceTempView(t)
+            out[t] = len(files)
+        return out

@@ -21,7 +21,7 @@ def _env(report: dict[str, Any]) -> str:
     env = report.get("environment", {})
     v = env.get("versions", {})
     load = report.get("load", {})
-    start = load.get("at_start") or [None]
+    start = load.get("at_start") or [load.get("note", "-")]
     end = load.get("at_end") or [None]
     return (f"{env.get('cpus')} CPUs, Python {env.get('python')}, Spark "
             f"{env.get('spark') or v.get('pyspark')}, pyarrow {v.get('pyarrow')}, deltalake "
@@ -109,6 +109,8 @@ def section_micro(r: dict[str, Any]) -> list[str]:
     lines = [f"### Microbenchmarks (`imp bench micro --rows {p['rows']}`)", "",
              f"{p['rows']:,} rows per synthetic table (the paper: 10M), 1000 fragments, "
              f"mixed batches, {p['repeats']} per point. {_env(r)}.", ""]
+    if p.get("note"):
+        lines += [f"Note: {p['note']}.", ""]
     if "per_tuple_cost_ratio_max_vs_min_fragments" in s:
         lines += [f"Per-tuple cost, most vs fewest fragments, by delta size: "
                   f"{s['per_tuple_cost_ratio_max_vs_min_fragments']} — nearly flat "
@@ -122,7 +124,9 @@ def section_micro(r: dict[str, Any]) -> list[str]:
         table.append([e, v, first["fm_s"]] + [pts[d]["imp_ms"] if d in pts else None
                                                for d in sizes]
                      + [pts[max(pts)]["fm_over_imp"], pts[max(pts)]["per_tuple_us"],
-                        first.get("sketch_ok"), round(first["state_bytes"] / 2**20, 2)])
+                        first.get("sketch_ok"),
+                        None if first.get("state_bytes") is None
+                        else round(first["state_bytes"] / 2**20, 2)])
     lines += _table(["experiment", "variant", "FM s"] + [f"IMP ms d={d}" for d in sizes]
                     + [f"FM/IMP d={max(sizes)}", "us/tuple", "sketch = FM", "state MiB"],
                     table)

@@ -56,7 +56,6 @@ def run_workload(coordinator, store, spark, ratio_name: str, delta: int, operati
                  rng: np.random.Generator, progress: bool) -> dict[str, Any]:
     from imp_actors.types import QuerySpec
     from imp_core.bench.spark import same_rows
-    from imp_core.spark.run import run_query
     from imp_core.workloads.queries import load_query
 
     sql = load_query("q_endtoend").sql
@@ -106,9 +105,7 @@ def run_workload(coordinator, store, spark, ratio_name: str, delta: int, operati
                 fm_versions = versions
                 counts["fm_recaptures"] += 1
             t2 = time.perf_counter()
-            with coordinator._spark_lock:
-                coordinator._table_views(spark, versions)
-                fm = run_query(spark, q.plan, fm_sketch, measure=False)
+            fm = coordinator.spark.run(q.plan, versions, fm_sketch)  # as IMP's use runs
             t3 = time.perf_counter()
             parts["fm_capture"] += t2 - t1
             parts["fm_use"] += t3 - t2

@@ -678,23 +678,51 @@ class Coordinator:
         h.call("load", self._spec(q, shard), None)
         changes = {}
         for t in q.tables:
-            rows = self.store.read(t, versions[t])
+            rows = self.store.read(t, versions[t], columns=self._read_columns(q, t))
             mine = restrict_delta(TableDelta.inserts(rows), q.specs.get(t))
             changes[t] = route_rows(t, mine, q.key, q.shards)[shard]
         h.call("apply", changes, {}, versions)
         return h.call("status")
 
+    def _read_columns(self, q: _Query, table: str) -> list[str] | None:
+        """The columns of ``table`` that ``q`` reads (its scan spec's and its pushed-down
+        selection's), in table order; None (all) when it has no spec."""
+        spec = q.specs.get(table)
+        if spec is None:
+            return None
+        wanted = set(spec.columns)
+        if spec.predicate is not None:
+            wanted |= spec.predicate.columns()
+        names = self.store.schema(table).names
+        if not wanted <= set(names):  # names the spec holds but the table lacks: read all
+            return None
+        return [c for c in names if c in wanted]
+
     def _spark_bootstrap(self, q: _Query, versions: Mapping[str, int]) -> bool:
+        """Whether ``q``'s first state is computed on Spark: by configuration, or (auto)
+        when the bytes of the columns it reads exceed ``spark_bootstrap_min_bytes``."""
         mode = self.config.bootstrap
         if mode != "auto":
             return mode == "spark"
-        import os
+        import pyarrow.parquet as pq
 
-        size = sum(os.path.getsize(f) for t, v in versions.items()
-                   for f in (u[len("file://"):] if u.startswith("file://") else u
-                             for u in self.store.file_uris(t, v))
-                   if os.path.exists(f))
-        return size > self.config.spark_bootstrap_min_bytes
+        size = 0
+        for t, v in versions.items():
+            wanted = self._read_columns(q, t)
+            for uri in self.store.file_uris(t, v):
+                path = uri[len("file://"):] if uri.startswith("file://") else uri
+                try:
+                    meta = pq.ParquetFile(path).metadata
+                except (OSError, ValueError):  # not a local file: no footer to weigh
+                    continue
+                for i in range(meta.num_row_groups):
+                    rg = meta.row_group(i)
+                    size += sum(rg.column(j).total_uncompressed_size
+                                for j in range(rg.num_columns)
+                                if wanted is None or rg.column(j).path_in_schema in wanted)
+                if size > self.config.spark_bootstrap_min_bytes:
+                    return True
+        return False
 
     def _spark_states(self, q: _Query, versions: Mapping[str, int]) -> list[dict]:
         """Every shard's first state computed on Spark (imp_core.spark.bootstrap): the

@@ -56,8 +56,9 @@ class SparkWork:
 
         with self._lock:
             spark = self.session()
-            files = self._table_views(spark, versions)
+            files = self._table_views(spark, versions, sketch)
             run = run_query(spark, plan, sketch)
+        # files left out of the views by their statistics count as skipped, too
         skipped = {t: max(files[t] - run.files_read.get(t, 0), 0) for t in files}
         return SparkRun(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
                         skipped)
@@ -84,16 +85,23 @@ class SparkWork:
             tables, _ = bootstrap_tables(self.session(), self.store, pipeline, versions)
         return tables
 
-    def _table_views(self, spark: Any, versions: Mapping[str, int]) -> dict[str, int]:
-        """Temp views named as the tables over their files at ``versions``; returns the
-        number of files per table."""
-        from imp_core.spark.tables import arrow_to_dataframe
+    def _table_views(self, spark: Any, versions: Mapping[str, int],
+                     sketch: Sketch | None = None) -> dict[str, int]:
+        """Temp views named as the tables over their files at ``versions`` (for a table
+        the sketch filters, only the files its filter may read); returns the number of
+        files of each table's snapshot."""
+        from imp_core.spark.skipping import sketch_files
+        from imp_core.spark.tables import snapshot_frame
 
         out = {}
         for t, v in versions.items():
-            files = self.store.file_uris(t, v)
-            df = spark.read.parquet(*files) if files else \
-                arrow_to_dataframe(spark, self.store.schema(t, v).empty_table())
+            found = sketch.partitions.for_table(t) if sketch is not None else None
+            if found is None:
+                df, out[t] = snapshot_frame(spark, self.store, t, v)
+            else:
+                table_id, stats = self.store.file_stats(t, v, found[0].column)
+                keep = sketch_files(sketch, t, stats)
+                df, _ = snapshot_frame(spark, self.store, t, v, (table_id, keep))
+                out[t] = len(stats)
             df.createOrReplaceTempView(t)
-            out[t] = len(files)
         return out

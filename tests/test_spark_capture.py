@@ -144,6 +144,31 @@ def test_many_fragments_binary_search_and_case_tree(spark, tables):
     check_plan(spark, plan, tables, parts, "q_having_1 @300", modes=("case",))
 
 
+@pytest.mark.parametrize("bounds", [1, 63, 64, 65, 100, 999, 1500])
+@pytest.mark.parametrize("kind", ["int", "string", "date", "decimal"])
+def test_fragment_id_column_equals_engine_annotation(spark, bounds, kind):
+    """Spark's fragment ids (one-level and two-level search) = the engine's, for values
+    below, on, between and above the split points, and NULLs."""
+    import random
+
+    from imp_core.spark.run import fragment_id_column
+
+    rng = random.Random(bounds * 7 + len(kind))
+    ints = sorted(rng.sample(range(-10_000, 10_000), bounds))
+    values = ints + [b + 1 for b in ints] + [b - 1 for b in ints] + \
+        [rng.randrange(-11_000, 11_000) for _ in range(500)]
+    make = {"int": (pa.int64(), lambda v: v),
+            "string": (pa.string(), lambda v: f"{v + 20_000:06d}"),
+            "date": (pa.date32(), lambda v: dt.date(2000, 1, 1) + dt.timedelta(days=v)),
+            "decimal": (pa.decimal128(12, 2), lambda v: Decimal(v) / 4)}[kind]
+    dtype, conv = make
+    part = RangePartition.from_bounds("t", "v", dtype, [conv(b) for b in ints])
+    col = pa.array([conv(v) for v in values] + [None], dtype)
+    df = spark.createDataFrame(pa.table({"i": pa.array(range(len(col)), pa.int64()), "v": col}))
+    got = df.select("i", fragment_id_column(part, 5).alias("f")).toArrow().sort_by("i")
+    assert got.column("f").to_pylist() == (part.annotate(col) + 5).tolist()
+
+
 # -- operators and values the workloads do not reach --------------------------------------------
 EDGE = pa.table({
     "k": pa.array([None, 1, 1, 2, 3, 5, 8, 8, 13, None, 21, 34], pa.int64()),

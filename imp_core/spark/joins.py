@@ -35,7 +35,7 @@ from imp_core.errors import ImpError
 from imp_core.plan.nodes import PlanNode, arrow_schema
 from imp_core.sketch.partition import PartitionSet
 from imp_core.spark.compile import ANNOTATION_COLUMN, annotated_sql, quote
-from imp_core.spark.tables import arrow_to_dataframe
+from imp_core.spark.tables import arrow_to_dataframe, snapshot_frame
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -66,13 +66,10 @@ def version_views(spark: SparkSession, store: Any, versions: Mapping[str, int]) 
     is derived from its files, so the same name always means the same contents."""
     views = {}
     for table, version in versions.items():
-        files = store.file_uris(table, version)
-        digest = hashlib.sha1("\n".join(sorted(files)).encode()).hexdigest()[:16]
+        table_id, files = store.snapshot_files(table, version)
+        digest = hashlib.sha1("\n".join([table_id, *sorted(files)]).encode()).hexdigest()[:16]
         name = f"__imp_v_{table}_{version}_{digest}"
-        if files:
-            df = spark.read.parquet(*files)
-        else:
-            df = arrow_to_dataframe(spark, store.schema(table, version).empty_table())
+        df, _ = snapshot_frame(spark, store, table, version, (table_id, files))
         df.createOrReplaceTempView(name)
         views[table] = name
     return views

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,6 +33,27 @@ def spark_ready(table: pa.Table) -> pa.Table:
 def arrow_to_dataframe(spark: SparkSession, table: pa.Table) -> DataFrame:
     """A Spark DataFrame of an Arrow table (pyspark 4 converts ``pa.Table`` natively)."""
     return spark.createDataFrame(spark_ready(table))
+
+
+# Delta table id -> the Spark schema of its data files: inferring it reads file footers on
+# every read, and a table's files keep one layout for the table's lifetime
+_file_schemas: dict[str, Any] = {}
+
+
+def snapshot_frame(spark: SparkSession, store: Any, table: str, version: int | None,
+                   snapshot: tuple[str, list[str]] | None = None) -> tuple[DataFrame, int]:
+    """A DataFrame over ``table``'s Parquet files at ``version`` and their number
+    (``snapshot``: the store's ``snapshot_files`` answer, or the table id and the subset of
+    its files to read, when the caller has it)."""
+    table_id, files = snapshot or store.snapshot_files(table, version)
+    if not files:
+        return arrow_to_dataframe(spark, store.schema(table, version).empty_table()), 0
+    known = _file_schemas.get(table_id)
+    if known is not None:
+        return spark.read.schema(known).parquet(*files), len(files)
+    df = spark.read.parquet(*files)
+    _file_schemas[table_id] = df.schema
+    return df, len(files)
 
 
 def write_parquet(table: pa.Table, path: str | Path, row_group_size: int | None = None,

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -337,6 +338,38 @@ class DeltaStore:
         """The Parquet files of the snapshot at ``version`` (latest if None). Files of a
         keyless table also hold ``__rid``; readers must drop it."""
         return self._delta(self.catalog.get(name), version).file_uris()
+
+    def snapshot_files(self, name: str, version: int | None = None) -> tuple[str, list[str]]:
+        """``(table id, file URIs)`` of the snapshot at ``version``. The id is the Delta
+        table's metadata id: it changes only when the table is created anew, so readers
+        may key what they learn of its files' layout by it."""
+        table = self._delta(self.catalog.get(name), version)
+        return table.metadata().id, table.file_uris()
+
+    def file_stats(self, name: str, version: int | None, column: str
+                   ) -> tuple[str, list[tuple[str, Any, Any, int | None]]]:
+        """``(table id, [(uri, min, max, null count) of ``column`` per data file])`` of the
+        snapshot at ``version``, from the Delta log's file statistics; None where the log
+        holds none for a file."""
+        table = self._delta(self.catalog.get(name), version)
+        uris = table.file_uris()
+        actions = pa.table(table.get_add_actions(flatten=True))
+        n = actions.num_rows
+
+        def col(key: str) -> list[Any]:
+            return actions.column(key).to_pylist() if key in actions.column_names else [None] * n
+
+        stats = dict(zip((unquote(p) for p in col("path")),
+                         zip(col(f"min.{column}"), col(f"max.{column}"),
+                             col(f"null_count.{column}"))))
+        root = unquote(table.table_uri).rstrip("/") + "/"
+        out = []
+        for uri in uris:
+            plain = unquote(uri)
+            rel = plain[len(root):] if plain.startswith(root) else plain.rsplit("/", 1)[-1]
+            lo, hi, nulls = stats.get(rel, (None, None, None))
+            out.append((uri, lo, hi, nulls))
+        return table.metadata().id, out
 
     def read(
         self,

@@ -29,6 +29,11 @@ def _env(report: dict[str, Any]) -> str:
             f"end; run took {report.get('total_s')} s on {env.get('timestamp')}")
 
 
+def _verdict(x: Any) -> str:
+    """A target's verdict, bold once."""
+    return f"**{_fmt(x)}**" if x is not False else _fmt(x)
+
+
 def _fmt(x: Any, digits: int = 2) -> str:
     if x is None:
         return "-"
@@ -72,8 +77,8 @@ def section_tpch(r: dict[str, Any]) -> list[str]:
              f"{p['delta_sizes']}, {p['repeats']} timed cycles (+{p['feed_repeats']} reading "
              f"the change feed). {_env(r)}.", "",
              f"Target (delta {s.get('delta')}, mixed): FM/IMP >= 100 for every query: "
-             f"**{_fmt(s.get('target_min_100_met'))}** (min {_fmt(s.get('min_ratio'))}); "
-             f"median >= 500: **{_fmt(s.get('target_median_500_met'))}** (median "
+             f"{_verdict(s.get('target_min_100_met'))} (min {_fmt(s.get('min_ratio'))}); "
+             f"median >= 500: {_verdict(s.get('target_median_500_met'))} (median "
              f"{_fmt(s.get('median_ratio'))}). With the delta read back from the Delta change "
              f"feed: min {_fmt(s.get('min_ratio_feed'))}, median "
              f"{_fmt(s.get('median_ratio_feed'))}. Every maintained sketch equals the "
@@ -114,7 +119,7 @@ def section_micro(r: dict[str, Any]) -> list[str]:
     if "per_tuple_cost_ratio_max_vs_min_fragments" in s:
         lines += [f"Per-tuple cost, most vs fewest fragments, by delta size: "
                   f"{s['per_tuple_cost_ratio_max_vs_min_fragments']} — nearly flat "
-                  f"(<= 2x): **{_fmt(s.get('target_flat_in_fragments_met'))}**.", ""]
+                  f"(<= 2x): {_verdict(s.get('target_flat_in_fragments_met'))}.", ""]
     rows = [x for x in r["results"] if x["experiment"] != "buffers"]
     sizes = sorted({x["delta"] for x in rows})
     table = []
@@ -148,7 +153,7 @@ def section_breakeven(r: dict[str, Any]) -> list[str]:
              f"{p['rows']:,} rows, mixed batches of growing shares of the table "
              f"{p['shares']}, then {p['bisect_steps']} bisection steps. {_env(r)}.", "",
              f"Target: break-even >= 10% of the table for the single-table queries: "
-             f"**{_fmt(s.get('target_10pct_single_table_met'))}** (smallest "
+             f"{_verdict(s.get('target_10pct_single_table_met'))} (smallest "
              f"{_fmt(s.get('min_single_table_share'), 3)}).", ""]
     rows = []
     for x in r["results"]:
@@ -169,7 +174,7 @@ def section_mixed(r: dict[str, Any]) -> list[str]:
              f"(the paper: 1000). Totals exclude the update commits (the same for every "
              f"method). {_env(r)}.", "",
              f"Target: IMP below FM and NS in all configurations: "
-             f"**{_fmt(s.get('target_all_configurations_met'))}** ({s.get('imp_wins')} of "
+             f"{_verdict(s.get('target_all_configurations_met'))} ({s.get('imp_wins')} of "
              f"{s.get('configurations')}; losses: {s.get('losses') or 'none'}).", ""]
     rows = [[x["ratio"], x["delta"], x["queries"], x["imp_s"], x["imp_capture_s"],
              x["imp_maintain_s"], x["imp_use_s"], x["fm_s"], x["fm_recaptures"], x["ns_s"],

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -693,7 +693,7 @@ class Coordinator:
         wanted = set(spec.columns)
         if spec.predicate is not None:
             wanted |= spec.predicate.columns()
-        names = self.store.schema(table).names
+        names = self.feed.schema(table).names
         if not wanted <= set(names):  # names the spec holds but the table lacks: read all
             return None
         return [c for c in names if c in wanted]
@@ -704,24 +704,12 @@ class Coordinator:
         mode = self.config.bootstrap
         if mode != "auto":
             return mode == "spark"
-        import pyarrow.parquet as pq
-
+        limit = self.config.spark_bootstrap_min_bytes
         size = 0
         for t, v in versions.items():
-            wanted = self._read_columns(q, t)
-            for uri in self.store.file_uris(t, v):
-                path = uri[len("file://"):] if uri.startswith("file://") else uri
-                try:
-                    meta = pq.ParquetFile(path).metadata
-                except (OSError, ValueError):  # not a local file: no footer to weigh
-                    continue
-                for i in range(meta.num_row_groups):
-                    rg = meta.row_group(i)
-                    size += sum(rg.column(j).total_uncompressed_size
-                                for j in range(rg.num_columns)
-                                if wanted is None or rg.column(j).path_in_schema in wanted)
-                if size > self.config.spark_bootstrap_min_bytes:
-                    return True
+            size += self.store.column_bytes(t, v, self._read_columns(q, t), limit - size + 1)
+            if size > limit:
+                return True
         return False
 
     def _spark_states(self, q: _Query, versions: Mapping[str, int]) -> list[dict]:
@@ -915,8 +903,7 @@ class Coordinator:
         else:
             versions = {t: self.probe.latest(t) for t in sorted(plan.root.tables())}
         run = self.spark.run(plan, versions, version.sketch if version else None)
-        return QueryResult(run.rows, run.seconds, run.rows_read, run.files_read,
-                           run.files_skipped, version)
+        return replace(run, sketch=version)
 
     def recapture(self, name: str, versions: Mapping[str, int] | None = None
                   ) -> tuple[Sketch, float]:

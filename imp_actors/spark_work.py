@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import pyarrow as pa
 
+from imp_actors.types import QueryResult
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
-
-
-@dataclass(frozen=True)
-class SparkRun:
-    rows: pa.Table
-    seconds: float
-    rows_read: dict[str, int]
-    files_read: dict[str, int]
-    files_skipped: dict[str, int]
 
 
 class SparkWork:
@@ -50,8 +41,9 @@ class SparkWork:
         return self._delta_source
 
     def run(self, plan: QueryPlan, versions: Mapping[str, int],
-            sketch: Sketch | None = None) -> SparkRun:
-        """The query over the tables at ``versions``, scans filtered by ``sketch``."""
+            sketch: Sketch | None = None) -> QueryResult:
+        """The query over the tables at ``versions``, scans filtered by ``sketch`` (the
+        result names no sketch version: the caller knows which one it used)."""
         from imp_core.spark.run import run_query
 
         with self._lock:
@@ -60,8 +52,8 @@ class SparkWork:
             run = run_query(spark, plan, sketch)
         # files left out of the views by their statistics count as skipped, too
         skipped = {t: max(files[t] - run.files_read.get(t, 0), 0) for t in files}
-        return SparkRun(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
-                        skipped)
+        return QueryResult(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
+                           skipped)
 
     def recapture(self, plan: QueryPlan, partitions: PartitionSet,
                   versions: Mapping[str, int]) -> tuple[Sketch, float]:

@@ -422,3 +422,37 @@ def test_resharded_state_equals_state_built_per_shard(query):
             p = IncrementalQuery(plan, pset, opts)
             p.load_state(tables)
             assert canon(p) == canon(built(shards, k)), (shards, k)
+
+
+def test_auto_bootstrap_weighs_only_the_columns_a_query_reads(root):
+    """``bootstrap="auto"`` compares the uncompressed bytes of the columns the query reads
+    (Parquet footers, = a brute-force sum) with ``spark_bootstrap_min_bytes``."""
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    with Coordinator(make_config(root, bootstrap="engine")) as c:
+        c.register(workload_spec("g", "q_groups_1000"))
+        q = c._get("g")
+        versions = {t: c.probe.latest(t) for t in q.tables}
+        read = total = 0
+        for t, v in versions.items():
+            cols = c._read_columns(q, t)
+            assert cols is not None and set(cols) < set(c.store.schema(t).names)
+            before_read, before_total = read, total
+            for uri in c.store.file_uris(t, v):
+                meta = pq.ParquetFile(uri[len("file://"):] if uri.startswith("file://")
+                                      else uri).metadata
+                for i in range(meta.num_row_groups):
+                    for j in range(meta.num_columns):
+                        col = meta.row_group(i).column(j)
+                        total += col.total_uncompressed_size
+                        if col.path_in_schema in cols:
+                            read += col.total_uncompressed_size
+            assert c.store.column_bytes(t, v, cols) == read - before_read
+            assert c.store.column_bytes(t, v) == total - before_total
+        assert 0 < read < total
+        for limit, spark in ((read - 1, True), (read, False), (total - 1, False)):
+            c.config = dataclasses.replace(c.config, bootstrap="auto",
+                                           spark_bootstrap_min_bytes=limit)
+            assert c._spark_bootstrap(q, versions) is spark, limit

@@ -19,7 +19,6 @@ method's answer is compared with NS's once per workload (``same_result``).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -39,6 +38,7 @@ from imp_core.bench.paper_common import (
     ratio,
     save_figure,
     start_report,
+    write_partial,
 )
 
 RATIOS = ("1U1Q", "1U5Q", "5U1Q")
@@ -166,11 +166,7 @@ def run_mixed_bench(rows: int = 10_000_000, operations: int = 1000,
             for d in sizes:
                 results.append(run_workload(coordinator, store, spark, r, d, operations, rng,
                                             progress))
-                # what is measured so far, in case the run is cut short
-                part = Path(out).with_name(Path(out).stem + "-partial.json")
-                part.parent.mkdir(parents=True, exist_ok=True)
-                part.write_text(json.dumps({**report, "partial": True, "results": results},
-                                           indent=2, default=str))
+                write_partial(report, out, results=results)
     finally:
         coordinator.close(checkpoint=False)
     report["results"] = results

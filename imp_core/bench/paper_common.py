@@ -78,6 +78,16 @@ def start_report(benchmark: str, parameters: dict[str, Any], max_load: float | N
             "started": time.time()}
 
 
+def write_partial(report: dict[str, Any], out: str | Path, **measured: Any) -> Path:
+    """``report`` with what is measured so far, as ``<out>-partial.json``: an interrupted
+    run keeps it."""
+    path = Path(out)
+    path = path.with_name(path.stem + "-partial.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**report, "partial": True, **measured}, indent=2, default=str))
+    return path
+
+
 def finish_report(report: dict[str, Any], out: str | Path, plots: Callable[[Path], list[str]]
                   | None = None) -> Path:
     """Record the end load and total time, draw the plots next to the JSON, write it."""
@@ -114,10 +124,10 @@ def percent(x: float) -> str:
 
 # -- stores, coordinator, Spark ------------------------------------------------------------------
 def bench_write_options(file_bytes: int = BENCH_FILE_BYTES):
-    from imp_core.bench.spark import BenchWriteOptions
+    from imp_core.storage.delta_store import WriteOptions
 
-    return BenchWriteOptions(max_row_group_size=BENCH_ROW_GROUP_ROWS,
-                             target_file_size=file_bytes, page_rows=BENCH_PAGE_ROWS)
+    return WriteOptions(max_row_group_size=BENCH_ROW_GROUP_ROWS,
+                        target_file_size=file_bytes, page_rows=BENCH_PAGE_ROWS)
 
 
 def open_store(root: Path, file_bytes: int = BENCH_FILE_BYTES):

@@ -57,10 +57,6 @@ def _sf_label(sf: float) -> str:
     return f"{sf:g}"
 
 
-# the store's own layout caps data pages at 2048 rows (page-index skipping) by default
-BenchWriteOptions = WriteOptions
-
-
 def prepare_store(sf: float, rows: int, root: Path, data_dir: Path, seed: int = 0,
                   progress: bool = True, row_group_rows: int = 65_536,
                   page_rows: int = 2048):
@@ -70,8 +66,8 @@ def prepare_store(sf: float, rows: int, root: Path, data_dir: Path, seed: int = 
     from imp_core.workloads.synthetic import generate_groups_table
     from imp_core.workloads.tpch import generate_tpch
 
-    store = DeltaStore(root, BenchWriteOptions(max_row_group_size=row_group_rows,
-                                               page_rows=page_rows))
+    store = DeltaStore(root, WriteOptions(max_row_group_size=row_group_rows,
+                                          page_rows=page_rows))
     have = set(store.tables())
     missing = [t for t in TPCH_TABLES if t not in have]
     if missing:

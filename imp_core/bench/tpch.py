@@ -46,6 +46,7 @@ from imp_core.bench.paper_common import (
     start_report,
     timed_maintenance,
     worker_pipeline,
+    write_partial,
 )
 
 QUERIES = ("q01", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q12", "q14", "q19")
@@ -240,7 +241,8 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
                                     feed_repeats, rng, progress, fm_runs)
             summaries.append(s)
             samples.extend(rows)
-            _write_partial(report, summaries, samples, out)
+            write_partial(report, out, queries=summaries,
+                          results=aggregate(summaries, samples), samples=samples)
             mid = [r for r in rows if r["mode"] == "own" and r["kind"] == "mixed"]
             log(progress, f"  {qname}: bootstrap {s['bootstrap_s']:.1f} s, FM "
                 f"{s['fm_s']:.2f} s, IMP mixed "
@@ -255,20 +257,6 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
     report["summary"] = summarize(report)
     finish_report(report, out, lambda base: plot(report, base))
     return report
-
-
-def _write_partial(report: dict[str, Any], summaries: list[dict[str, Any]],
-                   samples: list[dict[str, Any]], out: str | Path) -> None:
-    """The report so far (``partial``: the queries not measured yet are missing), so an
-    interrupted run keeps what it measured."""
-    import json
-
-    part = {**report, "partial": True, "queries": summaries,
-            "results": aggregate(summaries, samples), "samples": samples}
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_name(path.stem + "-partial.json").write_text(json.dumps(part, indent=2,
-                                                                      default=str))
 
 
 def merge_reports(paths: Iterable[str | Path], out: str | Path) -> dict[str, Any]:

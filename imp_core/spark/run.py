@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 # -- fragment ids by JVM binary search --------------------------------------------------------
+_ONE_LEVEL_BOUNDS = 64  # more split points are searched in two levels
+
+
 def fragment_id_column(part, offset: int, column: str | None = None):
     """A Column: the global fragment id of ``part``'s column by ``array_binary_search``.
 
@@ -72,9 +75,6 @@ def fragment_id_column(part, offset: int, column: str | None = None):
         local = F.when(block == 0, F.lit(0)).otherwise((block - 1) * width + within)
     local = F.when(col.isNull(), F.lit(0)).otherwise(local)
     return (local + F.lit(offset)).cast("int")
-
-
-_ONE_LEVEL_BOUNDS = 64
 
 
 def _count_le(array, value):

@@ -346,6 +346,24 @@ class DeltaStore:
         table = self._delta(self.catalog.get(name), version)
         return table.metadata().id, table.file_uris()
 
+    def column_bytes(self, name: str, version: int | None,
+                     columns: Sequence[str] | None = None, stop_above: int | None = None
+                     ) -> int:
+        """Uncompressed bytes of ``columns`` (all if None) in the snapshot at ``version``,
+        from the data files' Parquet footers; counting stops once above ``stop_above``."""
+        files = self._delta(self.catalog.get(name), version).file_uris()
+        wanted = None if columns is None else set(columns)
+        size = 0
+        for fragment in ds.dataset(files, format="parquet").get_fragments() if files else ():
+            meta = fragment.metadata
+            for i in range(meta.num_row_groups):
+                rg = meta.row_group(i)
+                size += sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                            if wanted is None or rg.column(j).path_in_schema in wanted)
+            if stop_above is not None and size > stop_above:
+                break
+        return size
+
     def file_stats(self, name: str, version: int | None, column: str
                    ) -> tuple[str, list[tuple[str, Any, Any, int | None]]]:
         """``(table id, [(uri, min, max, null count) of ``column`` per data file])`` of the

@@ -1,6 +1,6 @@
 # Entry points. Needs only Python 3.11+ and Java 17+ (and access to PyPI for `make venv`).
 #   make venv   create .venv and install the project with its dev tools
-#   make test   lint and run the test suite
+#   make test   lint (ruff, import contracts) and run the test suite
 #   make demo   run the demo
 #   make bench  run the engine benchmark, JSON on stdout
 
@@ -61,8 +61,10 @@ check-java:
 	  exit 1; \
 	fi
 
+# ruff, then the import contracts of pyproject.toml's [tool.importlinter] (layers, no cycles)
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: venv check-java lint
 	$(VENV)/bin/pytest -q

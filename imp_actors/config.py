@@ -102,6 +102,11 @@ class RuntimeConfig:
     bootstrap: Literal["auto", "engine", "spark"] = "auto"
     spark_bootstrap_min_bytes: int = 256 << 20
     warm_actors: int = 1  # started, empty actors kept ready so a restore skips the start-up
+    # per actor: the estimated bytes of equi-join inputs a query may keep in memory; the
+    # largest inputs beyond it are probed in the data layer (the table store's files,
+    # filtered by the join keys) instead. None: every input in memory. Decided once at
+    # registration for single-shard queries (a sharded query keeps its inputs).
+    join_state_budget_bytes: int | None = 256 << 20
 
     @property
     def tables_dir(self) -> str:
@@ -130,6 +135,9 @@ class RuntimeConfig:
             changes["ray_address"] = env["IMP_RAY_ADDRESS"]
         if env.get("IMP_BACKEND"):
             changes["backend"] = env["IMP_BACKEND"]
+        if env.get("IMP_JOIN_STATE_BUDGET_BYTES"):
+            raw = env["IMP_JOIN_STATE_BUDGET_BYTES"].strip().lower()
+            changes["join_state_budget_bytes"] = None if raw in ("none", "off") else int(raw)
         if env.get("IMP_MAX_LIVE_ACTORS"):
             changes["eviction"] = replace(cfg.eviction,
                                           max_live_actors=int(env["IMP_MAX_LIVE_ACTORS"]))

@@ -7,8 +7,8 @@ microseconds), otherwise it asks the table.
 weighted batch of full rows. It caches the changes per version range it pulled (split
 per version when the source says which version each row belongs to), so a range is
 read from storage once however many queries need it, and queries at different versions
-reuse each other's pulls. Small ranges are read by delta-rs in-process; ranges whose
-change files are large go through Spark.
+reuse each other's pulls. Where a range is read from (change files in-process, or
+Spark for large ones) is the one policy of ``imp_core.storage.ChangeReader``.
 Invariant: ``changes(t, a, b)`` equals the table's change feed of ``(a, b]`` exactly
 (rows with weight +1 per insertion and -1 per deletion), whatever is cached.
 """
@@ -26,17 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.operators.base import TableDelta
-from imp_core.storage.changes import (
-    COMMIT_VERSION,
-    commit_actions,
-    commit_change_files,
-    read_change_files,
-    to_weighted,
-)
-
-# up to this many versions are read commit by commit from their change files; longer
-# ranges in one change-feed scan
-_FILE_READ_MAX_VERSIONS = 16
+from imp_core.storage.change_reader import ChangeReader, concat_deltas
 
 
 class VersionProbe:
@@ -104,18 +94,15 @@ class DeltaFeed:
                  spark_min_bytes: int = 16 << 20, cache_bytes: int = 256 << 20,
                  path: str = "auto"):
         self.store = store
-        self._spark_source = spark_source  # made on first use: starting Spark costs seconds
-        self.spark_min_bytes = spark_min_bytes
+        # the Spark source is made on first use: starting Spark costs seconds
+        self.reader = ChangeReader(store, spark_source, spark_min_bytes, path)
         self.cache_bytes = cache_bytes
-        self.path = path  # "auto" | "direct" | "spark"
         self._entries: dict[str, dict[int, _Entry]] = {}
         self._lru: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._bytes = 0
         self._locks: dict[str, threading.Lock] = {}
-        self._schemas: dict[str, pa.Schema] = {}
         self._guard = threading.Lock()
         self.stats = FeedStats()
-        self.last_path = "direct"
 
     def _lock(self, table: str) -> threading.Lock:
         with self._guard:
@@ -144,63 +131,37 @@ class DeltaFeed:
                 cur = nxt
             if hit:
                 self.stats.hits += 1
-        return _concat(parts)
+        return concat_deltas(parts)
 
     def _pull(self, table: str, start: int, end: int) -> list[TableDelta]:
         """Read ``(start, end]`` from storage, cache it, return it (in version order)."""
         t0 = time.perf_counter()
         out: list[TableDelta] = []
-        location = self.store.entry(table).location
-        if self._use_spark(location, start, end):
-            source = self._spark_source()
-            delta = source.changes(table, start, end, None)
-            self._put(table, start, end, delta)
+        for a, b, delta in self.reader.pieces(table, start, end):
+            self._put(table, a, b, delta)
             out.append(delta)
+        if self.reader.last_path == "spark":
             self.stats.spark_pulls += 1
-            self.last_path = "spark"
-        elif end - start <= _FILE_READ_MAX_VERSIONS:
-            # the commits' change files read directly: no table snapshot to load
-            schema = self.schema(table)
-            for v in range(start + 1, end + 1):
-                feed = read_change_files(commit_change_files(location, v), schema)
-                part = TableDelta(*to_weighted(feed))
-                self._put(table, v - 1, v, part)
-                out.append(part)
-            self.last_path = "direct"
-        else:
-            feed = self.store.changes(table, start, end)
-            versions = feed.column(COMMIT_VERSION).to_numpy()
-            rows, weights = to_weighted(feed)
-            for v in range(start + 1, end + 1):
-                idx = np.flatnonzero(versions == v)
-                part = TableDelta(rows.take(pa.array(idx, type=pa.int64())), weights[idx])
-                self._put(table, v - 1, v, part)
-                out.append(part)
-            self.last_path = "direct"
         self.stats.pulls += 1
         self.stats.pull_seconds += time.perf_counter() - t0
         return out
 
+    @property
+    def last_path(self) -> str:
+        return self.reader.last_path
+
+    @property
+    def path(self) -> str:
+        """Where ranges are read from: "auto" (by size), "direct" or "spark"."""
+        return self.reader.path
+
+    @path.setter
+    def path(self, value: str) -> None:
+        self.reader.path = value  # type: ignore[assignment]
+
     def schema(self, table: str) -> pa.Schema:
         """The table's user schema (cached: a table's schema never changes)."""
-        schema = self._schemas.get(table)
-        if schema is None:
-            schema = self._schemas[table] = self.store.schema(table)
-        return schema
-
-    def _use_spark(self, location: str, start: int, end: int) -> bool:
-        if self.path == "direct" or self._spark_source is None:
-            return False
-        if self.path == "spark":
-            return True
-        size = 0
-        for v in range(start + 1, end + 1):
-            for action in commit_actions(location, v):
-                for kind in ("cdc", "add", "remove"):
-                    size += int((action.get(kind) or {}).get("size") or 0)
-            if size > self.spark_min_bytes:
-                return True
-        return False
+        return self.reader.schema(table)
 
     def record(self, table: str, version: int, delta: TableDelta) -> None:
         """The changes of ``version``, known to the caller who committed them (saves the
@@ -235,23 +196,13 @@ class DeltaFeed:
 
     def forget(self, table: str) -> None:
         with self._lock(table):
-            self._schemas.pop(table, None)
+            self.reader.forget(table)
             for s, e in self._entries.pop(table, {}).items():
                 self._bytes -= e.nbytes
                 self._lru.pop((table, s), None)
 
     def cached_bytes(self) -> int:
         return self._bytes
-
-
-def _concat(parts: list[TableDelta]) -> TableDelta:
-    if len(parts) == 1:
-        return parts[0]
-    parts = [p for p in parts if len(p)] or parts[:1]
-    if len(parts) == 1:
-        return parts[0]
-    rows = pa.concat_tables([p.rows for p in parts], promote_options="permissive")
-    return TableDelta(rows, np.concatenate([np.asarray(p.weights) for p in parts]))
 
 
 def count_changes(delta: TableDelta) -> int:

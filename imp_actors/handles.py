@@ -1,6 +1,8 @@
 """Every Ray API call of the runtime lives here ("all Ray calls go through one module").
 
-Two backends with the same interface:
+A ``WorkerHandle`` has one typed method per ``QueryWorker`` method the coordinator uses;
+each starts the call and returns a ``Pending`` whose ``result()`` waits for it. Two
+backends with the same interface (``Backend``):
 - ``LocalBackend``: workers are plain objects in this process (tests, embedded use);
 - ``RayBackend``: each worker is a detached, named Ray actor in the runtime's namespace,
   so that actors survive a coordinator restart and can be found again by name.
@@ -15,60 +17,132 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
+
+import pyarrow as pa
 
 from imp_actors.config import RuntimeConfig
-from imp_actors.worker import QueryWorker
+from imp_actors.types import CheckpointInfo
+from imp_actors.worker import ApplyResult, QueryWorker, WorkerSpec, WorkerStatus
+from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import ImpError, WorkerLostError
 
 log = logging.getLogger(__name__)
 
 WORKER_PREFIX = "imp-worker-"
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+StateTables = tuple[dict[str, pa.Table], dict[str, int]]
 
-class Pending(Protocol):
-    def result(self) -> Any: ...
+
+class Pending(Protocol[T_co]):
+    """A call in flight; ``result()`` waits for it (see the module invariant)."""
+
+    def result(self) -> T_co: ...
 
 
 class WorkerHandle(Protocol):
+    """One ``QueryWorker``, wherever it runs: each method starts the worker's method of
+    the same name and returns at once; ``kill`` stops the worker for good."""
+
     name: str
 
-    def submit(self, method: str, *args: Any) -> Pending: ...
+    def load(self, spec: WorkerSpec, checkpoint: str | None = None,
+             state: tuple[Mapping[str, pa.Table], Mapping[str, int]] | None = None
+             ) -> Pending[WorkerStatus]: ...
 
-    def call(self, method: str, *args: Any) -> Any: ...
+    def apply(self, changes: Mapping[str, TableDelta], from_versions: Mapping[str, int],
+              to_versions: Mapping[str, int]) -> Pending[ApplyResult]: ...
+
+    def checkpoint(self) -> Pending[CheckpointInfo]: ...
+
+    def state(self) -> Pending[StateTables]: ...
+
+    def status(self) -> Pending[WorkerStatus]: ...
+
+    def stats(self) -> Pending[list[dict]]: ...
+
+    def ping(self) -> Pending[int]: ...
+
+    def node(self) -> Pending[str]: ...
 
     def kill(self) -> None: ...
 
 
 @dataclass
-class _Done:
-    value: Any = None
+class _Done(Generic[T]):
+    value: T | None = None
     error: BaseException | None = None
 
-    def result(self) -> Any:
+    def result(self) -> T:
         if self.error is not None:
             raise self.error
-        return self.value
+        return self.value  # type: ignore[return-value]
 
 
 class LocalWorkerHandle:
+    """A worker object in this process; calls run at once, errors surface in ``result``."""
+
     def __init__(self, name: str):
         self.name = name
         self.worker: QueryWorker | None = QueryWorker()
 
-    def submit(self, method: str, *args: Any) -> Pending:
+    def _run(self, call: Callable[[QueryWorker], T]) -> Pending[T]:
         try:
-            return _Done(self.call(method, *args))
+            if self.worker is None:
+                raise WorkerLostError(f"worker {self.name} was stopped")
+            return _Done(call(self.worker))
         except BaseException as exc:  # delivered by result(), like a remote call
             return _Done(error=exc)
 
-    def call(self, method: str, *args: Any) -> Any:
-        if self.worker is None:
-            raise WorkerLostError(f"worker {self.name} was stopped")
-        return getattr(self.worker, method)(*args)
+    def load(self, spec: WorkerSpec, checkpoint: str | None = None,
+             state: tuple[Mapping[str, pa.Table], Mapping[str, int]] | None = None
+             ) -> Pending[WorkerStatus]:
+        return self._run(lambda w: w.load(spec, checkpoint, state))
+
+    def apply(self, changes: Mapping[str, TableDelta], from_versions: Mapping[str, int],
+              to_versions: Mapping[str, int]) -> Pending[ApplyResult]:
+        return self._run(lambda w: w.apply(changes, from_versions, to_versions))
+
+    def checkpoint(self) -> Pending[CheckpointInfo]:
+        return self._run(lambda w: w.checkpoint())
+
+    def state(self) -> Pending[StateTables]:
+        return self._run(lambda w: w.state())
+
+    def status(self) -> Pending[WorkerStatus]:
+        return self._run(lambda w: w.status())
+
+    def stats(self) -> Pending[list[dict]]:
+        return self._run(lambda w: w.stats())
+
+    def ping(self) -> Pending[int]:
+        return self._run(lambda w: w.ping())
+
+    def node(self) -> Pending[str]:
+        return self._run(lambda w: w.node())
 
     def kill(self) -> None:
         self.worker = None
+
+
+class Backend(Protocol):
+    """Where workers run: ``LocalBackend`` or ``RayBackend``."""
+
+    kind: str
+
+    def start(self) -> None: ...
+
+    def spawn(self, name: str) -> WorkerHandle: ...
+
+    def find(self, name: str) -> WorkerHandle | None: ...
+
+    def worker_names(self) -> list[str]: ...
+
+    def nodes(self) -> list[dict[str, Any]]: ...
+
+    def shutdown(self) -> None: ...
 
 
 class LocalBackend:
@@ -99,9 +173,10 @@ class LocalBackend:
         return None
 
 
-def gather(pending: Sequence[Pending]) -> list[Any]:
+def gather(pending: Sequence[Pending[T]]) -> list[T]:
     """Results in order; raises the first failure after waiting for all of them."""
-    out, first = [], None
+    out: list[Any] = []
+    first: BaseException | None = None
     for p in pending:
         try:
             out.append(p.result())
@@ -114,12 +189,12 @@ def gather(pending: Sequence[Pending]) -> list[Any]:
 
 
 # -- Ray ------------------------------------------------------------------------------------
-class _RayPending:
+class _RayPending(Generic[T]):
     def __init__(self, handle: RayWorkerHandle, ref: Any):
         self.handle = handle
         self.ref = ref
 
-    def result(self) -> Any:
+    def result(self) -> T:
         import ray
         import ray.exceptions as rex
 
@@ -137,15 +212,38 @@ class _RayPending:
 
 
 class RayWorkerHandle:
+    """A detached Ray actor running ``actor_class.RemoteQueryWorker``."""
+
     def __init__(self, name: str, actor: Any):
         self.name = name
         self.actor = actor
 
-    def submit(self, method: str, *args: Any) -> Pending:
-        return _RayPending(self, getattr(self.actor, method).remote(*args))
+    def load(self, spec: WorkerSpec, checkpoint: str | None = None,
+             state: tuple[Mapping[str, pa.Table], Mapping[str, int]] | None = None
+             ) -> Pending[WorkerStatus]:
+        return _RayPending(self, self.actor.load.remote(spec, checkpoint, state))
 
-    def call(self, method: str, *args: Any) -> Any:
-        return self.submit(method, *args).result()
+    def apply(self, changes: Mapping[str, TableDelta], from_versions: Mapping[str, int],
+              to_versions: Mapping[str, int]) -> Pending[ApplyResult]:
+        return _RayPending(self, self.actor.apply.remote(changes, from_versions, to_versions))
+
+    def checkpoint(self) -> Pending[CheckpointInfo]:
+        return _RayPending(self, self.actor.checkpoint.remote())
+
+    def state(self) -> Pending[StateTables]:
+        return _RayPending(self, self.actor.state.remote())
+
+    def status(self) -> Pending[WorkerStatus]:
+        return _RayPending(self, self.actor.status.remote())
+
+    def stats(self) -> Pending[list[dict]]:
+        return _RayPending(self, self.actor.stats.remote())
+
+    def ping(self) -> Pending[int]:
+        return _RayPending(self, self.actor.ping.remote())
+
+    def node(self) -> Pending[str]:
+        return _RayPending(self, self.actor.node.remote())
 
     def kill(self) -> None:
         import ray
@@ -224,7 +322,7 @@ class RayBackend:
             self.started_ray = False
 
 
-def make_backend(config: RuntimeConfig) -> LocalBackend | RayBackend:
+def make_backend(config: RuntimeConfig) -> Backend:
     if config.backend == "local":
         return LocalBackend(config)
     if config.backend == "ray":

@@ -64,6 +64,10 @@ class QueryRecord:
     shards: int = 1
     generation: int = 1
     created_at: float = field(default_factory=time.time)
+    pushdown: bool = True  # absent from older registry files: they pushed selections down
+    # join sides probed in the data layer (``imp_core.data_layer.JoinPlacement``), decided
+    # at registration; absent from older files: every side in memory
+    placement: tuple[str, ...] = ()
 
     def with_shards(self, shards: int) -> QueryRecord:
         return replace(self, shards=shards, generation=self.generation + 1)
@@ -92,6 +96,7 @@ class Registry:
         for name, raw in doc.get("queries", {}).items():
             raw = dict(raw)
             raw["partitions"] = tuple(raw["partitions"])
+            raw["placement"] = tuple(raw.get("placement", ()))
             self._records[name] = QueryRecord(**raw)
 
     def _save(self) -> None:

@@ -1,7 +1,10 @@
 """Re-splitting a query's operator state from K shards into K' without reading any table.
 
 The shards' states (``IncrementalQuery.state_tables``) are first united, then cut again
-by the shard of each piece's routing value (``imp_actors.sharding``):
+by the shard of each piece's routing value (``imp_actors.sharding``); the state tables
+are read and built only through the operators' layouts and public methods
+(``AggregateOp.unite_states``/``split_state``, ``JoinOp.side_inputs``,
+``IncrementalQuery.compose_state``):
 
 - the aggregation's groups (and their fragment counts and min/max multisets) by the
   group-by column that copies the routed table's column;
@@ -17,21 +20,20 @@ rows (as multisets) and fragment counts.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from imp_actors.sharding import ShardKey, shard_of
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
-from imp_core.engine.zset import batch_to_arrow
+from imp_core.engine.state import StateTables, group_state
 from imp_core.errors import UnshardableQueryError
 from imp_core.plan.expr import ColumnRef
 from imp_core.plan.nodes import Aggregate, Join, PlanNode, Project, QueryPlan, Scan, Select
 from imp_core.sketch.partition import PartitionSet
-
-StateTables = dict[str, pa.Table]
 
 
 def column_at(node: PlanNode, key: ShardKey) -> str | None:
@@ -61,42 +63,45 @@ def reshard(states: list[StateTables], plan: QueryPlan, partitions: PartitionSet
     """``states`` of the current shards (in shard order) re-split into ``shards``."""
     pipeline = IncrementalQuery(plan, partitions, options)
     aggregate = _top_aggregate(pipeline)
-    P = max(partitions.size, 1)  # fragment-count keys are gid * P + fragment
-    sides = _join_sides(pipeline, key)
-    united: StateTables = {}
-    for name, col in sides.items():
-        united[name] = pa.concat_tables([s[name] for s in states] if col else [states[0][name]])
+    grouped = [group_state(s) for s in states]
     for op in pipeline.operators:
-        if isinstance(op, AggregateOp):
-            united.update(_unite_groups(op.op_id, states, P))
-        elif op.stateful and not isinstance(op, JoinOp):
+        if op.stateful and not isinstance(op, (AggregateOp, JoinOp)):
             raise UnshardableQueryError(f"cannot re-split the state of a {op.kind} operator")
     group_col = column_at(aggregate.node, key)
     assert group_col is not None, "shard_key guarantees a routed group-by column"
+    united: dict[str, StateTables] = {}
+    routing: dict[str, dict[str, str | None]] = {}  # join id -> side -> routing column
+    for op in pipeline.operators:
+        if isinstance(op, JoinOp):
+            routing[op.op_id] = {name: column_at(node, key)
+                                 for name, node in op.side_inputs().items()}
+            united[op.op_id] = {
+                name: pa.concat_tables([g[op.op_id][name] for g in grouped] if col
+                                       else [grouped[0][op.op_id][name]])
+                for name, col in routing[op.op_id].items()}
+        elif isinstance(op, AggregateOp):
+            united[op.op_id] = op.unite_states([g[op.op_id] for g in grouped])
     out = []
     for k in range(shards):
-        mine: StateTables = {}
-        for name, col in sides.items():
-            t = united[name]
-            mine[name] = t if col is None else t.filter(
-                pa.array(shard_of(t.column(col), shards) == k))
+        mine: dict[str, StateTables] = {}
         for op in pipeline.operators:
-            if isinstance(op, AggregateOp):
-                j = op.agg.group_by.index(group_col)
-                mine.update(_split_groups(op.op_id, united, j, shards, k, P))
+            if isinstance(op, JoinOp):
+                mine[op.op_id] = {}
+                for name, t in united[op.op_id].items():
+                    col = routing[op.op_id][name]
+                    # a side without the routed column is held whole by every shard
+                    mine[op.op_id][name] = t if col is None else t.filter(
+                        pa.array(shard_of(t.column(col), shards) == k))
+            elif isinstance(op, AggregateOp):
+                mine[op.op_id] = op.split_state(united[op.op_id], group_col,
+                                                _in_shard(shards, k))
         out.append(_with_outputs(mine, plan, partitions, options))
     return out
 
 
-def _join_sides(pipeline: IncrementalQuery, key: ShardKey) -> dict[str, str | None]:
-    """Each join side's state name and the column routing its rows (None: every shard
-    holds the whole side)."""
-    out: dict[str, str | None] = {}
-    for op in pipeline.operators:
-        if isinstance(op, JoinOp):
-            out[f"{op.op_id}/left"] = column_at(op.node.left, key)
-            out[f"{op.op_id}/right"] = column_at(op.node.right, key)
-    return out
+def _in_shard(shards: int, k: int) -> Callable[[pa.ChunkedArray], np.ndarray]:
+    """Mask of routing values that belong to shard ``k`` of ``shards``."""
+    return lambda values: shard_of(values, shards) == k
 
 
 def _top_aggregate(pipeline: IncrementalQuery) -> AggregateOp:
@@ -108,58 +113,12 @@ def _top_aggregate(pipeline: IncrementalQuery) -> AggregateOp:
     return w.op
 
 
-def _unite_groups(op_id: str, states: list[StateTables], P: int) -> StateTables:
-    """All shards' groups in one state, group ids shifted to stay distinct (fragment-count
-    keys are ``gid * P + fragment``, so they shift with them)."""
-    groups, frags, extra = [], [], {}
-    offset = 0
-    for s in states:
-        g = s[f"{op_id}/groups"]
-        gid = g.column("gid").to_numpy()
-        groups.append(_shift(g, offset))
-        f = s[f"{op_id}/fragments"]
-        keys = f.column("key").to_numpy()
-        frags.append(f.set_column(0, "key", pa.array(keys + offset * P, pa.int64())))
-        for name, t in s.items():
-            owner, _, part = name.rpartition("/")
-            if owner == op_id and part.startswith(("minmax", "complete")):
-                extra.setdefault(name, []).append(_shift(t, offset))
-        offset += int(gid.max()) + 1 if len(gid) else 0
-    out = {f"{op_id}/groups": pa.concat_tables(groups),
-           f"{op_id}/fragments": pa.concat_tables(frags)}
-    for name, parts in extra.items():
-        out[name] = pa.concat_tables(parts)
-    return out
-
-
-def _shift(t: pa.Table, offset: int) -> pa.Table:
-    i = t.schema.get_field_index("gid")
-    return t.set_column(i, "gid", pa.array(t.column("gid").to_numpy() + offset, pa.int64()))
-
-
-def _split_groups(op_id: str, united: StateTables, j: int, shards: int, k: int, P: int
-                  ) -> StateTables:
-    """Shard ``k``'s part of the united groups: by the hash of group-by column ``j``."""
-    groups = united[f"{op_id}/groups"]
-    keep = shard_of(groups.column(f"k{j}"), shards) == k
-    gids = pa.array(groups.column("gid").to_numpy()[keep], pa.int64())
-    frags = united[f"{op_id}/fragments"]
-    owner = pa.array(frags.column("key").to_numpy() // P, pa.int64())
-    out = {f"{op_id}/groups": groups.filter(pa.array(keep)),
-           f"{op_id}/fragments": frags.filter(pc.is_in(owner, value_set=gids))}
-    for name, t in united.items():
-        owner_id, _, part = name.rpartition("/")
-        if owner_id == op_id and part.startswith(("minmax", "complete")):
-            out[name] = t.filter(pc.is_in(t.column("gid"), value_set=gids))
-    return out
-
-
-def _with_outputs(tables: StateTables, plan: QueryPlan, partitions: PartitionSet,
-                  options: EngineOptions) -> StateTables:
-    """Complete a shard's operator state with its merge counts and kept result."""
+def _with_outputs(op_states: dict[str, StateTables], plan: QueryPlan,
+                  partitions: PartitionSet, options: EngineOptions) -> StateTables:
+    """A shard's flat state: its operator states with the merge counts and kept result
+    recomputed from its aggregation's output pushed through the operators above it."""
     probe = IncrementalQuery(plan, partitions, options)
-    probe.load_state({**tables, "merge/counts": pa.table({"count": np.zeros(
-        partitions.size, dtype=np.int64)})})
+    probe.load_state(probe.compose_state(op_states))
     out = _top_aggregate(probe).current_output()
     upper = []
     w = probe.root
@@ -168,8 +127,4 @@ def _with_outputs(tables: StateTables, plan: QueryPlan, partitions: PartitionSet
         w = w.children[0]
     for op in reversed(upper):
         out = op.step([out])
-    tables["merge/counts"] = pa.table({"count": out.annotation.fragment_counts(
-        out.weights, partitions.size)})
-    if options.keep_result:
-        tables["result"] = batch_to_arrow(out)
-    return tables
+    return probe.compose_state(op_states, out)

@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 
 from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import UnshardableQueryError
-from imp_core.plan.expr import ColumnRef
-from imp_core.plan.nodes import Aggregate, Join, PlanNode, Project, QueryPlan, Scan, Select
+from imp_core.plan.lineage import trace_column
+from imp_core.plan.nodes import Aggregate, Join, Project, QueryPlan, Scan, Select
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,11 @@ def shard_key(plan: QueryPlan) -> ShardKey:
             scans[n.table] = scans.get(n.table, 0) + 1
     reasons = []
     for column in node.group_by:
-        found = _trace(node.input, column)
+        found = trace_column(node.input, column)
         if found is None:
             reasons.append(f"{column} is computed, not a table column")
             continue
-        table, source = found
+        table, source = found[0].table, found[1]
         if scans[table] != 1:
             reasons.append(f"{column} comes from {table}, which the query reads "
                            f"{scans[table]} times")
@@ -75,27 +75,6 @@ def shard_key(plan: QueryPlan) -> ShardKey:
         return ShardKey(table, source)
     raise UnshardableQueryError("no group-by column can route rows to shards: "
                                 + "; ".join(reasons))
-
-
-def _trace(node: PlanNode, column: str) -> tuple[str, str] | None:
-    """(table, source column) that ``column`` of ``node`` copies unchanged, or None."""
-    if isinstance(node, Scan):
-        for src, f in zip(node.source_columns, node.fields):
-            if f.name == column:
-                return node.table, src
-        return None
-    if isinstance(node, Select):
-        return _trace(node.input, column)
-    if isinstance(node, Project):
-        for e in node.exprs:
-            if e.name == column:
-                return _trace(node.input, e.expr.name) if isinstance(e.expr, ColumnRef) \
-                    else None
-        return None
-    if isinstance(node, Join):
-        side = node.left if column in node.left.column_names else node.right
-        return _trace(side, column)
-    return None
 
 
 def shard_of(values: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:

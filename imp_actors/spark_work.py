@@ -15,7 +15,8 @@ from typing import Any, Mapping
 import pyarrow as pa
 
 from imp_actors.types import QueryResult
-from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.data_layer import DataLayer, JoinPlacement
+from imp_core.engine.pipeline import EngineOptions
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -68,13 +69,18 @@ class SparkWork:
         return run.sketch, time.perf_counter() - t0
 
     def first_state(self, plan: QueryPlan, partitions: PartitionSet, options: EngineOptions,
-                    versions: Mapping[str, int]) -> dict[str, pa.Table]:
-        """Every operator's state at ``versions`` computed on Spark (state tables)."""
+                    versions: Mapping[str, int], placement: JoinPlacement = frozenset()
+                    ) -> dict[str, pa.Table]:
+        """Every operator's state at ``versions`` computed on Spark (state tables), in the
+        layout of the pipeline wired with ``placement`` (a probed side's state is its
+        Bloom filter and versions, whichever data layer later answers its probes)."""
         from imp_core.spark.bootstrap import bootstrap_tables
 
         with self._lock:
-            pipeline = IncrementalQuery(plan, partitions, options)
-            tables, _ = bootstrap_tables(self.session(), self.store, pipeline, versions)
+            wiring = DataLayer(self.store, self.session).wire(plan, partitions, options,
+                                                              placement)
+            wiring.context.begin(None, versions)
+            tables, _ = bootstrap_tables(self.session(), self.store, wiring.pipeline, versions)
         return tables
 
     def _table_views(self, spark: Any, versions: Mapping[str, int],

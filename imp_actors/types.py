@@ -26,7 +26,8 @@ class QuerySpec:
     ``partitions`` maps "table.column" to a fragment count (equi-depth on the current
     data) or explicit split points; None uses the SQL's ``-- sketch: table.column``
     header with ``fragments`` fragments. ``force`` registers even if the safety check
-    finds the sketch attribute unsafe.
+    finds the sketch attribute unsafe. ``pushdown`` False keeps the query's selections
+    out of its scans (every row of a read table reaches its workers; for measurements).
     """
 
     name: str
@@ -36,6 +37,7 @@ class QuerySpec:
     strategy: Strategy = field(default_factory=Lazy)
     force: bool = False
     shards: int = 1
+    pushdown: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class QueryInfo:
     partitions: tuple[dict[str, Any], ...]  # RangePartition.to_json() of each
     strategy: Strategy
     shards: int
-    state: str  # "live" | "evicted" | "registering"
+    state: str  # lifecycle.QueryState.reported: "live" | "evicted" | "registering"
     versions: Mapping[str, int]
     sketch_seq: int
     sketch_fragments: int
@@ -82,6 +84,8 @@ class QueryInfo:
     state_bytes: int
     pending_tuples: int  # delta tuples committed but not yet maintained
     last_used: float
+    # join sides probed in the data layer instead of held in the actors' state
+    probed_join_sides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

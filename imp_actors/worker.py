@@ -2,7 +2,10 @@
 
 A ``QueryWorker`` hosts at most one shard of one registered query at a time: its
 ``IncrementalQuery`` (operator state and sketch) and the table versions that state is
-exact for. Invariants:
+exact for. The pipeline is wired by ``imp_core.data_layer`` as everywhere else: join
+sides the query's placement names are probed from the table store's files (no rows in
+the actor), and exhausted bounded min/max / top-k buffers are refilled from them, both
+at the batch's versions and cut to this shard's rows. Invariants:
 - ``versions`` changes only together with the state: ``apply`` moves both from
   ``from_versions`` to ``to_versions`` or, on any error, neither;
 - a batch whose ``from_versions`` are not the worker's versions is refused, and one the
@@ -23,9 +26,12 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from imp_actors.checkpoints import CheckpointStore
+from imp_actors.sharding import route_rows, shard_key
 from imp_actors.types import CheckpointInfo
+from imp_core.data_layer import DataLayer, JoinPlacement, Wiring
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.engine.probed_side import VersionContext
 from imp_core.errors import SnapshotError, VersionError
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.partition import PartitionSet
@@ -43,10 +49,35 @@ class WorkerSpec:
     partitions: PartitionSet
     options: EngineOptions
     checkpoint_root: str
+    # the table store the worker's data layer reads (None: no data layer; then the
+    # placement must be empty and the options unbounded)
+    tables_root: str | None = None
+    placement: JoinPlacement = frozenset()  # join sides probed in the data layer
 
     @property
     def label(self) -> str:
         return f"{self.query}[{self.shard}/{self.shards}]"
+
+
+def wire(spec: WorkerSpec) -> Wiring:
+    """The shard's pipeline (empty state) wired to its data layer."""
+    bounded = spec.options.minmax_buffer is not None or spec.options.topk_buffer is not None
+    if spec.tables_root is None or not (spec.placement or bounded):
+        return Wiring(IncrementalQuery(spec.plan, spec.partitions, spec.options),
+                      VersionContext())
+    from imp_core.storage import DeltaStore
+
+    row_filter = None
+    if spec.shards > 1:
+        key = shard_key(spec.plan)
+
+        def row_filter(table: str, rows: pa.Table) -> pa.Table:
+            if table != key.table:
+                return rows
+            return route_rows(table, TableDelta.inserts(rows), key, spec.shards)[spec.shard].rows
+
+    data = DataLayer(DeltaStore(spec.tables_root), spark=None, row_filter=row_filter)
+    return data.wire(spec.plan, spec.partitions, spec.options, spec.placement)
 
 
 @dataclass(frozen=True)
@@ -78,6 +109,7 @@ class QueryWorker:
     def __init__(self) -> None:
         self.spec: WorkerSpec | None = None
         self.pipeline: IncrementalQuery | None = None
+        self.context = VersionContext()
         self.versions: dict[str, int] = {}
         self._store: CheckpointStore | None = None
 
@@ -90,7 +122,8 @@ class QueryWorker:
         for). A damaged or foreign checkpoint raises ``SnapshotError`` and leaves the
         worker empty."""
         self.unload()
-        pipeline = IncrementalQuery(spec.plan, spec.partitions, spec.options)
+        wiring = wire(spec)
+        pipeline = wiring.pipeline
         store = CheckpointStore(spec.checkpoint_root)
         versions: dict[str, int] = {}
         if state is not None:
@@ -109,6 +142,7 @@ class QueryWorker:
                                     f"{spec.shard}/{spec.shards}")
             versions = {str(k): int(v) for k, v in dict(meta["versions"]).items()}
         self.spec, self.pipeline, self.versions, self._store = spec, pipeline, versions, store
+        self.context = wiring.context
         return self.status()
 
     def unload(self) -> None:
@@ -131,6 +165,8 @@ class QueryWorker:
         if dict(from_versions) != self.versions:
             raise VersionError(f"{self.spec.label}: state is at versions {self.versions}, "
                                f"the batch starts at {dict(from_versions)}")
+        # probed join sides and refills read the tables at the batch's versions
+        self.context.begin(dict(from_versions) or None, to_versions)
         delta = pipeline.apply(changes)
         self.versions = dict(to_versions)
         return self._result(t0, len(delta.added), len(delta.removed), applied=True)
@@ -167,3 +203,11 @@ class QueryWorker:
 
     def ping(self) -> int:
         return os.getpid()
+
+    def node(self) -> str:
+        """Where this worker runs ("local" in-process; the Ray actor class overrides it)."""
+        return "local"
+
+    def stats(self) -> list[dict]:
+        """Per operator of the hosted pipeline: its counters and state size."""
+        return self._hosted().stats()

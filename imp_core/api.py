@@ -10,18 +10,17 @@ Usable with no Spark and no Ray::
     q.sketch, q.predicate("sales"), q.reference().sketch
 
 Invariants: a table's rows and every registered query's state change together or not
-at all; a failed call (bad schema, unknown row, bad SQL) changes nothing.
+at all; a failed call (bad schema, unknown row, bad SQL) changes nothing. A deletion
+costs about the rows it deletes, with or without a key (``imp_core.memtable``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
@@ -33,47 +32,17 @@ from imp_core.errors import (
     UnknownQueryError,
     UnknownTableError,
 )
+from imp_core.memtable import MemTable
 from imp_core.plan.nodes import PlanNode, QueryPlan
+from imp_core.prepare import DEFAULT_FRAGMENTS
 from imp_core.reference import ReferenceResult, reference_capture, reference_evaluate
-from imp_core.sketch.partition import PartitionSet, PartitionSpec, build_partition_set
+from imp_core.sketch.partition import (
+    PartitionSet,
+    PartitionSpec,
+    RangePartition,
+)
 from imp_core.sketch.sketch import Range, Sketch
-
-DEFAULT_FRAGMENTS = 64
-
-
-
-@dataclass
-class _Table:
-    name: str
-    data: pa.Table
-    key: tuple[str, ...] | None
-    domains: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-
-
-def check_schema(table: str, expected: pa.Schema, batch: pa.Table) -> pa.Table:
-    """Return ``batch`` with ``expected``'s column order and types, or raise."""
-    names = set(batch.schema.names)
-    missing = [f.name for f in expected if f.name not in names]
-    extra = [n for n in batch.schema.names if n not in set(expected.names)]
-    if missing or extra:
-        raise SchemaMismatchError(
-            f"batch for {table} does not match its schema: missing {missing or 'none'}, "
-            f"unexpected {extra or 'none'}")
-    batch = batch.select(expected.names)
-    for f in expected:
-        got = batch.schema.field(f.name).type
-        if got != f.type:
-            same_kind = (pa.types.is_integer(got) and pa.types.is_integer(f.type)) or \
-                (pa.types.is_floating(got) and pa.types.is_floating(f.type)) or \
-                (pa.types.is_string(got) or pa.types.is_large_string(got)
-                 or pa.types.is_string_view(got)) and pa.types.is_string(f.type)
-            if not same_kind:
-                raise SchemaMismatchError(
-                    f"column {table}.{f.name} has type {got}, expected {f.type}")
-    try:
-        return batch.cast(expected)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SchemaMismatchError(f"batch for {table} cannot be stored: {exc}") from None
+from imp_core.storage.batches import conform
 
 
 class RegisteredQuery:
@@ -103,6 +72,19 @@ class RegisteredQuery:
     def predicate(self, table: str) -> str:
         return self.sketch.predicate(table)
 
+    def partition(self, table: str) -> RangePartition:
+        """The range partition of ``table`` this query's sketch is built on."""
+        found = self.partitions.for_table(table.lower())
+        if found is None:
+            sketched = ", ".join(p.table for p in self.partitions.partitions) or "none"
+            raise PartitionError(f"query {self.name} has no partition on table {table!r}; "
+                                 f"partitioned tables: {sketched}")
+        return found[0]
+
+    def bounds(self, table: str) -> list[Any]:
+        """The split points of ``table``'s partition (fragment i is [b[i-1], b[i]))."""
+        return list(self.partition(table).bounds)
+
     def result(self) -> pa.Table:
         """The maintained query result (a row per tuple occurrence)."""
         batch = self.pipeline.result()
@@ -125,7 +107,7 @@ class Engine:
 
     def __init__(self, options: EngineOptions = EngineOptions()):
         self.options = options
-        self._tables: dict[str, _Table] = {}
+        self._tables: dict[str, MemTable] = {}
         self._queries: dict[str, RegisteredQuery] = {}
 
     # -- tables -------------------------------------------------------------------------
@@ -138,7 +120,7 @@ class Engine:
         for k in keys or ():
             if k not in data.schema.names:
                 raise UnknownColumnError(f"key column {k!r} is not a column of {name}")
-        self._tables[name] = _Table(name, data.combine_chunks(), keys, dict(domains or {}))
+        self._tables[name] = MemTable(name, data, keys, dict(domains or {}))
 
     def tables(self) -> dict[str, pa.Table]:
         return {n: t.data for n, t in self._tables.items()}
@@ -147,9 +129,9 @@ class Engine:
         return self._get(name).data
 
     def catalog(self) -> dict[str, pa.Schema]:
-        return {n: t.data.schema for n, t in self._tables.items()}
+        return {n: t.schema for n, t in self._tables.items()}
 
-    def _get(self, name: str) -> _Table:
+    def _get(self, name: str) -> MemTable:
         try:
             return self._tables[name.lower()]
         except KeyError:
@@ -166,21 +148,10 @@ class Engine:
         data), explicit split points, or a ``RangePartition``; by default the query's
         ``-- sketch: table.column`` header is used with ``fragments`` fragments.
         """
-        from imp_core.safety import require_safe
-        from imp_core.sql import parse_sketch_header, plan_sql
+        from imp_core.prepare import prepare_query
 
-        plan = plan_sql(sql, self.catalog())
-        if partitions is None:
-            header = parse_sketch_header(sql)
-            if not header:
-                raise PartitionError("no partitions given and the SQL has no "
-                                     "'-- sketch: table.column' header")
-            partitions = {f"{t}.{c}": fragments for t, c in header}
-        pset = self._partition_set(partitions)
-        domains = {n: t.domains for n, t in self._tables.items()}
-        columns = {n: t.data.schema.names for n, t in self._tables.items()}
-        verdicts = require_safe(plan, [(p.table, p.column) for p in pset.partitions],
-                                domains=domains, force=force, table_columns=columns)
+        prepared = prepare_query(sql, self, partitions, fragments, force)
+        plan, pset, verdicts = prepared.plan, prepared.partitions, list(prepared.verdicts)
         qname = name or f"q{len(self._queries) + 1}"
         if qname in self._queries:
             raise SchemaMismatchError(f"a query named {qname} is already registered")
@@ -191,14 +162,20 @@ class Engine:
         self._queries[qname] = q
         return q
 
+    # -- what preparing a query reads (``imp_core.prepare.TableSource``) -----------------
+    def column(self, table: str, column: str) -> pa.ChunkedArray:
+        return self.table(table).column(column)
+
+    def domains(self, table: str) -> Mapping[str, tuple[Any, Any]]:
+        return dict(self._get(table).domains)
+
+    def versions(self, tables: list[str]) -> dict[str, int]:
+        return {}  # in-memory tables are not versioned
+
     def _source(self, pset: PartitionSet):
         def source(node: PlanNode) -> DeltaBatch:
             return reference_evaluate(node, self.tables(), pset).to_batch()
         return source
-
-    def _partition_set(self, specs: Mapping[str, PartitionSpec]) -> PartitionSet:
-        return build_partition_set(specs, lambda t: self._get(t).data.schema,
-                                   lambda t, c: self._get(t).data.column(c))
 
     def query(self, name: str) -> RegisteredQuery:
         try:
@@ -229,23 +206,15 @@ class Engine:
               deletes: pa.Table | None = None) -> dict[str, SketchDelta]:
         """Apply deletions then insertions to ``table`` atomically; maintain all sketches."""
         t = self._get(table)
-        schema = t.data.schema
-        ins = check_schema(t.name, schema, inserts) if inserts is not None else \
-            schema.empty_table()
-        dels = check_schema(t.name, schema, deletes) if deletes is not None else \
-            schema.empty_table()
-        positions = self._locate(t, dels)  # raises before anything changes
-        removed = t.data.take(pa.array(positions, type=pa.int64()))
-        keep = np.ones(t.data.num_rows, dtype=bool)
-        keep[positions] = False
-        new_data = pa.concat_tables([t.data.filter(pa.array(keep)), ins]).combine_chunks()
-        if t.key:
-            self._check_unique(t, new_data)
-        rows = pa.concat_tables([removed, ins])
-        weights = np.concatenate([-np.ones(len(positions), np.int64),
+        empty = t.schema.empty_table()
+        ins = empty if inserts is None else conform(inserts, t.schema, t.name, "insert batch")
+        dels = empty if deletes is None else conform(deletes, t.schema, t.name, "delete batch")
+        change = t.prepare(ins, dels)  # raises before anything changes
+        rows = pa.concat_tables([change.removed, ins])
+        weights = np.concatenate([-np.ones(len(change.positions), np.int64),
                                   np.ones(ins.num_rows, np.int64)])
         delta = TableDelta(rows, weights)
-        t.data = new_data
+        t.commit(change)
         out = {}
         for q in self._queries.values():
             if t.name in q.plan.root.tables():
@@ -253,29 +222,6 @@ class Engine:
                 q.history.append(d)
                 out[q.name] = d
         return out
-
-    def _locate(self, t: _Table, dels: pa.Table) -> list[int]:
-        if dels.num_rows == 0:
-            return []
-        cols = list(t.key) if t.key else t.data.schema.names
-        stored: dict[tuple, list[int]] = {}
-        for i, row in enumerate(zip(*[t.data.column(c).to_pylist() for c in cols])):
-            stored.setdefault(row, []).append(i)
-        out = []
-        for row in zip(*[dels.column(c).to_pylist() for c in cols]):
-            hits = stored.get(row)
-            if not hits:
-                what = dict(zip(cols, row))
-                raise SchemaMismatchError(f"cannot delete from {t.name}: no row {what}")
-            out.append(hits.pop())
-        return out
-
-    @staticmethod
-    def _check_unique(t: _Table, data: pa.Table) -> None:
-        keys = data.select(list(t.key)).group_by(list(t.key)).aggregate([([], "count_all")])
-        dup = keys.filter(pc.greater(keys.column("count_all"), 1))
-        if dup.num_rows:
-            raise SchemaMismatchError(f"duplicate key in {t.name}: {dup.slice(0, 1).to_pylist()}")
 
 
 def load_tables(engine: Engine, tables: Mapping[str, pa.Table],

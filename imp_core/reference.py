@@ -3,25 +3,34 @@
 ``reference_evaluate`` runs a plan over full tables the way the capture query would:
 every base tuple is annotated with its fragment, and each operator propagates
 annotations per section 4.3 / Fig. 5 (selection and projection keep them, joins union
-them, aggregation unions a group's, top-k keeps the k first). It is written tuple at a
-time in plain Python, independently of the incremental operators; only expression
-evaluation (``imp_core.plan.evaluate``), the exact-sum finalizers and the top-k order are
-shared, because they define the query's values rather than how they are maintained.
+them, aggregation unions a group's, top-k keeps the k first). It works a column at a
+time with Arrow and numpy, independently of the incremental operators and of their
+annotation and grouping structures (``Annotation``/``DeltaBatch`` only carry the result
+of ``Bag.to_batch``); only expression evaluation (``imp_core.plan.evaluate``) and the
+exact-sum finalizers are shared, because they define the query's values rather than how
+they are maintained. Top-k follows the total order ``imp_core.engine.ordering`` defines,
+rebuilt here as Arrow sort keys.
+
+Invariants of a ``Bag``: ``data`` has the node's schema; ``mult`` is int64 and > 0, one
+per row; ``ann`` is a ``list<int32>`` array, one sorted list of distinct fragment ids per
+row. Equal (row, annotation) pairs may occur on several rows: the bag is their sum.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
 from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.exact import finalize_avg, finalize_sum, python_exact
-from imp_core.engine.ordering import sort_key
+from imp_core.engine.exact import FLOAT_SHIFT, finalize_avg, finalize_sum, kind_of
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.nodes import (
@@ -39,150 +48,385 @@ from imp_core.plan.nodes import (
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
-Row = tuple
-Ann = tuple  # sorted fragment ids
+INT64_SAFE = 2.0**62
 
 
-@dataclass
+# -- fragment sets as list<int32> arrays ---------------------------------------------------
+def _sets(parent: np.ndarray, values: np.ndarray, n: int) -> pa.ListArray:
+    """Row ``i``'s list is the sorted distinct ``values[parent == i]``."""
+    order = np.lexsort((values, parent))
+    p, v = parent[order], values[order]
+    keep = np.ones(len(p), dtype=bool)
+    keep[1:] = (p[1:] != p[:-1]) | (v[1:] != v[:-1])
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(p[keep], minlength=n), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(v[keep], type=pa.int32()))
+
+
+def _flat(ann: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """(row of each id, id) of every id in ``ann``."""
+    parent = pc.list_parent_indices(ann).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(ann).to_numpy(zero_copy_only=False).astype(np.int32)
+    return parent, values
+
+
+def _padded(ann: pa.ListArray) -> np.ndarray:
+    """Row i's ids left-aligned, padded with -1: rows compare as the sorted id tuples do."""
+    parent, values = _flat(ann)
+    lengths = np.bincount(parent, minlength=len(ann)) if len(parent) else np.zeros(len(ann), int)
+    width = int(lengths.max()) if len(ann) else 0
+    out = np.full((len(ann), width), -1, dtype=np.int64)
+    if len(parent):
+        starts = np.zeros(len(ann), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        out[parent, np.arange(len(parent)) - starts[parent]] = values
+    return out
+
+
+# -- grouping ------------------------------------------------------------------------------
+def _codes(columns: list[pa.Array | pa.ChunkedArray], n: int) -> tuple[np.ndarray, int]:
+    """A dense group number per row: rows get one number iff all columns are equal.
+
+    NULLs are equal to each other (SQL grouping) and ``-0.0`` equals ``0.0`` (as Python
+    compares the values).
+    """
+    codes = np.zeros(n, dtype=np.int64)
+    groups = 1 if n else 0
+    for col in columns:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if pa.types.is_floating(col.type):
+            col = pc.add(col, pa.scalar(0.0, col.type))
+        enc = pc.dictionary_encode(col, null_encoding="encode")
+        idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = codes * max(len(enc.dictionary), 1) + idx
+        uniq, codes = np.unique(codes, return_inverse=True)
+        groups = len(uniq)
+    return codes.reshape(-1), groups
+
+
+def _first_of(codes: np.ndarray, groups: int) -> np.ndarray:
+    """The first row of each group."""
+    first = np.full(groups, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes), dtype=np.int64))
+    return first
+
+
+def _group_union(ann: pa.ListArray, codes: np.ndarray, groups: int) -> pa.ListArray:
+    parent, values = _flat(ann)
+    return _sets(codes[parent], values, groups)
+
+
+# -- the annotated bag ---------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
 class Bag:
-    """An annotated bag: {(row, annotation): multiplicity > 0} with a schema."""
+    """An annotated bag (see the module docstring)."""
 
-    schema: pa.Schema
-    items: Counter
+    data: pa.Table
+    mult: np.ndarray
+    ann: pa.ListArray
 
-    def table(self) -> tuple[pa.Table, list[tuple[Row, Ann, int]]]:
-        entries = [(r, a, m) for (r, a), m in self.items.items()]
-        cols = [pa.array([e[0][i] for e in entries], type=f.type)
-                for i, f in enumerate(self.schema)]
-        return pa.Table.from_arrays(cols, schema=self.schema), entries
+    @property
+    def schema(self) -> pa.Schema:
+        return self.data.schema
+
+    def __len__(self) -> int:
+        return self.data.num_rows
+
+    def take(self, idx: np.ndarray) -> Bag:
+        ix = pa.array(idx, type=pa.int64())
+        return Bag(self.data.take(ix), self.mult[idx], self.ann.take(ix))
+
+    def filter(self, mask: np.ndarray) -> Bag:
+        return self.take(np.flatnonzero(mask))
+
+    @cached_property
+    def items(self) -> Counter:
+        """{(row tuple, sorted fragment-id tuple): multiplicity}."""
+        out: Counter = Counter()
+        rows = zip(*[c.to_pylist() for c in self.data.columns]) if self.data.num_columns \
+            else (() for _ in range(len(self)))
+        for row, ann, m in zip(rows, self.ann.to_pylist(), self.mult.tolist()):
+            out[(tuple(row), tuple(ann))] += m
+        return out
+
+    def consolidated(self) -> Bag:
+        """Equal (row, annotation) pairs merged into one row."""
+        if len(self) == 0:
+            return self
+        codes, groups = _codes(list(self.data.columns), len(self))
+        _, ann_code = np.unique(_padded(self.ann), axis=0, return_inverse=True)
+        codes, groups = _codes([pa.array(codes), pa.array(ann_code.reshape(-1))], len(self))
+        mult = np.zeros(groups, dtype=np.int64)
+        np.add.at(mult, codes, self.mult)
+        first = self.take(_first_of(codes, groups))
+        return Bag(first.data, mult, first.ann)
 
     def to_batch(self) -> DeltaBatch:
-        table, entries = self.table()
-        return DeltaBatch.of(table, [m for _, _, m in entries],
-                             Annotation.from_sets([a for _, a, _ in entries]))
+        bag = self.consolidated()
+        lengths = pc.list_value_length(bag.ann).to_numpy(zero_copy_only=False)
+        offsets = np.zeros(len(bag) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ann = Annotation(offsets, _flat(bag.ann)[1])
+        return DeltaBatch.of(bag.data, bag.mult, ann)
 
 
-def _rows(table: pa.Table) -> list[Row]:
-    return list(zip(*[c.to_pylist() for c in table.columns])) if table.num_columns else []
+def _empty_sets(n: int) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                    pa.array([], type=pa.int32()))
 
 
+# -- operators -----------------------------------------------------------------------------
 def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
                        partitions: PartitionSet) -> Bag:
     schema = arrow_schema(node.schema)
     if isinstance(node, Scan):
-        t = tables[node.table]
-        ids = partitions.annotate(node.table, t) if partitions.for_table(node.table) else None
-        data = t.select(list(node.source_columns))
-        data = data.rename_columns([f.name for f in node.fields]).cast(schema)
-        items: Counter = Counter()
-        for i, row in enumerate(_rows(data)):
-            items[(row, () if ids is None else (int(ids[i]),))] += 1
-        return Bag(schema, items)
+        return _scan(node, schema, tables, partitions)
     if isinstance(node, Select):
         child = reference_evaluate(node.input, tables, partitions)
-        table, entries = child.table()
-        mask = evaluate_predicate(node.predicate, table)
-        return Bag(schema, Counter({(r, a): m for (r, a, m), ok in zip(entries, mask) if ok}))
+        return child.filter(evaluate_predicate(node.predicate, child.data))
     if isinstance(node, Project):
         child = reference_evaluate(node.input, tables, partitions)
-        table, entries = child.table()
-        cols = [evaluate(e.expr, table).cast(f.type) for e, f in zip(node.exprs, schema)]
-        out: Counter = Counter()
-        for row, (_, a, m) in zip(_rows(pa.Table.from_arrays(cols, schema=schema)), entries):
-            out[(row, a)] += m
-        return Bag(schema, out)
+        cols = [evaluate(e.expr, child.data).cast(f.type) for e, f in zip(node.exprs, schema)]
+        return Bag(pa.Table.from_arrays(cols, schema=schema), child.mult, child.ann)
     if isinstance(node, Join):
         return _join(node, schema, tables, partitions)
     if isinstance(node, Distinct):
         child = reference_evaluate(node.input, tables, partitions)
-        groups: dict[Row, set] = defaultdict(set)
-        for (r, a), _ in child.items.items():
-            groups[r].update(a)
-        return Bag(schema, Counter({(r, tuple(sorted(s))): 1 for r, s in groups.items()}))
+        codes, groups = _codes(list(child.data.columns), len(child))
+        first = child.data.take(pa.array(_first_of(codes, groups), type=pa.int64()))
+        return Bag(first.cast(schema), np.ones(groups, dtype=np.int64),
+                   _group_union(child.ann, codes, groups))
     if isinstance(node, Aggregate):
         return _aggregate(node, schema, tables, partitions)
     if isinstance(node, TopK):
-        child = reference_evaluate(node.input, tables, partitions)
-        names = list(node.input.column_names)
-        pos = [names.index(s.column) for s in node.order]
-        rest = [i for i in range(len(names)) if i not in pos]
-        ordered = sorted(child.items.items(),
-                         key=lambda kv: sort_key(kv[0][0], kv[0][1], node.order, pos, rest))
-        out, seen = Counter(), 0
-        for (r, a), m in ordered:
-            if seen >= node.k:
-                break
-            take = min(m, node.k - seen)
-            out[(r, a)] += take
-            seen += take
-        return Bag(schema, out)
+        return _topk(node, tables, partitions)
     raise TypeError(f"unknown plan node {type(node).__name__}")
 
 
-def _join(node: Join, schema, tables, partitions) -> Bag:
+def _scan(node: Scan, schema: pa.Schema, tables, partitions: PartitionSet) -> Bag:
+    t = tables[node.table]
+    data = t.select(list(node.source_columns))
+    data = data.rename_columns([f.name for f in node.fields]).cast(schema).combine_chunks()
+    n = data.num_rows if data.num_columns else 0  # as the row-at-a-time evaluator did
+    data = data.slice(0, n)
+    if partitions.for_table(node.table):
+        ids = partitions.annotate(node.table, t)[:n].astype(np.int32)
+        ann = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
+                                       pa.array(ids, type=pa.int32()))
+    else:
+        ann = _empty_sets(n)
+    return Bag(data, np.ones(n, dtype=np.int64), ann)
+
+
+def _key_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type both join keys compare in, as Python compares their values; None: never."""
+    if a == b:
+        return a
+    strings = (pa.string(), pa.large_string(), pa.string_view())
+    if a in strings and b in strings:
+        return pa.string()
+    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+               for t in (a, b)]
+    if not all(numeric):
+        return None
+    if pa.types.is_floating(a) or pa.types.is_floating(b):
+        return pa.float64()
+    if pa.types.is_decimal(a) or pa.types.is_decimal(b):
+        scale = max(t.scale for t in (a, b) if pa.types.is_decimal(t))
+        return pa.decimal128(38, scale)
+    return pa.int64()
+
+
+def _join_pairs(node: Join, left: Bag, right: Bag) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (li, ri) of every pair of rows whose equi-keys are equal and not NULL."""
+    nl, nr = len(left), len(right)
+    lk, rk, _ = node.equi_keys()
+    if not lk:
+        return (np.repeat(np.arange(nl, dtype=np.int64), nr),
+                np.tile(np.arange(nr, dtype=np.int64), nl))
+    valid = np.ones(nl + nr, dtype=bool)
+    cols = []
+    for a, b in zip(lk, rk):
+        la, rb = left.data.column(a), right.data.column(b)
+        common = _key_type(la.type, rb.type)
+        if common is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        both = pa.chunked_array(la.cast(common).chunks + rb.cast(common).chunks, type=common)
+        valid &= both.is_valid().to_numpy(zero_copy_only=False)
+        cols.append(both)
+    codes, _ = _codes(cols, nl + nr)
+    lcodes, rcodes = codes[:nl], codes[nl:]
+    lrows = np.flatnonzero(valid[:nl])
+    rrows = np.flatnonzero(valid[nl:])
+    order = rrows[np.argsort(rcodes[rrows], kind="stable")]
+    sorted_codes = rcodes[order]
+    lo = np.searchsorted(sorted_codes, lcodes[lrows], side="left")
+    hi = np.searchsorted(sorted_codes, lcodes[lrows], side="right")
+    counts = hi - lo
+    li = np.repeat(lrows, counts)
+    starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    ri = order[starts + np.arange(len(li), dtype=np.int64)]
+    return li, ri
+
+
+def _join(node: Join, schema: pa.Schema, tables, partitions) -> Bag:
     left = reference_evaluate(node.left, tables, partitions)
     right = reference_evaluate(node.right, tables, partitions)
-    lk, rk, residual = node.equi_keys()
-    lnames, rnames = list(node.left.column_names), list(node.right.column_names)
-    lpos, rpos = [lnames.index(c) for c in lk], [rnames.index(c) for c in rk]
-    index: dict[tuple, list] = defaultdict(list)
-    for (r, a), m in right.items.items():
-        key = tuple(r[p] for p in rpos)
-        if None not in key:
-            index[key].append((r, a, m))
-    pairs = []
-    for (r, a), m in left.items.items():
-        key = tuple(r[p] for p in lpos)
-        if None in key:
+    li, ri = _join_pairs(node, left, right)
+    lb, rb = left.take(li), right.take(ri)
+    data = pa.Table.from_arrays(list(lb.data.columns) + list(rb.data.columns), schema=schema)
+    lp, lv = _flat(lb.ann)
+    rp, rv = _flat(rb.ann)
+    ann = _sets(np.concatenate([lp, rp]), np.concatenate([lv, rv]), len(li))
+    out = Bag(data, lb.mult * rb.mult, ann)
+    _, _, residual = node.equi_keys()
+    if residual is not None and len(out):
+        out = out.filter(evaluate_predicate(residual, out.data))
+    return out
+
+
+def _exact(col: pa.Array, dtype: pa.DataType) -> np.ndarray:
+    """The exact integer of each int or decimal value as sums keep it (NULL -> 0)."""
+    if kind_of(dtype) == "int":
+        if pa.types.is_uint64(col.type):
+            return np.array([int(v or 0) for v in col.to_pylist()], dtype=object)
+        return col.fill_null(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    if pa.types.is_decimal128(col.type) and col.offset == 0 and len(col):
+        # little-endian 128-bit words: a value fits int64 iff its high word is the
+        # sign extension of its low word (NULL slots hold arbitrary bytes)
+        words = np.frombuffer(col.buffers()[1], dtype=np.int64)[: 2 * len(col)]
+        lo, hi = words[0::2], words[1::2]
+        if np.array_equal(hi, lo >> 63):
+            return np.where(col.is_valid().to_numpy(zero_copy_only=False), lo, 0)
+    scale = dtype.scale
+    return np.array([0 if v is None else int(v.scaleb(scale)) for v in col.to_pylist()],
+                    dtype=object)
+
+
+def _group_sums(codes: np.ndarray, groups: int, values: np.ndarray,
+                mult: np.ndarray) -> list[int]:
+    """Exact sum of ``values * mult`` per group, as Python integers."""
+    if values.dtype != object:
+        bound = float(np.abs(values.astype(np.float64)) @ mult.astype(np.float64))
+        if bound < INT64_SAFE:
+            out = np.zeros(groups, dtype=np.int64)
+            np.add.at(out, codes, values * mult)
+            return out.tolist()
+    sums = [0] * groups
+    for g, v, m in zip(codes.tolist(), values.tolist(), mult.tolist()):
+        sums[g] += int(v) * m
+    return sums
+
+
+def _float_group_sums(codes: np.ndarray, groups: int, col: pa.Array,
+                      mult: np.ndarray) -> list[int]:
+    """Exact sum per group of ``value * 2**FLOAT_SHIFT * mult`` over doubles.
+
+    A double is ``m * 2**(e - 53)`` with an integer ``|m| < 2**53``; rows of one group
+    and one exponent ``e`` are summed as integers (``m`` split in 26/27-bit halves so the
+    int64 sums cannot overflow), then shifted into place once per (group, e).
+    """
+    vals = col.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+    if not np.all(np.isfinite(vals)):
+        raise ValueError("cannot sum NaN or infinite values exactly")
+    mant, exp = np.frexp(vals)
+    m = (mant * 2.0**53).astype(np.int64)
+    if float(np.abs(m >> 27).astype(np.float64) @ mult.astype(np.float64)) >= INT64_SAFE:
+        exact = [int(Fraction(v) * 2**FLOAT_SHIFT) for v in vals.tolist()]
+        return _group_sums(codes, groups, np.array(exact, dtype=object), mult)
+    pair, pairs = _codes([pa.array(codes), pa.array(exp.astype(np.int64))], len(vals))
+    high = np.zeros(pairs, dtype=np.int64)
+    low = np.zeros(pairs, dtype=np.int64)
+    np.add.at(high, pair, (m >> 27) * mult)
+    np.add.at(low, pair, (m & (2**27 - 1)) * mult)
+    first = _first_of(pair, pairs)
+    sums = [0] * groups
+    for g, e, a, b in zip(codes[first].tolist(), exp[first].tolist(), high.tolist(),
+                          low.tolist()):
+        total, shift = (a << 27) + b, e - 53 + FLOAT_SHIFT
+        # a negative shift is still exact: every double is a multiple of 2**-1074
+        sums[g] += total << shift if shift >= 0 else total >> -shift
+    return sums
+
+
+def _aggregate(node: Aggregate, schema: pa.Schema, tables, partitions) -> Bag:
+    child = reference_evaluate(node.input, tables, partitions)
+    if len(child) == 0:  # no groups, so no rows (also without GROUP BY)
+        return Bag(schema.empty_table(), np.zeros(0, np.int64), _empty_sets(0))
+    types = {f.name: f.dtype for f in node.input.schema}
+    codes, groups = _codes([child.data.column(g) for g in node.group_by], len(child))
+    first = pa.array(_first_of(codes, groups), type=pa.int64())
+    cols: list[pa.Array] = [child.data.column(g).take(first) for g in node.group_by]
+    for agg in node.aggregates:
+        out_type = schema.field(len(cols)).type
+        if agg.func == "count_star":
+            counts = np.zeros(groups, dtype=np.int64)
+            np.add.at(counts, codes, child.mult)
+            cols.append(pa.array(counts, type=out_type))
             continue
-        for r2, a2, m2 in index.get(key, []) if lk else [
-                (x, y, z) for (x, y), z in right.items.items()]:
-            pairs.append((r + r2, tuple(sorted(set(a) | set(a2))), m * m2))
-    if residual is not None and pairs:
-        cols = [pa.array([p[0][i] for p in pairs], type=f.type) for i, f in enumerate(schema)]
-        mask = evaluate_predicate(residual, pa.Table.from_arrays(cols, schema=schema))
-        pairs = [p for p, ok in zip(pairs, mask) if ok]
-    out: Counter = Counter()
-    for r, a, m in pairs:
-        out[(r, a)] += m
-    return Bag(schema, out)
+        col = child.data.column(agg.arg).combine_chunks()
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        nonnull = np.zeros(groups, dtype=np.int64)
+        np.add.at(nonnull, codes, child.mult * valid)
+        if agg.func == "count":
+            cols.append(pa.array(nonnull, type=out_type))
+        elif agg.func in ("sum", "avg"):
+            t = types[agg.arg]
+            sums = _float_group_sums(codes, groups, col, child.mult) \
+                if kind_of(t) == "float" else \
+                _group_sums(codes, groups, _exact(col, t), child.mult)
+            fin = finalize_sum if agg.func == "sum" else finalize_avg
+            cols.append(fin(sums, nonnull.tolist(), t).cast(out_type))
+        else:
+            g = pa.table({"g": pa.array(codes), "v": col}).group_by("g").aggregate(
+                [("v", agg.func)])
+            at = np.empty(groups, dtype=np.int64)
+            at[g.column("g").to_numpy()] = np.arange(groups)
+            cols.append(g.column(f"v_{agg.func}").take(pa.array(at)).cast(out_type))
+    data = pa.Table.from_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+                                 for c in cols], schema=schema)
+    return Bag(data, np.ones(groups, dtype=np.int64), _group_union(child.ann, codes, groups))
 
 
-def _aggregate(node: Aggregate, schema, tables, partitions) -> Bag:
+def _topk(node: TopK, tables, partitions) -> Bag:
+    """The k first tuple occurrences in the total order of ``imp_core.engine.ordering``:
+    the SQL order keys (NULLs where the key puts them), the other columns ascending with
+    NULLs first, then the annotation as a sorted id tuple."""
     child = reference_evaluate(node.input, tables, partitions)
     names = list(node.input.column_names)
-    types = {f.name: f.dtype for f in node.input.schema}
-    gpos = [names.index(g) for g in node.group_by]
-    groups: dict[Row, list] = {}
-    for (r, a), m in child.items.items():
-        key = tuple(r[p] for p in gpos)
-        groups.setdefault(key, []).append((r, a, m))
-    out: Counter = Counter()
-    for key, members in groups.items():
-        values = []
-        for agg in node.aggregates:
-            if agg.func == "count_star":
-                values.append(sum(m for _, _, m in members))
-                continue
-            p = names.index(agg.arg)
-            vals = [(r[p], m) for r, _, m in members if r[p] is not None]
-            nonnull = sum(m for _, m in vals)
-            t = types[agg.arg]
-            if agg.func == "count":
-                values.append(nonnull)
-            elif agg.func in ("sum", "avg"):
-                exact = sum(python_exact(v, t) * m for v, m in vals)
-                fin = finalize_sum if agg.func == "sum" else finalize_avg
-                values.append(fin([exact], [nonnull], t)[0].as_py())
-            elif agg.func == "min":
-                values.append(min((v for v, _ in vals), default=None))
-            else:
-                values.append(max((v for v, _ in vals), default=None))
-        ann = sorted(set().union(*[set(a) for _, a, _ in members]))
-        out[(key + tuple(values), tuple(ann))] += 1
-    return Bag(schema, out)
+    order_cols = [s.column for s in node.order]
+    keys: dict[str, pa.Array] = {}
+    sort: list[tuple[str, str]] = []
+
+    def add(name: str, values: pa.Array, descending: bool, nulls_first: bool) -> None:
+        flag = pc.is_valid(values) if nulls_first else pc.is_null(values)
+        keys[f"f{len(keys)}"] = pc.cast(flag, pa.int8())
+        sort.append((f"f{len(keys) - 1}", "ascending"))
+        keys[f"v{len(keys)}"] = values
+        sort.append((f"v{len(keys) - 1}", "descending" if descending else "ascending"))
+
+    for s in node.order:
+        add(s.column, child.data.column(s.column), s.descending, s.effective_nulls_first)
+    for name in names:
+        if name not in order_cols:
+            add(name, child.data.column(name), False, True)
+    padded = _padded(child.ann)
+    for j in range(padded.shape[1]):
+        keys[f"a{j}"] = pa.array(padded[:, j])
+        sort.append((f"a{j}", "ascending"))
+    if sort and len(child):
+        idx = pc.sort_indices(pa.table(keys), sort_keys=sort).to_numpy()
+    else:
+        idx = np.arange(len(child), dtype=np.int64)
+    ordered = child.take(idx)
+    before = np.cumsum(ordered.mult) - ordered.mult
+    take = np.minimum(ordered.mult, np.maximum(node.k - before, 0))
+    out = ordered.filter(take > 0)
+    return Bag(out.data, take[take > 0], out.ann)
 
 
+# -- captures ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReferenceResult:
     bag: Bag
@@ -201,11 +445,9 @@ def reference_capture(plan: QueryPlan | PlanNode, tables: Mapping[str, pa.Table]
     """The accurate sketch and the result of ``plan`` over full ``tables``."""
     root = plan.root if isinstance(plan, QueryPlan) else plan
     bag = reference_evaluate(root, tables, partitions)
-    frags = BitMap()
-    for (_, a), m in bag.items.items():
-        if m > 0:
-            frags.update(a)
-    return ReferenceResult(bag, Sketch(partitions, frags))
+    parent, values = _flat(bag.ann)
+    live = values[bag.mult[parent] > 0] if len(values) else values
+    return ReferenceResult(bag, Sketch(partitions, BitMap(np.unique(live).tolist())))
 
 
 def restrict_to_sketch(tables: Mapping[str, pa.Table], sketch: Sketch) -> dict[str, pa.Table]:

@@ -8,20 +8,17 @@ would keep: the predicate is the selection directly above the query's only scan 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from imp_core.engine.operators.base import FRAGMENT_COLUMN, TableDelta
 from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.expr import ColumnRef, Expr, rename_columns
 from imp_core.plan.nodes import PlanNode, Scan, Select
 from imp_core.sketch.partition import PartitionSet, RangePartition
 
-if TYPE_CHECKING:  # pragma: no cover
-    from imp_core.engine.operators.base import TableDelta
-
-FRAGMENT_COLUMN = "__imp_fid"
+__all__ = ["FRAGMENT_COLUMN", "ScanSpec", "restrict_delta", "scan_specs"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +72,4 @@ def restrict_delta(delta: TableDelta, spec: ScanSpec | None) -> TableDelta:
         part, offset = spec.partition
         ids = part.annotate(rows.column(part.column)).astype(np.int32) + np.int32(offset)
         rows = rows.append_column(pa.field(FRAGMENT_COLUMN, pa.int32()), pa.array(ids))
-    from imp_core.engine.operators.base import TableDelta
-
     return TableDelta(rows, weights)

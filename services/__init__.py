@@ -7,7 +7,8 @@
 - ``auth``: bearer tokens; ``guards``: limits and the read-only SELECT rule;
 - ``config``: ``ServerConfig`` (IMP_* variables, ``imp serve`` flags);
 - ``server``: the server with health and reflection; ``client``: the Python client;
-- ``cli``: the client subcommands of ``imp``.
+- ``cli``: the ``imp`` command line (``cli.main``; ``imp bench`` comes from ``benchmarks``);
+- ``demo``/``demo_engine``: ``imp demo`` (the service over gRPC) and ``imp demo --engine``.
 
 Importing the package itself loads nothing heavy (no gRPC), so ``imp`` stays quick.
 """

@@ -207,7 +207,7 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
 
 
 def _same(a: pa.Table, b: pa.Table) -> bool:
-    from imp_core.bench.spark import same_rows
+    from imp_core.results import same_rows
 
     return a.num_rows == b.num_rows and same_rows(a, b)
 

@@ -4,7 +4,8 @@
 provider (e.g. a lookup in the database holding the table) implements ``JoinSide``.
 Invariants: ``contents()`` equals the integral of all deltas applied so far (as a
 Z-set: rows may repeat, and deletions are kept as negative rows until compaction);
-the sorted key index always covers exactly ``contents()``.
+the sorted key index always covers exactly ``contents()``. A side's state is one Arrow
+table in its provider's own layout (``SideIndex``: the annotated rows, ``state_schema``).
 """
 
 from __future__ import annotations
@@ -188,8 +189,16 @@ class SideIndex:
         return probe_idx, matched
 
     # -- state ------------------------------------------------------------------------
+    def state_schema(self) -> pa.Schema:
+        return batch_to_arrow(DeltaBatch.empty(self.schema)).schema
+
+    @staticmethod
+    def state_from_rows(rows: DeltaBatch) -> pa.Table:
+        """The state of a side holding ``rows`` (its annotated contents)."""
+        return batch_to_arrow(rows)
+
     def snapshot(self) -> pa.Table:
-        return batch_to_arrow(self.contents())
+        return self.state_from_rows(self.contents())
 
     def restore(self, table: pa.Table) -> None:
         self._main = batch_from_arrow(table)

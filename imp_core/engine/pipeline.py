@@ -3,14 +3,16 @@
 Invariants: after ``apply`` returns, ``sketch()`` is exactly the accurate sketch of the
 query over the integrated deltas (Definition 4.5 with equality), and ``result()`` is the
 query's annotated result. State moves in and out only through ``snapshot``/``restore``,
-which are stamped with the plan and partition fingerprints.
+which are stamped with the plan and partition fingerprints. The flat state
+(``state_tables``) holds each operator's ``STATE`` tables under its id, μ's under
+``MERGE`` and the kept result as ``RESULT``; nothing else names these tables.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
 import pyarrow as pa
 from pyroaring import BitMap
@@ -27,6 +29,7 @@ from imp_core.engine.operators.join import JoinOp, SideChooser
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
+from imp_core.engine.state import StateTable, StateTables, group_state, state_key
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
 from imp_core.errors import SnapshotError
 from imp_core.plan.nodes import (
@@ -78,6 +81,10 @@ SourceFn = Callable[[PlanNode], DeltaBatch]
 
 
 class IncrementalQuery:
+    MERGE: ClassVar[str] = "merge"  # the owner of μ's tables in the flat state
+    RESULT: ClassVar[StateTable] = StateTable(
+        "result", "the kept query result as a batch (only with keep_result)")
+
     def __init__(self, plan: QueryPlan, partitions: PartitionSet,
                  options: EngineOptions = EngineOptions(), source: SourceFn | None = None,
                  join_sides: SideChooser | None = None):
@@ -167,8 +174,19 @@ class IncrementalQuery:
         return merged
 
     def stats(self) -> list[dict]:
-        return [{"op": op.op_id, "kind": op.kind, **asdict(op.stats),
-                 "state_bytes": op.state_bytes()} for op in self.operators]
+        """Per operator: calls, rows, seconds, state bytes; for joins also the probes
+        their Bloom filters spared and the kind of each side ("memory" or the data layer
+        that answers its probes)."""
+        out = []
+        for op in self.operators:
+            row = {"op": op.op_id, "kind": op.kind, **asdict(op.stats),
+                   "state_bytes": op.state_bytes()}
+            if isinstance(op, JoinOp):
+                sides = (op.left, op.right)
+                row["probes_skipped"] = sum(getattr(s, "probes_skipped", 0) for s in sides)
+                row["sides"] = [getattr(s, "kind", "memory") for s in sides]
+            out.append(row)
+        return out
 
     def state_bytes(self) -> int:
         return sum(op.state_bytes() for op in self.operators) + self.merge.counts.nbytes
@@ -178,16 +196,32 @@ class IncrementalQuery:
         return {"plan": self.plan.fingerprint(), "partitions": self.partitions.fingerprint()}
 
     def state_tables(self) -> dict[str, pa.Table]:
-        """Every piece of state as named Arrow tables (``"<op id>/<name>"``, ``"merge/..."``,
-        ``"result"``): what ``snapshot`` serializes and ``load_state`` takes back."""
-        tables: dict[str, pa.Table] = {}
+        """Every piece of state as named Arrow tables (``state_key(op id, name)``, μ's
+        under ``MERGE``, ``RESULT``): what ``snapshot`` serializes and ``load_state``
+        takes back."""
+        states = {op.op_id: op.snapshot() for op in self.operators}
+        result = self.result() if self.options.keep_result else None
+        return self._flat(states, self.merge.snapshot(), result)
+
+    def compose_state(self, op_states: Mapping[str, Mapping[str, pa.Table]],
+                      output: DeltaBatch | None = None) -> dict[str, pa.Table]:
+        """The flat state (``state_tables`` layout) made of operator states built elsewhere
+        (``{op id: the operator's state_from_* tables}``), μ's counts and the kept result
+        both following from ``output``, the root's whole annotated output (None: no output
+        yet, zero counts and no kept result)."""
+        result = output if self.options.keep_result else None
+        return self._flat(op_states, self.merge.state_from_output(output), result)
+
+    def _flat(self, op_states: Mapping[str, Mapping[str, pa.Table]],
+              merge: Mapping[str, pa.Table], result: DeltaBatch | None) -> StateTables:
+        tables: StateTables = {}
         for op in self.operators:
-            for name, t in op.snapshot().items():
-                tables[f"{op.op_id}/{name}"] = t
-        for name, t in self.merge.snapshot().items():
-            tables[f"merge/{name}"] = t
-        if self.options.keep_result:
-            tables["result"] = batch_to_arrow(self.result())
+            for name, t in op_states.get(op.op_id, {}).items():
+                tables[state_key(op.op_id, name)] = t
+        for name, t in merge.items():
+            tables[state_key(self.MERGE, name)] = t
+        if result is not None:
+            tables[self.RESULT.name] = batch_to_arrow(result)
         return tables
 
     def snapshot(self, extra: Mapping[str, object] | None = None) -> bytes:
@@ -204,10 +238,7 @@ class IncrementalQuery:
         """Replace all state by ``tables`` (the layout of ``state_tables``), e.g. state
         computed elsewhere (``imp_core.spark.bootstrap``). All or nothing: tables that do
         not fit this pipeline raise ``SnapshotError`` and leave it as it was."""
-        grouped: dict[str, dict[str, pa.Table]] = {}
-        for key, t in tables.items():
-            owner, _, name = key.rpartition("/")
-            grouped.setdefault(owner, {})[name] = t
+        grouped = group_state(tables)
         # load into a fresh wiring first, so that state that does not fit leaves this
         # pipeline exactly as it was (no operator half-restored)
         fresh = IncrementalQuery(self.plan, self.partitions, self.options, self.source,
@@ -216,8 +247,9 @@ class IncrementalQuery:
             for op in fresh.operators:
                 if op.stateful:
                     op.restore(grouped.get(op.op_id, {}))
-            fresh.merge.restore(grouped["merge"])
-            result = [batch_from_arrow(tables["result"])] if "result" in tables else []
+            fresh.merge.restore(grouped[self.MERGE])
+            result = [batch_from_arrow(tables[self.RESULT.name])] \
+                if self.RESULT.name in tables else []
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid) as exc:
             raise SnapshotError(f"state does not fit this pipeline: {exc}") from None
         self.scans, self.operators, self.root = fresh.scans, fresh.operators, fresh.root

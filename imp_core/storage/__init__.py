@@ -8,11 +8,13 @@ feeds come back with the table's user columns, ``_change_type`` in {insert, dele
 
 from imp_core.errors import TableExistsError, UnsupportedTableError, VersionError
 from imp_core.storage.catalog import TableCatalog, TableEntry
+from imp_core.storage.change_reader import ChangeReader
 from imp_core.storage.changes import ChangeFile, read_change_files, to_weighted
 from imp_core.storage.delta_store import DeltaStore, WriteOptions
 
 __all__ = [
     "ChangeFile",
+    "ChangeReader",
     "DeltaStore",
     "TableCatalog",
     "TableEntry",

@@ -15,50 +15,26 @@ Invariants of every table a ``DeltaStore`` writes:
 - Files are written in row groups of at most ``WriteOptions.max_row_group_size`` rows.
   The creation writes the rows sorted on the cluster columns (``sketch_columns``), so
   Parquet min/max statistics on them can skip data. A ``MERGE`` rewrites every file
-  holding a deleted row and puts the kept and the inserted rows in no particular order
-  (inserted batches are sorted, but delta-rs mixes them in), so clustering decays;
-  ``optimize`` restores it with a version that changes no data.
-- Data files are read with pyarrow directly: ``DeltaTable.to_pyarrow_dataset`` (also
-  behind ``to_pyarrow_table``) goes through delta-rs' Python filesystem handler, and
-  processes that used it abort at exit now and then ("terminate called without an
-  active exception") with deltalake 1.6.6 and pyarrow 26.
+  holding a deleted row and puts the kept and the inserted rows in no particular order,
+  so clustering decays; ``optimize`` restores it with a version that changes no data.
+
+The class is the front; the work is in ``writes`` (options, creation), ``merge`` (one
+``MERGE`` per ``apply``), ``snapshots`` (opening a version, reading its files and their
+statistics) and ``changes`` (the change feed).
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
-from deltalake import DeltaTable, WriterProperties, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake import DeltaTable
 
-from imp_core.errors import (
-    SchemaMismatchError,
-    TableExistsError,
-    UnknownColumnError,
-    UnknownTableError,
-    UnsupportedTableError,
-    VersionError,
-)
-from imp_core.storage.batches import (
-    OP,
-    RESERVED,
-    ROW_ID,
-    check_domains,
-    conform,
-    plain_schema,
-    plain_strings,
-)
+from imp_core.errors import SchemaMismatchError, TableExistsError, VersionError
+from imp_core.storage.batches import plain_schema, plain_strings
 from imp_core.storage.catalog import TableCatalog, TableEntry, is_uri, normalize_name
 from imp_core.storage.changes import (
     ChangeFile,
@@ -66,63 +42,26 @@ from imp_core.storage.changes import (
     empty_changes,
     normalize_changes,
 )
-from imp_core.storage.matching import assign_row_ids, read_candidates, row_tuples
+from imp_core.storage.merge import merge_changes
+from imp_core.storage.snapshots import (
+    FileStats,
+    column_bytes,
+    file_stats,
+    open_delta,
+    read_snapshot,
+    stored_schema,
+    user_schema,
+)
+from imp_core.storage.writes import (
+    DEFAULT_WRITE_OPTIONS,
+    TABLE_CONFIGURATION,
+    WriteOptions,
+    check_new_table,
+    read_parquet_parts,
+    write_new_table,
+)
 
-TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
-_SOURCE, _TARGET = "src", "tgt"
-
-
-@dataclass(frozen=True)
-class WriteOptions:
-    """How data files are laid out. Smaller files make a ``MERGE`` cheaper (it rewrites
-    each file holding a deleted row); smaller row groups make statistics finer, and with
-    data pages of at most ``page_rows`` rows the page index lets Spark's Parquet reader
-    skip pages inside a row group (what makes a sketch's ranges read few rows)."""
-
-    max_row_group_size: int = 65_536
-    target_file_size: int = 32 * 1024 * 1024  # bytes
-    page_rows: int | None = 2048
-
-    def writer_properties(self) -> WriterProperties:
-        if self.page_rows is None:
-            return WriterProperties(max_row_group_size=self.max_row_group_size)
-        return WriterProperties(max_row_group_size=self.max_row_group_size,
-                                data_page_row_count_limit=self.page_rows)
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _sort(data: pa.Table, columns: Sequence[str]) -> pa.Table:
-    if not columns or data.num_rows < 2:
-        return data
-    return data.sort_by([(c, "ascending") for c in columns])
-
-
-def _batches_with_progress(data: pa.Table, desc: str, chunk: int) -> pa.RecordBatchReader:
-    """``data`` as a reader whose consumption drives a tqdm bar (rows) on stderr."""
-    from tqdm import tqdm
-
-    def gen() -> Iterator[pa.RecordBatch]:
-        with tqdm(total=data.num_rows, unit="rows", unit_scale=True, desc=desc,
-                  file=sys.stderr) as bar:
-            for batch in data.to_batches(max_chunksize=chunk):
-                yield batch
-                bar.update(batch.num_rows)
-
-    return pa.RecordBatchReader.from_batches(data.schema, gen())
-
-
-def _parquet_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        files = sorted(path.glob("*.parquet"))
-        if not files:
-            raise FileNotFoundError(f"no *.parquet files in {path}")
-        return files
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    return [path]
+__all__ = ["TABLE_CONFIGURATION", "DeltaStore", "WriteOptions"]
 
 
 class DeltaStore:
@@ -136,7 +75,7 @@ class DeltaStore:
     1
     """
 
-    def __init__(self, root: str | Path, options: WriteOptions = WriteOptions()):
+    def __init__(self, root: str | Path, options: WriteOptions = DEFAULT_WRITE_OPTIONS):
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog = TableCatalog(self.root)
@@ -189,32 +128,11 @@ class DeltaStore:
             domains=dict(domains or {}),
             sketch_columns=tuple(cluster_by),
         )
-        self._check_new_table(entry, data)
+        check_new_table(entry, data)
         self.catalog.check(entry)
         if not is_uri(entry.location) and DeltaTable.is_deltatable(entry.location):
             raise TableExistsError(f"{entry.location} already holds a Delta table")
-
-        if entry.key is None:
-            data = data.append_column(
-                pa.field(ROW_ID, pa.int64(), nullable=False),
-                pa.array(np.arange(data.num_rows, dtype=np.int64)),
-            )
-        data = _sort(data, entry.sketch_columns)
-        source: pa.Table | pa.RecordBatchReader = data
-        if progress:
-            source = _batches_with_progress(
-                data, f"writing {name}", self.options.max_row_group_size
-            )
-        if not is_uri(entry.location):
-            Path(entry.location).mkdir(parents=True, exist_ok=True)
-        write_deltalake(
-            entry.location,
-            source,
-            mode="error",
-            configuration=TABLE_CONFIGURATION,
-            writer_properties=self.options.writer_properties(),
-            target_file_size=self.options.target_file_size,
-        )
+        write_new_table(entry, data, self.options, progress)
         self.catalog.add(entry)
         return 0
 
@@ -232,52 +150,8 @@ class DeltaStore:
         (``tpchgen-cli`` output); strings become ``string`` as in
         ``imp_core.workloads.tpch.load_tpch_tables``. ``progress``: tqdm bars (rows
         read, then rows written) on stderr."""
-        files = _parquet_files(Path(path_or_dir))
-        readers = [pq.ParquetFile(f) for f in files]
-        total = sum(r.metadata.num_rows for r in readers)
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="rows", unit_scale=True, desc=f"reading {name}",
-                       file=sys.stderr)
-        batches: list[pa.RecordBatch] = []
-        try:
-            for reader in readers:
-                for i in range(reader.num_row_groups):
-                    group = plain_strings(reader.read_row_group(i))
-                    batches.extend(group.to_batches())
-                    if bar is not None:
-                        bar.update(group.num_rows)
-        finally:
-            if bar is not None:
-                bar.close()
-        schema = plain_schema(readers[0].schema_arrow)
-        data = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+        data = read_parquet_parts(name, path_or_dir, progress)
         return self.create_table(name, data, key, domains, cluster_by, location, progress)
-
-    def _check_new_table(self, entry: TableEntry, data: pa.Table) -> None:
-        names = data.schema.names
-        problems: list[str] = []
-        reserved = [n for n in names if n in RESERVED]
-        if reserved:
-            problems.append(f"columns {reserved} are reserved")
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            problems.append(f"duplicate columns {dupes}")
-        for what, cols in (
-            ("key", entry.key or ()),
-            ("cluster", entry.sketch_columns),
-            ("domain", tuple(entry.domains)),
-        ):
-            unknown = [c for c in cols if c not in names]
-            if unknown:
-                problems.append(f"{what} columns {unknown} are not columns")
-        if problems:
-            raise SchemaMismatchError(f"table {entry.name}: " + "; ".join(problems))
-        check_domains(data, entry.domains, entry.name, "data")
-        if entry.key is not None:
-            self._check_keys(entry, data, "data")
 
     def drop_table(self, name: str, delete_files: bool = True) -> None:
         """Forget the table; also delete its files if it is a local directory."""
@@ -288,43 +162,7 @@ class DeltaStore:
     # --- reading -----------------------------------------------------------------------
 
     def _delta(self, entry: TableEntry, version: int | None = None) -> DeltaTable:
-        try:
-            table = DeltaTable(entry.location)
-        except TableNotFoundError as exc:
-            raise UnknownTableError(
-                f"table {entry.name} is in the catalog, but {entry.location} holds no Delta "
-                "table"
-            ) from exc
-        features = table.protocol().reader_features or []
-        if "deletionVectors" in features:
-            raise UnsupportedTableError(
-                f"table {entry.name} at {entry.location} allows deletion vectors; its "
-                "data files alone no longer describe a snapshot"
-            )
-        if version is not None:
-            latest = table.version()
-            if not 0 <= version <= latest:
-                raise VersionError(
-                    f"table {entry.name} has versions 0..{latest}, not {version}"
-                )
-            if version != latest:
-                try:
-                    table.load_as_version(version)
-                except DeltaError as exc:  # e.g. log files cleaned up
-                    raise VersionError(f"table {entry.name}: version {version}: {exc}") \
-                        from exc
-        return table
-
-    @staticmethod
-    def _stored_schema(table: DeltaTable) -> pa.Schema:
-        """Schema of the data files' rows as read (hidden ``__rid`` included)."""
-        return plain_schema(pa.schema(table.schema().to_arrow()))
-
-    @staticmethod
-    def _user_schema(stored: pa.Schema) -> pa.Schema:
-        if ROW_ID in stored.names:
-            return stored.remove(stored.get_field_index(ROW_ID))
-        return stored
+        return open_delta(entry, version)
 
     def version(self, name: str) -> int:
         return self._delta(self.catalog.get(name)).version()
@@ -332,7 +170,7 @@ class DeltaStore:
     def schema(self, name: str, version: int | None = None) -> pa.Schema:
         """The table's columns (without ``__rid``), strings as ``string``."""
         entry = self.catalog.get(name)
-        return self._user_schema(self._stored_schema(self._delta(entry, version)))
+        return user_schema(stored_schema(self._delta(entry, version)))
 
     def file_uris(self, name: str, version: int | None = None) -> list[str]:
         """The Parquet files of the snapshot at ``version`` (latest if None). Files of a
@@ -352,42 +190,15 @@ class DeltaStore:
         """Uncompressed bytes of ``columns`` (all if None) in the snapshot at ``version``,
         from the data files' Parquet footers; counting stops once above ``stop_above``."""
         files = self._delta(self.catalog.get(name), version).file_uris()
-        wanted = None if columns is None else set(columns)
-        size = 0
-        for fragment in ds.dataset(files, format="parquet").get_fragments() if files else ():
-            meta = fragment.metadata
-            for i in range(meta.num_row_groups):
-                rg = meta.row_group(i)
-                size += sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
-                            if wanted is None or rg.column(j).path_in_schema in wanted)
-            if stop_above is not None and size > stop_above:
-                break
-        return size
+        return column_bytes(files, columns, stop_above)
 
     def file_stats(self, name: str, version: int | None, column: str
-                   ) -> tuple[str, list[tuple[str, Any, Any, int | None]]]:
+                   ) -> tuple[str, list[FileStats]]:
         """``(table id, [(uri, min, max, null count) of ``column`` per data file])`` of the
         snapshot at ``version``, from the Delta log's file statistics; None where the log
         holds none for a file."""
         table = self._delta(self.catalog.get(name), version)
-        uris = table.file_uris()
-        actions = pa.table(table.get_add_actions(flatten=True))
-        n = actions.num_rows
-
-        def col(key: str) -> list[Any]:
-            return actions.column(key).to_pylist() if key in actions.column_names else [None] * n
-
-        stats = dict(zip((unquote(p) for p in col("path")),
-                         zip(col(f"min.{column}"), col(f"max.{column}"),
-                             col(f"null_count.{column}"))))
-        root = unquote(table.table_uri).rstrip("/") + "/"
-        out = []
-        for uri in uris:
-            plain = unquote(uri)
-            rel = plain[len(root):] if plain.startswith(root) else plain.rsplit("/", 1)[-1]
-            lo, hi, nulls = stats.get(rel, (None, None, None))
-            out.append((uri, lo, hi, nulls))
-        return table.metadata().id, out
+        return table.metadata().id, file_stats(table, column)
 
     def read(
         self,
@@ -402,19 +213,7 @@ class DeltaStore:
         table); ``with_row_ids`` appends ``__rid`` to the default columns.
         """
         entry = self.catalog.get(name)
-        table = self._delta(entry, version)
-        stored = self._stored_schema(table)
-        if columns is None:
-            columns = self._user_schema(stored).names
-            if with_row_ids and ROW_ID in stored.names:
-                columns = [*columns, ROW_ID]
-        unknown = [c for c in columns if c not in stored.names]
-        if unknown:
-            raise UnknownColumnError(f"table {entry.name} has no columns {unknown}")
-        files = table.file_uris()
-        if not files:
-            return pa.schema([stored.field(c) for c in columns]).empty_table()
-        return ds.dataset(files, schema=stored, format="parquet").to_table(columns=list(columns))
+        return read_snapshot(entry, self._delta(entry, version), columns, with_row_ids)
 
     # --- changing ----------------------------------------------------------------------
 
@@ -436,148 +235,11 @@ class DeltaStore:
         With nothing to do, no version is made and the current one is returned.
         """
         entry = self.catalog.get(name)
-        table = self._delta(entry)
-        stored = self._stored_schema(table)
-        schema = self._user_schema(stored)
-        ins = schema.empty_table() if inserts is None else \
-            conform(inserts, schema, entry.name, "insert batch")
-        dels = schema.empty_table() if deletes is None else \
-            conform(deletes, schema, entry.name, "delete batch")
-        if ins.num_rows == 0 and dels.num_rows == 0:
-            return table.version()
-        check_domains(ins, entry.domains, entry.name, "insert batch")
-        files = table.file_uris()
-        if entry.key is None:
-            dels, ins = self._bag_source(entry, table, stored, dels, ins)
-            match_on: tuple[str, ...] = (ROW_ID,)
-        else:
-            self._check_keyed_change(entry, files, stored, dels, ins)
-            match_on = entry.key
-        ins = _sort(ins, entry.sketch_columns)
-        source = pa.concat_tables([
-            dels.append_column(OP, pa.array(["d"] * dels.num_rows, pa.string())),
-            ins.append_column(OP, pa.array(["i"] * ins.num_rows, pa.string())),
-        ])
-        on = " AND ".join(
-            f"{_TARGET}.{_quote(c)} = {_SOURCE}.{_quote(c)}" for c in match_on
-        )
-        metrics = (
-            table.merge(
-                source,
-                predicate=f"{on} AND {_SOURCE}.{_quote(OP)} = 'd'",
-                source_alias=_SOURCE,
-                target_alias=_TARGET,
-                streamed_exec=False,  # lets delta-rs prune target files by source stats
-                writer_properties=self.options.writer_properties(),
-            )
-            .when_matched_delete()
-            .when_not_matched_insert(
-                updates={c: f"{_SOURCE}.{_quote(c)}" for c in stored.names},
-                predicate=f"{_SOURCE}.{_quote(OP)} = 'i'",
-            )
-            .execute()
-        )
-        deleted = metrics.get("num_target_rows_deleted")
-        inserted = metrics.get("num_target_rows_inserted")
-        if (deleted, inserted) != (dels.num_rows, ins.num_rows):
-            raise RuntimeError(  # only a concurrent writer could cause this
-                f"table {entry.name}: MERGE deleted {deleted} (expected {dels.num_rows}) "
-                f"and inserted {inserted} (expected {ins.num_rows}) rows"
-            )
-        return table.version()
+        return merge_changes(entry, self._delta(entry), inserts, deletes, self.options)
 
     def update(self, name: str, old_rows: pa.Table, new_rows: pa.Table) -> int:
         """Replace ``old_rows`` by ``new_rows`` in one version (``apply``'s rules)."""
         return self.apply(name, inserts=new_rows, deletes=old_rows)
-
-    def _check_keys(self, entry: TableEntry, batch: pa.Table, what: str) -> None:
-        """No null key and no key twice within ``batch``."""
-        assert entry.key is not None
-        for col in entry.key:
-            if batch.column(col).null_count:
-                raise SchemaMismatchError(
-                    f"{what} for table {entry.name}: key column {col!r} holds nulls"
-                )
-        groups = batch.select(list(entry.key)).group_by(list(entry.key)).aggregate([])
-        if groups.num_rows != batch.num_rows:
-            dup = _first_duplicate(row_tuples(batch, entry.key))
-            raise SchemaMismatchError(
-                f"{what} for table {entry.name}: key {entry.key} = {dup} occurs more than once"
-            )
-
-    def _check_keyed_change(
-        self, entry: TableEntry, files: list[str], stored: pa.Schema,
-        dels: pa.Table, ins: pa.Table,
-    ) -> None:
-        assert entry.key is not None
-        key = entry.key
-        self._check_keys(entry, dels, "delete batch")
-        self._check_keys(entry, ins, "insert batch")
-        probe = pa.concat_tables([dels.select(list(key)), ins.select(list(key))])
-        found = read_candidates(files, stored, probe, key)
-        current = dict(zip(row_tuples(found, key), row_tuples(found, stored.names)))
-        deleted = set()
-        for k, row in zip(row_tuples(dels, key), row_tuples(dels, stored.names)):
-            have = current.get(k)
-            if have is None:
-                raise SchemaMismatchError(
-                    f"delete batch for table {entry.name}: no row with key {key} = {k}"
-                )
-            if have != row:
-                raise SchemaMismatchError(
-                    f"delete batch for table {entry.name}: the row with key {key} = {k} "
-                    f"is stored as {have}, not {row}"
-                )
-            deleted.add(k)
-        for k in row_tuples(ins, key):
-            if k in current and k not in deleted:
-                raise SchemaMismatchError(
-                    f"insert batch for table {entry.name}: key {key} = {k} already exists"
-                )
-
-    def _bag_source(
-        self, entry: TableEntry, table: DeltaTable, stored: pa.Schema,
-        dels: pa.Table, ins: pa.Table,
-    ) -> tuple[pa.Table, pa.Table]:
-        """Deletions and insertions of a keyless table with their ``__rid``."""
-        cols = [c for c in stored.names if c != ROW_ID]
-        files = table.file_uris()
-        rid_field = pa.field(ROW_ID, pa.int64(), nullable=False)
-        if dels.num_rows:
-            found = read_candidates(files, stored, dels, cols)
-            ids, missing = assign_row_ids(
-                row_tuples(dels, cols), row_tuples(found, cols),
-                found.column(ROW_ID).to_pylist(),
-            )
-            if missing:
-                rows = row_tuples(dels, cols)
-                shown = [rows[i] for i in missing[:3]]
-                raise SchemaMismatchError(
-                    f"delete batch for table {entry.name}: {len(missing)} row(s) not stored "
-                    f"(or deleted more often than stored), e.g. {shown}"
-                )
-            dels = dels.append_column(rid_field, pa.array(ids, pa.int64()))
-        else:
-            dels = dels.append_column(rid_field, pa.array([], pa.int64()))
-        start = self._max_row_id(table, files, stored) + 1
-        ins = ins.append_column(
-            rid_field, pa.array(np.arange(start, start + ins.num_rows, dtype=np.int64))
-        )
-        return dels.select(stored.names), ins.select(stored.names)
-
-    @staticmethod
-    def _max_row_id(table: DeltaTable, files: list[str], stored: pa.Schema) -> int:
-        """Largest ``__rid`` among live rows (-1 if none): from the log's file statistics,
-        or by reading the column when a file has none."""
-        if not files:
-            return -1
-        actions = pa.table(table.get_add_actions(flatten=True))
-        name = f"max.{ROW_ID}"
-        if name in actions.column_names and actions.column(name).null_count == 0:
-            return int(pc.max(actions.column(name)).as_py())
-        data = ds.dataset(files, schema=stored, format="parquet").to_table(columns=[ROW_ID])
-        top = pc.max(data.column(ROW_ID)).as_py()
-        return -1 if top is None else int(top)
 
     # --- change feed -------------------------------------------------------------------
 
@@ -600,7 +262,7 @@ class DeltaStore:
         entry = self.catalog.get(name)
         table = self._delta(entry)
         to_version = self._range(entry, table, from_version, to_version)
-        schema = self._user_schema(self._stored_schema(table))
+        schema = user_schema(stored_schema(table))
         if from_version == to_version:
             return empty_changes(schema)
         raw = pa.table(table.load_cdf(starting_version=from_version + 1,
@@ -635,12 +297,3 @@ class DeltaStore:
             table.optimize.compact(writer_properties=props,
                                    target_size=self.options.target_file_size)
         return self._delta(entry).version()
-
-
-def _first_duplicate(rows: list[tuple]) -> tuple | None:
-    seen: set[tuple] = set()
-    for row in rows:
-        if row in seen:
-            return row
-        seen.add(row)
-    return None

@@ -11,11 +11,15 @@ group contributes at most one deletion and one insertion per batch.
 Min/max multisets may be bounded to the ``buffer`` best distinct values; when deletions
 empty a bounded buffer of a group that still has values, the group is refilled from
 ``source`` (the operator's full current input), or ``StateExhaustedError`` is raised.
+State tables (``AggregateOp.STATE``): ``groups`` (one row per live group), ``fragments``
+(F_g), and per min/max aggregate i ``minmax{i}`` and ``complete{i}``; every table but
+``fragments`` names its group by ``gid``, which ``fragments`` encodes as key // P.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +29,7 @@ from sortedcontainers import SortedDict
 from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum, kind_of
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
+from imp_core.engine.state import StateLayout, StateTable, StateTables
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import StateExhaustedError
 from imp_core.plan.nodes import AggCall, Aggregate
@@ -113,9 +118,49 @@ class _MinMax:
             self.complete[g] = False
 
 
+@dataclass(frozen=True)
+class MinMaxValues:
+    """One min/max aggregate's multisets: rows (``gids``, ``values``, ``counts``), and per
+    group whether its multiset holds every non-NULL value of the group (``complete``)."""
+
+    gids: np.ndarray
+    values: pa.Array
+    counts: pa.Array
+    complete: np.ndarray
+
+
+@dataclass(frozen=True)
+class GroupTotals:
+    """An aggregation's exact state in columnar form; group ``g`` is position ``g``.
+
+    ``keys``: one array per group-by column; ``cnt``: CNT per group; ``nonnull``: per
+    aggregate its non-NULL count per group (ignored for count(*)); ``sums``: per sum/avg
+    aggregate its exact sums (the engine's integers, see ``imp_core.engine.exact``);
+    ``fragments``: F_g as (group, fragment, count) arrays, repeated pairs adding up;
+    ``minmax``: per min/max aggregate its multisets.
+    """
+
+    keys: Sequence[pa.Array]
+    cnt: np.ndarray
+    nonnull: Mapping[int, np.ndarray]
+    sums: Mapping[int, Sequence[int] | np.ndarray]
+    fragments: tuple[np.ndarray, np.ndarray, np.ndarray]
+    minmax: Mapping[int, MinMaxValues] = field(default_factory=dict)
+
+
 class AggregateOp(Operator):
     kind = "aggregate"
     stateful = True
+    GROUPS: ClassVar[StateTable] = StateTable(
+        "groups", "one row per live group: its keys k<j>, gid, cnt and per aggregate i "
+        "nonnull<i> and (sum, avg) sum<i>, the exact sum as a decimal string")
+    FRAGMENTS: ClassVar[StateTable] = StateTable(
+        "fragments", "F_g: key = gid·P + ρ (sorted) and count, nonzero counts only")
+    MINMAX: ClassVar[StateTable] = StateTable(
+        "minmax{i}", "min/max aggregate i's multisets: gid, value, count")
+    COMPLETE: ClassVar[StateTable] = StateTable(
+        "complete{i}", "min/max aggregate i: gid, complete (the multiset holds every value)")
+    STATE: ClassVar[StateLayout] = StateLayout((GROUPS, FRAGMENTS, MINMAX, COMPLETE))
 
     def __init__(self, node: Aggregate, op_id: str, nfrag: int,
                  minmax_buffer: int | None = None,
@@ -306,6 +351,61 @@ class AggregateOp(Operator):
             self.minmax[i].refill(g, {v: c for v, c in vals.items() if c > 0})
 
     # -- state ------------------------------------------------------------------------
+    def _minmax_ids(self) -> list[int]:
+        return [i for i, m in enumerate(self.minmax) if m is not None]
+
+    def group_tables(self) -> list[str]:
+        """The state tables besides ``groups`` that name their group by ``gid``."""
+        return [t.of(i) for i in self._minmax_ids() for t in (self.MINMAX, self.COMPLETE)]
+
+    def state_schemas(self) -> dict[str, pa.Schema | None]:
+        fields = [pa.field(f"k{j}", t) for j, t in enumerate(self.groups.key_types)]
+        fields += [pa.field("gid", pa.int64()), pa.field("cnt", pa.int64())]
+        for i, s in enumerate(self.sums):
+            fields.append(pa.field(f"nonnull{i}", pa.int64()))
+            if s is not None:
+                fields.append(pa.field(f"sum{i}", pa.string()))
+        out: dict[str, pa.Schema | None] = {
+            self.GROUPS.name: pa.schema(fields),
+            self.FRAGMENTS.name: pa.schema([("key", pa.int64()), ("count", pa.int64())])}
+        for i in self._minmax_ids():
+            out[self.MINMAX.of(i)] = pa.schema([("gid", pa.int64()),
+                                                ("value", self.arg_types[i]),
+                                                ("count", pa.int64())])
+            out[self.COMPLETE.of(i)] = pa.schema([("gid", pa.int64()),
+                                                  ("complete", pa.bool_())])
+        return out
+
+    def state_from_groups(self, totals: GroupTotals) -> dict[str, pa.Table]:
+        """The state holding ``totals`` (e.g. computed by another system)."""
+        n = len(totals.cnt)
+        gid = np.arange(n, dtype=np.int64)
+        cols: dict[str, pa.Array] = {
+            f"k{j}": arr.cast(t) for j, (arr, t) in enumerate(zip(totals.keys,
+                                                                   self.groups.key_types))}
+        cols["gid"] = pa.array(gid, pa.int64())
+        cols["cnt"] = pa.array(np.asarray(totals.cnt).astype(np.int64))
+        for i, (a, s) in enumerate(zip(self.agg.aggregates, self.sums)):
+            nonnull = np.zeros(n, dtype=np.int64) if a.func == "count_star" else \
+                np.asarray(totals.nonnull[i]).astype(np.int64)
+            cols[f"nonnull{i}"] = pa.array(nonnull)
+            if s is not None:
+                cols[f"sum{i}"] = pa.array([str(int(v)) for v in totals.sums[i]], pa.string())
+        out = {self.GROUPS.name: pa.table(cols),
+               self.FRAGMENTS.name: self.frags.table_from_pairs(*totals.fragments)}
+        for i in self._minmax_ids():
+            mm = totals.minmax[i]
+            has = np.zeros(n, dtype=bool)
+            has[np.asarray(mm.gids, dtype=np.int64)] = True
+            out[self.MINMAX.of(i)] = pa.table({
+                "gid": pa.array(mm.gids, pa.int64()),
+                "value": mm.values.cast(self.arg_types[i]),
+                "count": mm.counts.cast(pa.int64())})
+            out[self.COMPLETE.of(i)] = pa.table({
+                "gid": pa.array(gid[has], pa.int64()),
+                "complete": pa.array(np.asarray(mm.complete, dtype=bool)[has], pa.bool_())})
+        return out
+
     def snapshot(self) -> dict[str, pa.Table]:
         n = len(self.groups)
         live = np.flatnonzero(self.cnt[:n] != 0)
@@ -316,27 +416,28 @@ class AggregateOp(Operator):
             cols[f"nonnull{i}"] = pa.array(self.nonnull[i][live], type=pa.int64())
             if s is not None:
                 cols[f"sum{i}"] = pa.array([str(int(x)) for x in s[live]], type=pa.string())
-        out = {"groups": pa.table(cols), "fragments": self.frags.snapshot()}
+        out = {self.GROUPS.name: pa.table(cols), self.FRAGMENTS.name: self.frags.snapshot()}
         live_ids = set(live.tolist())
-        for i, mm in enumerate(self.minmax):
-            if mm is None:
-                continue
+        for i in self._minmax_ids():
+            mm = self.minmax[i]
+            assert mm is not None
             g, v, c, comp = [], [], [], []
             for gid, s in mm.sets.items():
                 if gid not in live_ids:
-                    continue  # an emptied group: not in "groups", nothing to keep
+                    continue  # an emptied group: not among the groups, nothing to keep
                 for value, count in s.items():
                     g.append(gid), v.append(value), c.append(count)
                 comp.append((gid, mm.complete.get(gid, True)))
-            out[f"minmax{i}"] = pa.table({"gid": pa.array(g, pa.int64()),
-                                          "value": pa.array(v, self.arg_types[i]),
-                                          "count": pa.array(c, pa.int64())})
-            out[f"complete{i}"] = pa.table({"gid": pa.array([x for x, _ in comp], pa.int64()),
-                                            "complete": pa.array([y for _, y in comp])})
+            out[self.MINMAX.of(i)] = pa.table({"gid": pa.array(g, pa.int64()),
+                                               "value": pa.array(v, self.arg_types[i]),
+                                               "count": pa.array(c, pa.int64())})
+            out[self.COMPLETE.of(i)] = pa.table({
+                "gid": pa.array([x for x, _ in comp], pa.int64()),
+                "complete": pa.array([y for _, y in comp], pa.bool_())})
         return out
 
     def restore(self, state: dict[str, pa.Table]) -> None:
-        groups = state["groups"]
+        groups = state[self.GROUPS.name]
         gids = groups.column("gid").to_numpy()
         nkeys = len(self.agg.group_by)
         self.groups = GroupKeys(self.groups.key_types)
@@ -358,7 +459,7 @@ class AggregateOp(Operator):
                 arr = np.array([0] * n, dtype=object) if big else np.zeros(n, dtype=np.int64)
                 arr[new_ids] = np.array(vals, dtype=object if big else np.int64)
                 self.sums[i] = arr
-        fr = state["fragments"]
+        fr = state[self.FRAGMENTS.name]
         keys = fr.column("key").to_numpy()
         g_old, frag = np.divmod(keys, self.frags.P)
         fixed = pa.table({"key": remap[g_old] * self.frags.P + frag if len(keys) else keys,
@@ -369,15 +470,53 @@ class AggregateOp(Operator):
             if mm is None:
                 continue
             mm.sets, mm.complete = {}, {}
-            t = state[f"minmax{i}"]
+            t = state[self.MINMAX.of(i)]
             for g, v, c in zip(t.column("gid").to_pylist(), t.column("value").to_pylist(),
                                t.column("count").to_pylist()):
                 mm.sets.setdefault(int(remap[g]), SortedDict())[v] = c
-            ct = state[f"complete{i}"]
+            ct = state[self.COMPLETE.of(i)]
             for g, comp in zip(ct.column("gid").to_pylist(), ct.column("complete").to_pylist()):
                 mm.complete[int(remap[g])] = comp
                 mm.sets.setdefault(int(remap[g]), SortedDict())
         self._ensure(n)
+
+    def unite_states(self, states: Sequence[Mapping[str, pa.Table]]) -> StateTables:
+        """Several states of this operator over disjoint groups (e.g. shards) as one,
+        group ids shifted to stay distinct (fragment keys ``gid·P + ρ`` shift with them)."""
+        P = self.frags.P
+        parts: dict[str, list[pa.Table]] = {}
+        offset = 0
+        for s in states:
+            g = s[self.GROUPS.name]
+            gid = g.column("gid").to_numpy()
+            parts.setdefault(self.GROUPS.name, []).append(_shift(g, offset))
+            f = s[self.FRAGMENTS.name]
+            keys = f.column("key").to_numpy()
+            parts.setdefault(self.FRAGMENTS.name, []).append(
+                f.set_column(0, "key", pa.array(keys + offset * P, pa.int64())))
+            for name in self.group_tables():
+                if name in s:
+                    parts.setdefault(name, []).append(_shift(s[name], offset))
+            offset += int(gid.max()) + 1 if len(gid) else 0
+        return {name: pa.concat_tables(tables) for name, tables in parts.items()}
+
+    def split_state(self, state: Mapping[str, pa.Table], column: str,
+                    select: Callable[[pa.ChunkedArray], np.ndarray]) -> StateTables:
+        """The part of ``state`` whose groups ``select`` keeps, judged by their values of
+        group-by column ``column``."""
+        j = self.agg.group_by.index(column)
+        groups = state[self.GROUPS.name]
+        keep = np.asarray(select(groups.column(f"k{j}")), dtype=bool)
+        gids = pa.array(groups.column("gid").to_numpy()[keep], pa.int64())
+        frags = state[self.FRAGMENTS.name]
+        owner = pa.array(frags.column("key").to_numpy() // self.frags.P, pa.int64())
+        out = {self.GROUPS.name: groups.filter(pa.array(keep)),
+               self.FRAGMENTS.name: frags.filter(pc.is_in(owner, value_set=gids))}
+        for name in self.group_tables():
+            if name in state:
+                t = state[name]
+                out[name] = t.filter(pc.is_in(t.column("gid"), value_set=gids))
+        return out
 
     def current_output(self) -> DeltaBatch:
         """The operator's whole current output: one row (weight +1) per non-empty group,
@@ -402,6 +541,11 @@ class AggregateOp(Operator):
         size += sum(0 if m is None else 64 * sum(len(s) for s in m.sets.values())
                     for m in self.minmax)
         return int(size)
+
+
+def _shift(t: pa.Table, offset: int) -> pa.Table:
+    i = t.schema.get_field_index("gid")
+    return t.set_column(i, "gid", pa.array(t.column("gid").to_numpy() + offset, pa.int64()))
 
 
 def _equal_or_both_null(a: pa.Array, b: pa.Array) -> np.ndarray:

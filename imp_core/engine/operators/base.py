@@ -1,24 +1,30 @@
 """Operator interface and the stateless operators (table access, selection, projection).
 
 Every operator maps the annotated deltas of its inputs to one annotated output delta
-and owns its state explicitly: ``snapshot`` returns named Arrow tables, ``restore``
-takes them back. Stateless operators snapshot to nothing.
+and owns its state explicitly: its class-level ``STATE`` layout names its state tables,
+``state_schemas`` gives their schemas for its plan node, ``snapshot`` returns exactly those
+tables and ``restore`` takes them back. Stateless operators snapshot to nothing.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.annotation import Annotation
+from imp_core.engine.state import StateLayout
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.nodes import PlanNode, Project, Scan, Select, arrow_schema
-from imp_core.scan_spec import FRAGMENT_COLUMN
 from imp_core.sketch.partition import PartitionSet
+
+# the column in which a restricted table delta carries each row's global fragment id
+# (``imp_core.scan_spec.restrict_delta`` and the Spark delta source write it)
+FRAGMENT_COLUMN = "__imp_fid"
 
 
 @dataclass
@@ -82,6 +88,12 @@ class Operator:
 
     # -- state ------------------------------------------------------------------------
     stateful = False
+    STATE: ClassVar[StateLayout] = StateLayout()
+
+    def state_schemas(self) -> dict[str, pa.Schema | None]:
+        """This operator's state tables (names from ``STATE``) with their schemas for its
+        plan node, in snapshot order; None where a pluggable provider decides."""
+        return {}
 
     def snapshot(self) -> dict[str, pa.Table]:
         return {}

@@ -178,6 +178,17 @@ class FragmentCounts:
         before = before or {}
         return Annotation.from_bitmaps([before.get(g, self.sketches[g]) for g in gids.tolist()])
 
+    def table_from_pairs(self, gids: np.ndarray, frags: np.ndarray,
+                         counts: np.ndarray) -> pa.Table:
+        """The ``snapshot`` layout of F_g given as (group, fragment, count) triples; counts
+        of repeated pairs add up."""
+        pair = np.asarray(gids, dtype=np.int64) * self.P + np.asarray(frags, dtype=np.int64)
+        keys, inverse = np.unique(pair, return_inverse=True)
+        total = np.bincount(inverse, weights=counts, minlength=len(keys)).round().astype(np.int64)
+        keep = total != 0
+        return pa.table({"key": pa.array(keys[keep], pa.int64()),
+                         "count": pa.array(total[keep], pa.int64())})
+
     def snapshot(self) -> pa.Table:
         keep = self.counts != 0
         return pa.table({"key": self.keys[keep], "count": self.counts[keep]})

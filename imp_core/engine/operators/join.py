@@ -4,21 +4,23 @@ Delta rule (bilinear, so deletions are just negative weights):
     Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR + ΔL ⋈ ΔR = ΔL ⋈ R_old + L_new ⋈ ΔR
 and each output row's annotation is P_left ∪ P_right (section 5.2.4).
 State: both sides' contents, each behind a ``SideIndex`` (hash of the equi-keys, and a
-Bloom filter that lets a delta skip probes that cannot match).
+Bloom filter that lets a delta skip probes that cannot match) or another ``JoinSide``
+provider; the state tables ``left`` and ``right`` are the sides' own snapshots.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.join_index import JoinSide, SideIndex
 from imp_core.engine.operators.base import Operator
+from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.nodes import Join, arrow_schema
+from imp_core.plan.nodes import Join, PlanNode, arrow_schema
 
 SideChooser = Callable[[Join, str], "JoinSide | None"]
 
@@ -26,6 +28,11 @@ SideChooser = Callable[[Join, str], "JoinSide | None"]
 class JoinOp(Operator):
     kind = "join"
     stateful = True
+    LEFT: ClassVar[StateTable] = StateTable(
+        "left", "the left side's state in its provider's layout (``SideIndex``: its rows)")
+    RIGHT: ClassVar[StateTable] = StateTable(
+        "right", "the right side's state in its provider's layout")
+    STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
 
     def __init__(self, node: Join, op_id: str, use_bloom: bool = True,
                  dedupe_annotations: bool = False,
@@ -84,12 +91,34 @@ class JoinOp(Operator):
             self.right.apply(dr)
         return DeltaBatch.concat(parts, self.output_schema)
 
+    # -- state ------------------------------------------------------------------------
+    def side_inputs(self) -> dict[str, PlanNode]:
+        """Each side's state table name with the plan input whose rows that side holds."""
+        node = self.node
+        assert isinstance(node, Join)
+        return {self.LEFT.name: node.left, self.RIGHT.name: node.right}
+
+    def state_schemas(self) -> dict[str, pa.Schema | None]:
+        return {self.LEFT.name: _side_schema(self.left),
+                self.RIGHT.name: _side_schema(self.right)}
+
+    def state_from_sides(self, left: pa.Table, right: pa.Table) -> dict[str, pa.Table]:
+        """The state made of the sides' states (each in its provider's layout, e.g.
+        ``SideIndex.state_from_rows``)."""
+        return {self.LEFT.name: left, self.RIGHT.name: right}
+
     def snapshot(self) -> dict[str, pa.Table]:
-        return {"left": self.left.snapshot(), "right": self.right.snapshot()}
+        return self.state_from_sides(self.left.snapshot(), self.right.snapshot())
 
     def restore(self, state: dict[str, pa.Table]) -> None:
-        self.left.restore(state["left"])
-        self.right.restore(state["right"])
+        self.left.restore(state[self.LEFT.name])
+        self.right.restore(state[self.RIGHT.name])
 
     def state_bytes(self) -> int:
         return self.left.nbytes() + self.right.nbytes()
+
+
+def _side_schema(side: JoinSide) -> pa.Schema | None:
+    """The schema of a side's state table, when its provider declares one."""
+    declared = getattr(side, "state_schema", None)
+    return declared() if callable(declared) else None

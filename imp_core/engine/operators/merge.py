@@ -8,15 +8,21 @@ Invariant: the sketch is exactly {ρ | S[ρ] > 0}.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
+from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 
 
 class MergeOp:
     kind = "merge"
+    COUNTS: ClassVar[StateTable] = StateTable(
+        "counts", "S[ρ]: one row per fragment ρ (in fragment order), column count")
+    STATE: ClassVar[StateLayout] = StateLayout((COUNTS,))
 
     def __init__(self, nfrag: int):
         self.counts = np.zeros(nfrag, dtype=np.int64)
@@ -35,11 +41,28 @@ class MergeOp:
     def sketch(self) -> BitMap:
         return BitMap(np.flatnonzero(self.counts > 0))
 
+    # -- state ------------------------------------------------------------------------
+    def state_schemas(self) -> dict[str, pa.Schema | None]:
+        return {self.COUNTS.name: pa.schema([("count", pa.int64())])}
+
+    @classmethod
+    def state_from_counts(cls, counts: np.ndarray) -> dict[str, pa.Table]:
+        """The state holding S = ``counts`` (one per fragment)."""
+        return {cls.COUNTS.name: pa.table({"count": np.asarray(counts, dtype=np.int64)})}
+
+    def state_from_output(self, output: DeltaBatch | None) -> dict[str, pa.Table]:
+        """The state after consuming ``output`` (a query's whole annotated result) from
+        empty; None: nothing consumed yet."""
+        if output is None:
+            return self.state_from_counts(np.zeros(len(self.counts), dtype=np.int64))
+        return self.state_from_counts(
+            output.annotation.fragment_counts(output.weights, len(self.counts)))
+
     def snapshot(self) -> dict[str, pa.Table]:
-        return {"counts": pa.table({"count": self.counts})}
+        return self.state_from_counts(self.counts)
 
     def restore(self, state: dict[str, pa.Table]) -> None:
-        counts = state["counts"].column("count").to_numpy().astype(np.int64)
+        counts = state[self.COUNTS.name].column("count").to_numpy().astype(np.int64)
         if len(counts) != len(self.counts):
             raise ValueError("merge state has a different number of fragments")
         self.counts = counts

@@ -13,7 +13,7 @@ than k tuples while entries beyond the buffer exist, the map is refilled from
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from typing import Callable, ClassVar
 
 import pyarrow as pa
 from sortedcontainers import SortedDict
@@ -21,6 +21,7 @@ from sortedcontainers import SortedDict
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.ordering import sort_key
+from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
 from imp_core.errors import StateExhaustedError
 from imp_core.plan.nodes import TopK
@@ -29,6 +30,12 @@ from imp_core.plan.nodes import TopK
 class TopKOp(Operator):
     kind = "topk"
     stateful = True
+    ENTRIES: ClassVar[StateTable] = StateTable(
+        "entries", "the kept map as a batch: one row per (tuple, annotation), its "
+        "multiplicity as the weight, in the total order")
+    META: ClassVar[StateTable] = StateTable(
+        "meta", "one row, column complete: whether the entries hold every input tuple")
+    STATE: ClassVar[StateLayout] = StateLayout((ENTRIES, META))
 
     def __init__(self, node: TopK, op_id: str, buffer: int | None = None,
                  source: Callable[[], DeltaBatch] | None = None):
@@ -123,16 +130,31 @@ class TopKOp(Operator):
         ann = Annotation.from_sets([a for (_, a), _ in items])
         return DeltaBatch.of(data, [w for _, w in items], ann)
 
+    def current_output(self) -> DeltaBatch:
+        """The operator's whole current output: τ_k of its state, each tuple with its
+        multiplicity as the weight (the integral of every delta it emitted)."""
+        return self._to_batch([((row, ann), m) for row, ann, m in self._top])
+
+    # -- state ------------------------------------------------------------------------
+    def state_schemas(self) -> dict[str, pa.Schema | None]:
+        return {self.ENTRIES.name: batch_to_arrow(self.empty()).schema,
+                self.META.name: pa.schema([("complete", pa.bool_())])}
+
+    def state_from_entries(self, entries: DeltaBatch, complete: bool) -> dict[str, pa.Table]:
+        """The state holding ``entries`` (the kept prefix of the input in the total order,
+        multiplicities as weights); ``complete``: whether it is the whole input."""
+        return {self.ENTRIES.name: batch_to_arrow(entries),
+                self.META.name: pa.table({"complete": pa.array([bool(complete)], pa.bool_())})}
+
     def snapshot(self) -> dict[str, pa.Table]:
         items = [((row, ann), count) for row, ann, count in self.entries.values()]
-        meta = pa.table({"complete": [self.complete]})
-        return {"entries": batch_to_arrow(self._to_batch(items)), "meta": meta}
+        return self.state_from_entries(self._to_batch(items), self.complete)
 
     def restore(self, state: dict[str, pa.Table]) -> None:
         self.entries = SortedDict()
         self.complete = True
-        self._load(batch_from_arrow(state["entries"]))
-        self.complete = bool(state["meta"].column("complete")[0].as_py())
+        self._load(batch_from_arrow(state[self.ENTRIES.name]))
+        self.complete = bool(state[self.META.name].column("complete")[0].as_py())
         self._top = self._top_k()
 
     def state_bytes(self) -> int:

@@ -1,0 +1,215 @@
+"""``imp bench``: the benchmark suites' command line, added to ``imp`` by
+``services.cli.main`` when this package is installed (``add_bench_commands``).
+
+Suites: ``engine``, ``spark``, ``actors``, ``grpc`` here, and the IMP paper's experiments
+(``benchmarks.paper_cli``). Each writes its full report to ``--out`` (JSON with machine
+and versions) and prints the result rows as JSON with ``--json`` (the whole report with
+``--full``), else a readable table. A suite's module is imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.paper_cli import add_paper_suites
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+
+
+def _write_report(report: dict, args: argparse.Namespace, readable) -> int:
+    """Write the full report to ``args.out``; print JSON (``--json``) or ``readable()``."""
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+    else:
+        readable()
+        for k, v in report.get("summary", {}).items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def _bench_engine(args: argparse.Namespace) -> int:
+    from benchmarks.engine import DELTA_SIZES, FRAGMENTS, QUERIES, run_engine_bench, summarize
+
+    report = run_engine_bench(
+        rows=args.rows, queries=args.queries or QUERIES,
+        delta_sizes=args.delta_sizes or DELTA_SIZES, fragments=args.fragments or FRAGMENTS,
+        min_seconds=args.min_seconds, min_batches=2 if args.min_seconds == 0 else 5,
+        progress=not args.quiet)
+    report["summary"] = summarize(report)
+
+    def readable() -> None:
+        print(f"{'query':12s} {'frags':>6s} {'delta':>6s} {'tuples/s':>14s} {'p50 ms':>9s} "
+              f"{'p95 ms':>9s}")
+        for r in report["results"]:
+            print(f"{r['query']:12s} {r['fragments']:6d} {r['delta_size']:6d} "
+                  f"{r['tuples_per_s']:14,.0f} {r['batch_ms_p50']:9.3f} {r['batch_ms_p95']:9.3f}")
+
+    return _write_report(report, args, readable)
+
+
+def _bench_spark(args: argparse.Namespace) -> int:
+    from benchmarks.spark import DELTA_SIZES, QUERIES, run_spark_bench, summarize
+
+    report = run_spark_bench(
+        sf=args.sf, rows=args.rows, queries=args.queries or QUERIES,
+        fragments=args.fragments, delta_sizes=args.delta_sizes or DELTA_SIZES,
+        repeats=args.repeats, data_root=args.data_root, row_group_rows=args.row_group_rows,
+        page_rows=args.page_rows, progress=not args.quiet, bootstrap=args.bootstrap)
+    report["summary"] = summarize(report)
+
+    def readable() -> None:
+        print(f"{'query':14s} {'boot s':>7s} {'fm s':>7s} {'ns s':>7s} {'use s':>7s} "
+              f"{'read ns':>10s} {'read use':>10s} {'share':>7s} same")
+        for r in report["results"]:
+            share = "-" if r["rows_read_share"] is None else f"{100 * r['rows_read_share']:.1f}%"
+            print(f"{r['query']:14s} {r['bootstrap_s']:7.2f} {r['fm_s']:7.2f} {r['ns_s']:7.2f} "
+                  f"{r['use_s']:7.2f} {r['rows_read_ns'] or 0:10,d} {r['rows_read_use'] or 0:10,d}"
+                  f" {share:>7s} {r['same_result']}")
+        print(f"{'table':9s} {'delta':>6s} {'spark ms':>9s} {'direct ms':>10s}")
+        for d in report["deltas"]:
+            print(f"{d['table']:9s} {d['delta_size']:6d} {d['delta_ms_spark']:9.1f} "
+                  f"{d['delta_ms_direct']:10.1f}")
+
+    return _write_report(report, args, readable)
+
+
+def _bench_actors(args: argparse.Namespace) -> int:
+    from benchmarks.actors import run_actors_bench, summarize
+
+    report = run_actors_bench(rows=args.rows, queries=args.queries, max_live=args.max_live,
+                              calls=args.calls, data_root=args.data_root,
+                              chaos_steps=args.chaos_steps, progress=not args.quiet)
+    report["summary"] = summarize(report)
+
+    def readable() -> None:
+        for k, v in report["results"].items():
+            print(f"{k}: {v}")
+
+    return _write_report(report, args, readable)
+
+
+def _bench_grpc(args: argparse.Namespace) -> int:
+    from benchmarks.grpc import CLIENTS, run_grpc_bench, summarize
+
+    report = run_grpc_bench(clients=args.clients or CLIENTS, seconds=args.seconds,
+                            warmup=args.warmup, rows=args.rows, fragments=args.fragments,
+                            processes=args.processes, paced_rate=args.paced_rate,
+                            progress=not args.quiet)
+    report["summary"] = summarize(report)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"full report (with machine and versions): {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2))
+    else:
+        print(f"{'clients':>8s} {'mode':>14s} {'calls':>9s} {'calls/s':>10s} {'p50 ms':>8s} "
+              f"{'p99 ms':>8s}")
+        for r in report["results"] + report["paced"]:
+            mode = r["mode"] if not r["rate_per_client"] else f"{r['rate_per_client']:g}/s each"
+            print(f"{r['clients']:8d} {mode:>14s} {r['calls']:9,d} {r['calls_per_s']:10,.0f} "
+                  f"{r['getsketch_p50_ms']:8.3f} {r['getsketch_p99_ms']:8.3f}")
+        for k, v in report["summary"].items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def add_bench_commands(sub: argparse._SubParsersAction) -> None:
+    """Adds ``bench`` with every suite to ``imp``'s subparsers."""
+    bench = sub.add_parser("bench", help="run a benchmark suite")
+    bsub = bench.add_subparsers(dest="suite", required=True)
+    eng = bsub.add_parser("engine", help="in-process engine throughput (no Spark, no Ray)")
+    eng.add_argument("--json", action="store_true", help="print JSON on stdout")
+    eng.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the result rows")
+    eng.add_argument("--rows", type=int, default=200_000, help="rows of t5000g")
+    eng.add_argument("--queries", type=lambda s: s.split(","), default=None)
+    eng.add_argument("--delta-sizes", type=_ints, default=None)
+    eng.add_argument("--fragments", type=_ints, default=None)
+    eng.add_argument("--min-seconds", type=float, default=0.5,
+                     help="measure each point for at least this long")
+    eng.add_argument("--out", default="bench-results/engine.json",
+                     help="where to write the full JSON report")
+    eng.add_argument("--quiet", action="store_true", help="no progress lines")
+    eng.set_defaults(func=_bench_engine)
+
+    spk = bsub.add_parser("spark", help="the Spark layer on TPC-H and t5000g: recapture, "
+                          "bootstrap, query with/without sketch, delta extraction")
+    spk.add_argument("--json", action="store_true", help="print JSON on stdout")
+    spk.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the result rows")
+    spk.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
+    spk.add_argument("--rows", type=int, default=1_000_000, help="rows of t5000g")
+    spk.add_argument("--queries", type=lambda s: s.split(","), default=None)
+    spk.add_argument("--fragments", type=int, default=1000,
+                     help="fragments of each query's sketch attribute")
+    spk.add_argument("--delta-sizes", type=_ints, default=None)
+    spk.add_argument("--repeats", type=int, default=3,
+                     help="timed pulls per delta (after one warm-up); the median is reported")
+    spk.add_argument("--row-group-rows", type=int, default=65_536,
+                     help="rows per Parquet row group of the bench's Delta tables")
+    spk.add_argument("--page-rows", type=int, default=2048,
+                     help="rows per Parquet data page (page-index skipping granularity)")
+    spk.add_argument("--data-root", default=".imp",
+                     help="TPC-H cache (<root>/data) and Delta store (<root>/bench)")
+    spk.add_argument("--out", default="bench-results/spark.json",
+                     help="where to write the full JSON report")
+    spk.add_argument("--bootstrap", choices=("spark", "engine", "both"), default="spark",
+                     help="how registration builds the state (both: also time the engine "
+                     "path, as bootstrap_engine_s)")
+    spk.add_argument("--quiet", action="store_true", help="no progress lines")
+    spk.set_defaults(func=_bench_spark)
+
+    act = bsub.add_parser("actors", help="the actor runtime on a local Ray: fresh sketch "
+                          "latency, maintenance, restore, registrations under a live-actor "
+                          "cap, chaos")
+    act.add_argument("--json", action="store_true", help="print JSON on stdout")
+    act.add_argument("--full", action="store_true",
+                     help="with --json: print the whole report, not only the results")
+    act.add_argument("--rows", type=int, default=1_000_000, help="rows of t5000g")
+    act.add_argument("--queries", type=int, default=200, help="queries to register")
+    act.add_argument("--max-live", type=int, default=16, help="live query actors at most")
+    act.add_argument("--calls", type=int, default=2000, help="GetSketch calls timed")
+    act.add_argument("--chaos-steps", type=int, default=12, help="update steps of the chaos run")
+    act.add_argument("--data-root", default=".imp", help="where the bench's service root goes")
+    act.add_argument("--out", default="bench-results/actors.json",
+                     help="where to write the full JSON report")
+    act.add_argument("--quiet", action="store_true", help="no progress lines")
+    act.set_defaults(func=_bench_actors)
+
+    p = bsub.add_parser("grpc", help="GetSketch latency and throughput over gRPC with 1 and "
+                        "50 concurrent clients (server in a subprocess)")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--full", action="store_true",
+                   help="with --json: print the whole report, not only the results")
+    p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="concurrent client counts (default 1,50)")
+    p.add_argument("--seconds", type=float, default=5.0, help="measuring time per point")
+    p.add_argument("--warmup", type=float, default=1.0, help="warm-up time per point")
+    p.add_argument("--rows", type=int, default=20_000, help="rows of the bench table")
+    p.add_argument("--fragments", type=int, default=256, help="fragments of the sketch")
+    p.add_argument("--paced-rate", type=float, default=10.0,
+                   help="also run the largest client count at this many calls/s per client "
+                   "(0: skip)")
+    p.add_argument("--processes", type=int, default=0,
+                   help="client processes (0: one per 25 clients, at most the CPUs)")
+    p.add_argument("--out", default="bench-results/grpc.json",
+                   help="where to write the full JSON report")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_bench_grpc)
+
+    # the IMP paper's experiments (issue 6): tpch, micro, breakeven, mixed, strategies, ...
+    add_paper_suites(bsub)

@@ -1,0 +1,212 @@
+"""Command-line wiring of the paper suites: ``imp bench tpch|micro|breakeven|mixed|
+strategies|memory|all`` (``benchmarks.cli`` adds them with ``add_paper_suites``).
+
+Each writes its full report to ``--out`` (JSON with machine, versions, load, parameters,
+plus PNG plots beside it), shows progress on stderr, and prints the result rows as JSON
+on stdout with ``--json`` (the whole report with ``--full``), else a short summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _emit(report: dict[str, Any], args: argparse.Namespace) -> int:
+    print(f"full report (with machine, versions and load): {args.out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+    else:
+        for k, v in report.get("summary", {}).items():
+            print(f"{k}: {v}")
+        for p in report.get("plots", []):
+            print(f"plot: {p}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser, out: str) -> None:
+    p.add_argument("--json", action="store_true", help="print the result rows as JSON")
+    p.add_argument("--full", action="store_true", help="with --json: the whole report")
+    p.add_argument("--data-root", default=".imp",
+                   help="data cache (<root>/data) and bench Delta stores (<root>/bench)")
+    p.add_argument("--max-load", type=float, default=None,
+                   help="wait (up to 30 min) while the 1-minute load is above this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=out, help="where to write the full JSON report")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _run(fn: Callable[..., dict[str, Any]], **fixed: Any):
+    def handler(args: argparse.Namespace) -> int:
+        kwargs = {k: getattr(args, k) for k in fixed.values()}
+        report = fn(seed=args.seed, data_root=args.data_root, max_load=args.max_load,
+                    progress=not args.quiet, out=args.out,
+                    **{k: v for k, v in kwargs.items() if v is not None})
+        return _emit(report, args)
+
+    return handler
+
+
+def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
+    from benchmarks import breakeven, micro, mixed, strategies, tpch
+
+    p = bsub.add_parser("tpch", help="IMP vs full maintenance on the 12 TPC-H queries "
+                        "(insert, delete, mixed lineitem batches)")
+    _common(p, "bench-results/tpch.json")
+    p.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
+    p.add_argument("--delta-sizes", type=_ints, default=None,
+                   help=f"default {','.join(map(str, tpch.DELTA_SIZES))}")
+    p.add_argument("--queries", type=_names, default=None)
+    p.add_argument("--fragments", type=int, default=None, help="default 1000")
+    p.add_argument("--repeats", type=int, default=None, help="timed cycles (default 3)")
+    p.add_argument("--feed-repeats", type=int, default=None,
+                   help="cycles reading the delta back from the change feed (default 1)")
+    p.add_argument("--fm-runs", type=int, default=None,
+                   help="timed FM runs after registration (default 1; one more is timed at "
+                   "the verification point)")
+    p.add_argument("--merge", type=_names, default=None,
+                   help="instead of running: combine these reports (runs over disjoint "
+                   "query sets, e.g. an interrupted run's -partial.json) into --out")
+    run = _run(tpch.run_tpch_bench, a="sf", b="delta_sizes", c="queries", d="fragments",
+               e="repeats", f="feed_repeats", g="fm_runs")
+
+    def tpch_handler(args: argparse.Namespace) -> int:
+        if args.merge:
+            return _emit(tpch.merge_reports(args.merge, args.out), args)
+        return run(args)
+
+    p.set_defaults(func=tpch_handler)
+
+    p = bsub.add_parser("micro", help="microbenchmarks: groups, aggregates, joins, join "
+                        "selectivity, fragments, delta filter, Bloom filters, buffers")
+    _common(p, "bench-results/micro.json")
+    p.add_argument("--rows", type=int, default=None, help="rows per synthetic table "
+                   "(default 1,000,000; the paper: 10M)")
+    p.add_argument("--experiments", type=_names, default=None,
+                   help=f"default {','.join(micro.EXPERIMENTS)}")
+    p.add_argument("--delta-sizes", type=_ints, default=None)
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--buffer-rows", type=int, default=None)
+    p.add_argument("--buffer-updates", type=int, default=None)
+    p.add_argument("--fragments", type=_ints, default=None,
+                   help=f"fragment counts of the fragments experiment (default "
+                   f"{','.join(map(str, micro.FRAGMENTS))})")
+    p.set_defaults(func=_run(micro.run_micro_bench, a="rows", b="experiments",
+                             c="delta_sizes", d="repeats", e="buffer_rows",
+                             f="buffer_updates", g="fragments"))
+
+    p = bsub.add_parser("breakeven", help="delta share where FM becomes cheaper than IMP")
+    _common(p, "bench-results/breakeven.json")
+    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--queries", type=_names, default=None)
+    p.add_argument("--shares", type=_floats, default=None)
+    p.add_argument("--bisect-steps", type=int, default=None)
+    p.set_defaults(func=_run(breakeven.run_breakeven_bench, a="rows", b="queries",
+                             c="shares", d="bisect_steps"))
+
+    p = bsub.add_parser("mixed", help="end-to-end workloads mixing queries and updates: "
+                        "IMP vs FM vs NS")
+    _common(p, "bench-results/mixed.json")
+    p.add_argument("--rows", type=int, default=None, help="default 10,000,000")
+    p.add_argument("--operations", type=int, default=None, help="default 1000")
+    p.add_argument("--ratios", type=_names, default=None, help="default 1U1Q,1U5Q,5U1Q")
+    p.add_argument("--delta-sizes", type=_ints, default=None, help="default 1,20,200,2000")
+    p.set_defaults(func=_run(mixed.run_mixed_bench, a="rows", b="operations", c="ratios",
+                             d="delta_sizes"))
+
+    p = bsub.add_parser("strategies", help="eager (batch sizes) vs lazy maintenance")
+    _common(p, "bench-results/strategies.json")
+    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--updates", type=int, default=None, help="default 1000")
+    p.add_argument("--batch-sizes", type=_ints, default=None)
+    p.add_argument("--queries", type=_names, default=None)
+    p.set_defaults(func=_run(strategies.run_strategies_bench, a="rows", b="updates",
+                             c="batch_sizes", d="queries"))
+
+    p = bsub.add_parser("memory", help="state bytes per operator and query; sketch and "
+                        "range sizes")
+    _common(p, "bench-results/memory.json")
+    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--sf", type=float, default=None, help="TPC-H scale of the Q10 top-k "
+                   "buffer experiment (0: skip it)")
+    p.add_argument("--delta-sizes", type=_ints, default=None)
+    p.add_argument("--topk-buffers", type=_ints, default=None,
+                   help="buffer sizes (the unbounded buffer is always added)")
+    p.set_defaults(func=_run_memory)
+
+    p = bsub.add_parser("all", help="every paper suite, then regenerate docs/benchmarks.md")
+    p.add_argument("--suites", type=_names, default=None)
+    p.add_argument("--results", default="bench-results")
+    p.add_argument("--doc", default="docs/benchmarks.md")
+    p.add_argument("--img", default="docs/img")
+    p.add_argument("--docs-only", action="store_true",
+                   help="only regenerate the document from the existing reports")
+    p.add_argument("--sf", type=float, default=1.0)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--mixed-rows", type=int, default=10_000_000)
+    p.add_argument("--operations", type=int, default=1000)
+    p.add_argument("--updates", type=int, default=1000)
+    p.add_argument("--strategies-rows", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--data-root", default=".imp")
+    p.add_argument("--max-load", type=float, default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_all)
+
+
+def _run_memory(args: argparse.Namespace) -> int:
+    from benchmarks.memory import run_memory_bench
+
+    kwargs: dict[str, Any] = {}
+    if args.rows is not None:
+        kwargs["rows"] = args.rows
+    if args.sf is not None:
+        kwargs["sf"] = args.sf
+    if args.delta_sizes is not None:
+        kwargs["delta_sizes"] = args.delta_sizes
+    if args.topk_buffers is not None:
+        kwargs["topk_buffers"] = [*args.topk_buffers, None]
+    report = run_memory_bench(seed=args.seed, data_root=args.data_root,
+                              max_load=args.max_load, progress=not args.quiet, out=args.out,
+                              **kwargs)
+    return _emit(report, args)
+
+
+def _all(args: argparse.Namespace) -> int:
+    from benchmarks.all import run_all
+
+    params = {"sf": args.sf, "rows": args.rows, "mixed_rows": args.mixed_rows,
+              "operations": args.operations, "updates": args.updates,
+              "strategies_rows": args.strategies_rows or args.rows, "repeats": args.repeats,
+              "data_root": args.data_root, "max_load": args.max_load}
+    out = run_all(args.suites, args.results, args.doc, args.img, args.docs_only,
+                  progress=not args.quiet, **params)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"ran: {out['ran']}; failed: {out['failed'] or 'none'}; "
+              f"{out['doc']} regenerated from {out['documented']}")
+    return 1 if out["failed"] else 0

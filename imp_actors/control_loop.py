@@ -1,0 +1,154 @@
+"""The control loop: what the coordinator does on its own, in a background thread.
+
+Every tick (50 ms) it looks for table versions committed by other writers (every
+``poll_seconds``), schedules eager queries whose pending changes are old enough, keeps
+the warm pool full and evicts idle queries. Eager maintenance runs on a small thread
+pool. Invariants:
+- a query has at most one maintenance job queued or running (``QueryRuntime.scheduled``);
+- each table version is accounted to the eager queries reading it once
+  (``_seen_versions`` only grows);
+- one step's failure is logged and counted, never stops the loop or another query.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from imp_actors.config import Eager
+from imp_actors.context import RuntimeContext
+from imp_actors.feed import count_changes
+from imp_actors.lifecycle import QueryRuntime
+from imp_actors.shards import ShardManager
+from imp_actors.state_manager import StateManager
+from imp_core.errors import ImpError, UnknownQueryError
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.05
+
+
+class ControlLoop:
+    def __init__(self, ctx: RuntimeContext, shards: ShardManager, state: StateManager):
+        self.ctx = ctx
+        self.shards = shards
+        self.state = state
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._last_poll = 0.0
+        self._seen_versions: dict[str, int] = {}
+        self._seen_lock = threading.Lock()
+
+    # -- running ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imp-maintain")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="imp-coordinator",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop the loop; ``wait`` lets queued maintenance finish, else it is dropped."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._pool is not None:
+            if wait:
+                self._pool.shutdown(wait=True)
+            else:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self.tick()
+            except Exception as exc:  # keep the loop alive; log and go on
+                log.error("coordinator background step failed: %s", exc)
+                self.ctx.counters["background_errors"] += 1
+
+    def tick(self) -> None:
+        now = time.time()
+        poll = self.ctx.config.poll_seconds
+        if poll is not None and now - self._last_poll >= poll:
+            self._last_poll = now
+            self.poll()
+        for q in self.ctx.queries.all():
+            strategy = q.strategy
+            if isinstance(strategy, Eager) and q.pending_since is not None \
+                    and strategy.max_delay_s is not None \
+                    and now - q.pending_since >= strategy.max_delay_s:
+                self.schedule(q)
+        if self.ctx.config.warm_actors > 0:
+            self.shards.keep_warm()
+        self.state.evict_idle(now)
+
+    # -- new versions -------------------------------------------------------------------
+    def poll(self) -> dict[str, int]:
+        """Look for versions committed by other writers; account them to eager queries."""
+        found = {}
+        for t in self.ctx.queries.tables():
+            try:
+                latest = self.ctx.probe.latest(t)
+            except ImpError:
+                continue
+            with self._seen_lock:
+                seen = self._seen_versions.get(t)
+                if seen is None:
+                    self._seen_versions[t] = latest
+                    continue
+            if latest > seen:
+                tuples = count_changes(self.ctx.feed.changes(t, seen, latest))
+                self.note_commit(t, latest, tuples)
+                found[t] = latest
+                self.ctx.counters["external_versions"] += latest - seen
+        return found
+
+    def note_commit(self, table: str, version: int, tuples: int) -> list[str]:
+        """Account a new version of ``table`` to the eager queries reading it; returns the
+        queries whose maintenance it triggered."""
+        with self._seen_lock:
+            seen = self._seen_versions.get(table, -1)
+            if version <= seen:
+                return []
+            self._seen_versions[table] = version
+        now = time.time()
+        triggered = []
+        for q in self.ctx.queries.reading([table]):
+            strategy = q.strategy
+            if not isinstance(strategy, Eager):
+                continue
+            q.pending_tuples += tuples
+            if q.pending_since is None:
+                q.pending_since = now
+            if q.pending_tuples >= strategy.batch_tuples:
+                self.schedule(q)
+                triggered.append(q.name)
+        return triggered
+
+    # -- eager maintenance ------------------------------------------------------------------
+    def schedule(self, q: QueryRuntime) -> None:
+        if q.scheduled or self._pool is None or self._stop.is_set():
+            return
+        q.scheduled = True
+
+        def job() -> None:
+            try:
+                if not q.live:
+                    return  # evicted: it catches up when it is next used
+                self.state.maintain(q, self.ctx.latest_versions(q))
+                self.ctx.counters["eager_batches"] += 1
+            except UnknownQueryError:
+                pass
+            except Exception as exc:  # one query's failure must not stop the others
+                log.error("eager maintenance of %s failed: %s", q.name, exc)
+                self.ctx.counters["maintenance_errors"] += 1
+            finally:
+                q.scheduled = False
+
+        try:
+            self._pool.submit(job)
+        except RuntimeError:  # shutting down
+            q.scheduled = False

@@ -1,0 +1,169 @@
+"""A registered query's lifecycle and its runtime record in the coordinator.
+
+Invariants:
+- a query is always in exactly one ``QueryState`` and moves only along ``TRANSITIONS``
+  (``QueryRuntime.transition`` refuses anything else with ``LifecycleError``);
+- it holds worker handles iff its state is in ``WITH_ACTORS`` or it is part-way through
+  getting them (``REGISTERING``, ``RESTORING``): ``attach`` and ``detach`` are the only
+  ways handles come and go, and ``detach`` runs before ``EVICTED`` or ``DROPPED``;
+- ``shard_versions``, ``shard_sketches`` and ``shard_bytes`` hold one entry per handle
+  (all empty without handles);
+- every field is guarded by ``lock`` except ``scheduled`` and ``last_used``, which the
+  control loop reads without it (a stale read only delays a decision by one tick).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from pyroaring import BitMap
+
+from imp_actors.config import Strategy, strategy_from_json
+from imp_actors.handles import WorkerHandle
+from imp_actors.history import SketchHistory
+from imp_actors.registry import QueryRecord
+from imp_actors.sharding import ShardKey
+from imp_actors.worker import ApplyResult, WorkerStatus
+from imp_core.errors import ImpError
+from imp_core.plan.nodes import QueryPlan
+from imp_core.scan_spec import ScanSpec
+from imp_core.sketch.partition import PartitionSet
+
+
+class LifecycleError(ImpError):
+    """A query was asked to move between two states its lifecycle does not connect."""
+
+
+class QueryState(enum.Enum):
+    """Where a query is in its life; the value is what ``QueryInfo.state`` reports after
+    ``reported`` folds the transient states into the ones clients know."""
+
+    REGISTERING = "registering"  # planned; its first state is being built
+    LIVE = "live"                # actors hold its state; idle
+    MAINTAINING = "maintaining"  # actors are applying a batch
+    RESCALING = "rescaling"      # its state is being re-split over a new shard count
+    EVICTED = "evicted"          # checkpointed, no actors
+    RESTORING = "restoring"      # actors are being started from checkpoints
+    DROPPED = "dropped"          # gone from the registry; the record is dead
+
+    @property
+    def reported(self) -> str:
+        """The state clients see ("registering", "live" or "evicted", as the API says)."""
+        if self in WITH_ACTORS:
+            return QueryState.LIVE.value
+        if self is QueryState.REGISTERING:
+            return self.value
+        return QueryState.EVICTED.value
+
+
+WITH_ACTORS = frozenset({QueryState.LIVE, QueryState.MAINTAINING, QueryState.RESCALING})
+BUSY = frozenset({QueryState.REGISTERING, QueryState.MAINTAINING, QueryState.RESCALING,
+                  QueryState.RESTORING})
+
+TRANSITIONS: dict[QueryState, frozenset[QueryState]] = {
+    QueryState.REGISTERING: frozenset({QueryState.LIVE, QueryState.DROPPED}),
+    QueryState.LIVE: frozenset({QueryState.MAINTAINING, QueryState.RESCALING,
+                                QueryState.EVICTED, QueryState.DROPPED}),
+    QueryState.MAINTAINING: frozenset({QueryState.LIVE}),
+    QueryState.RESCALING: frozenset({QueryState.LIVE}),
+    QueryState.EVICTED: frozenset({QueryState.RESTORING, QueryState.DROPPED}),
+    QueryState.RESTORING: frozenset({QueryState.LIVE, QueryState.EVICTED}),
+    QueryState.DROPPED: frozenset(),
+}
+
+
+@dataclass
+class QueryRuntime:
+    """Runtime state of one registered query (see the module docstring)."""
+
+    record: QueryRecord
+    plan: QueryPlan
+    partitions: PartitionSet
+    specs: dict[str, ScanSpec]
+    key: ShardKey | None
+    history: SketchHistory
+    state: QueryState = QueryState.EVICTED
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    handles: list[WorkerHandle] | None = None
+    shard_versions: list[dict[str, int]] = field(default_factory=list)
+    shard_sketches: list[BitMap] = field(default_factory=list)
+    shard_bytes: list[int] = field(default_factory=list)
+    last_used: float = field(default_factory=time.time)
+    batches_since_checkpoint: int = 0
+    pending_tuples: int = 0
+    pending_since: float | None = None
+    scheduled: bool = False  # an eager maintenance job is queued or running
+    # the shard states of the Spark capture in progress: (versions, one state per shard)
+    capture: tuple[dict[str, int], list[dict]] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def transition(self, to: QueryState) -> None:
+        if to not in TRANSITIONS[self.state]:
+            raise LifecycleError(f"query {self.name!r} cannot go from {self.state.value} "
+                                 f"to {to.value}")
+        self.state = to
+
+    @property
+    def live(self) -> bool:
+        """Actors hold its state (it may be busy with them)."""
+        return self.state in WITH_ACTORS
+
+    @property
+    def busy(self) -> bool:
+        """In the middle of a step that holds its lock (never an eviction candidate)."""
+        return self.state in BUSY
+
+    def attach(self, handles: list[WorkerHandle], statuses: Sequence[WorkerStatus]) -> None:
+        """Take ``handles`` (one per shard, in shard order) with their workers' status."""
+        self.handles = handles
+        self.shard_versions = [dict(s.versions) for s in statuses]
+        self.shard_sketches = [BitMap.deserialize(s.sketch) for s in statuses]
+        self.shard_bytes = [s.state_bytes for s in statuses]
+
+    def detach(self) -> list[WorkerHandle]:
+        """Forget the handles (the caller stops them) and their shards' state."""
+        handles, self.handles = self.handles or [], None
+        self.shard_versions, self.shard_sketches, self.shard_bytes = [], [], []
+        return handles
+
+    def set_shard(self, shard: int, handle: WorkerHandle | None,
+                  status: WorkerStatus | ApplyResult) -> None:
+        """Record a shard's new worker (None: the same one) and its state."""
+        assert self.handles is not None
+        if handle is not None:
+            self.handles[shard] = handle
+        self.shard_versions[shard] = dict(status.versions)
+        self.shard_sketches[shard] = BitMap.deserialize(status.sketch)
+        self.shard_bytes[shard] = status.state_bytes
+
+    # -- derived ----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return tuple(sorted(self.plan.root.tables()))
+
+    @property
+    def shards(self) -> int:
+        return self.record.shards
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(self.shard_bytes)
+
+    @property
+    def strategy(self) -> Strategy:
+        return strategy_from_json(self.record.strategy)
+
+    def versions(self) -> dict[str, int]:
+        """The common version of all shards (they differ only mid-recovery)."""
+        if not self.shard_versions:
+            latest = self.history.latest
+            return dict(latest.versions) if latest else {}
+        return dict(self.shard_versions[0])

@@ -1,0 +1,132 @@
+"""Registering and dropping queries: from a ``QuerySpec`` to a live, routed query.
+
+Invariants:
+- ``imp_core.prepare.prepare_query`` (shared with the embedded paths) is the one place
+  that turns SQL into a plan and partitions and checks the sketch is safe; nothing is
+  registered unless it passes;
+- the join sides probed in the data layer (the placement) are decided once, here, and
+  kept in the record, so every later wiring of the query builds the same operators;
+- a query is in the durable registry iff its first state was built and checkpointed
+  (a failed registration leaves no record, no route and no running actor);
+- a query's scan specs are ``scan_specs`` of its plan, with every selection dropped when
+  its record says ``pushdown`` is off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable
+
+from imp_actors.config import strategy_to_json
+from imp_actors.context import RuntimeContext
+from imp_actors.history import SketchHistory
+from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.registry import QueryRecord, partitions_from_records, partitions_to_records
+from imp_actors.sharding import shard_key
+from imp_actors.shards import ShardManager
+from imp_actors.state_manager import StateManager
+from imp_actors.types import QuerySpec
+from imp_core.data_layer import DataLayer
+from imp_core.errors import InvalidNameError, PartitionError, UnknownQueryError
+from imp_core.plan.nodes import QueryPlan
+from imp_core.prepare import PreparedQuery, StoreTables, prepare_query
+from imp_core.scan_spec import scan_specs
+from imp_core.sketch.partition import PartitionSet
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuery:
+    """``spec`` prepared by the one shared path (``imp_core.prepare``) on the tables'
+    latest versions, with the fragments of the SQL header defaulting to the runtime's."""
+    tables = StoreTables(ctx.store, latest=ctx.probe.latest, catalog=catalog)
+    return prepare_query(spec.sql, tables, spec.partitions,
+                         spec.fragments or ctx.config.default_fragments, spec.force,
+                         pushdown=spec.pushdown)
+
+
+def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
+    """The join sides of a new query to probe in the data layer: those beyond the actor's
+    state budget, for a single-shard query (a shard's sides hold only its routed rows,
+    which the files alone cannot tell)."""
+    budget = ctx.config.join_state_budget_bytes
+    if shards != 1 or budget is None:
+        return ()
+    placement = DataLayer(ctx.store).place(prepared.plan, prepared.partitions,
+                                           prepared.versions, budget)
+    return tuple(sorted(placement))
+
+
+def check_request(spec: QuerySpec) -> None:
+    if not _NAME.match(spec.name or ""):
+        raise InvalidNameError(f"query name {spec.name!r} must start with a letter and hold "
+                               "only letters, digits, '_', '.', '-' (at most 64)")
+    if spec.shards < 1:
+        raise PartitionError("a query needs at least one shard")
+
+
+class Registration:
+    def __init__(self, ctx: RuntimeContext, shards: ShardManager, state: StateManager,
+                 catalog: Callable[[], dict]):
+        self.ctx = ctx
+        self.shards = shards
+        self.state = state
+        self.catalog = catalog
+
+    def register(self, spec: QuerySpec) -> QueryRuntime:
+        ctx = self.ctx
+        check_request(spec)
+        ctx.queries.check_free(spec.name)
+        prepared = prepare(spec, ctx, self.catalog())
+        plan, pset = prepared.plan, prepared.partitions
+        if spec.shards > 1:
+            shard_key(plan)  # raises with the reason when the plan cannot be split
+        record = QueryRecord(spec.name, spec.sql, partitions_to_records(pset),
+                             strategy_to_json(spec.strategy), spec.force, spec.shards,
+                             pushdown=spec.pushdown,
+                             placement=place(prepared, spec.shards, ctx))
+        q = self.runtime(record, plan, pset, QueryState.REGISTERING)
+        ctx.queries.add(q)
+        try:
+            with q.lock:
+                self.state.bootstrap(q)
+                ctx.registry.put(record)
+        except BaseException:
+            ctx.queries.remove(q.name)
+            with q.lock:
+                if q.state is not QueryState.DROPPED:  # not dropped meanwhile by name
+                    self.shards.stop(q, QueryState.DROPPED)
+            raise
+        ctx.queries.route(q)
+        ctx.counters["registered"] += 1
+        return q
+
+    def runtime(self, record: QueryRecord, plan: QueryPlan | None = None,
+                pset: PartitionSet | None = None,
+                state: QueryState = QueryState.EVICTED) -> QueryRuntime:
+        """The runtime record of a registered query (planned again when no plan is given)."""
+        from imp_core.sql import plan_sql
+
+        if plan is None:
+            plan = plan_sql(record.sql, self.catalog())
+        if pset is None:
+            pset = partitions_from_records(list(record.partitions))
+        specs = scan_specs(plan.root, pset)
+        if not record.pushdown:
+            specs = {t: dataclasses.replace(s, predicate=None) for t, s in specs.items()}
+        key = shard_key(plan) if record.shards > 1 else None
+        return QueryRuntime(record, plan, pset, specs, key,
+                            SketchHistory(record.name, self.ctx.config.sketch_versions_kept),
+                            state=state)
+
+    def drop(self, q: QueryRuntime) -> None:
+        with q.lock:
+            if q.state is QueryState.DROPPED:
+                raise UnknownQueryError(f"no registered query {q.name!r}")
+            self.ctx.registry.remove(q.name)
+            self.ctx.queries.remove(q.name)
+            self.shards.stop(q, QueryState.DROPPED)
+            self.ctx.checkpoints.drop(q.name)
+            q.history.close()
+        self.ctx.counters["dropped"] += 1

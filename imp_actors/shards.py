@@ -1,0 +1,236 @@
+"""Shard management: the workers that hold a query's shards, and how they get their state.
+
+A shard's worker is started (or taken from the warm pool), then loaded from its newest
+readable checkpoint, or built from the tables (on Spark, or by feeding the rows through
+the engine). Invariants:
+- a worker is loaded with the ``WorkerSpec`` made by ``spec`` (the one place it is
+  built), for the query's current record (shard count and checkpoint generation);
+- ``start_shards`` starts all shards or none: on failure every worker it started is
+  stopped, and the query is left as it was;
+- warm workers are empty and running; one is handed out at most once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Callable, Mapping
+
+from imp_actors.context import RuntimeContext
+from imp_actors.handles import WORKER_PREFIX, WorkerHandle
+from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.registry import QueryRecord
+from imp_actors.sharding import route_rows
+from imp_actors.worker import WorkerSpec, WorkerStatus
+from imp_core.engine.operators.base import TableDelta
+from imp_core.errors import SnapshotError, WorkerLostError
+from imp_core.scan_spec import restrict_delta
+
+log = logging.getLogger(__name__)
+
+Prepare = Callable[[int, WorkerHandle], WorkerStatus]
+
+
+class ShardManager:
+    def __init__(self, ctx: RuntimeContext):
+        self.ctx = ctx
+        self._warm: list[WorkerHandle] = []  # started, empty workers ready for use
+        self._warm_lock = threading.Lock()
+
+    # -- workers ------------------------------------------------------------------------
+    def spawn(self) -> WorkerHandle:
+        """An empty worker: a warm one when available (no process start-up)."""
+        with self._warm_lock:
+            if self._warm:
+                return self._warm.pop()
+        return self._new_worker()
+
+    def _new_worker(self) -> WorkerHandle:
+        return self.ctx.backend.spawn(f"{WORKER_PREFIX}{uuid.uuid4().hex[:12]}")
+
+    def keep_warm(self) -> None:
+        with self._warm_lock:
+            missing = self.ctx.config.warm_actors - len(self._warm)
+        for _ in range(max(missing, 0)):
+            h = self._new_worker()
+            h.ping().result()  # wait until its process runs
+            with self._warm_lock:
+                self._warm.append(h)
+
+    def kill_warm(self) -> None:
+        with self._warm_lock:
+            warm, self._warm = self._warm, []
+        for h in warm:
+            h.kill()
+
+    def warm_handles(self) -> list[WorkerHandle]:
+        with self._warm_lock:
+            return list(self._warm)
+
+    def spec(self, q: QueryRuntime, shard: int, record: QueryRecord | None = None
+             ) -> WorkerSpec:
+        """What a worker needs to host ``shard`` of ``q`` (as of ``record``, default the
+        query's own)."""
+        rec = record or q.record
+        return WorkerSpec(q.name, shard, rec.shards, rec.generation, q.plan, q.partitions,
+                          self.ctx.options, self.ctx.config.checkpoints_dir,
+                          tables_root=self.ctx.config.tables_dir,
+                          placement=frozenset(rec.placement))
+
+    def stop(self, q: QueryRuntime, to: QueryState) -> None:
+        """Stop ``q``'s workers and move it to ``to`` (evicted or dropped)."""
+        for h in q.detach():
+            h.kill()
+        q.transition(to)
+
+    # -- adopting what outlived a coordinator ----------------------------------------------
+    def reattach(self, queries: list[QueryRuntime]) -> list[QueryRuntime]:
+        """Give each query whose every shard's worker survived (same generation, a state at
+        some versions) those workers; empty workers join the warm pool, the rest are
+        stopped. Returns the queries that got their workers back."""
+        found: dict[tuple[str, int, int], tuple[WorkerHandle, WorkerStatus]] = {}
+        for wname in self.ctx.backend.worker_names():
+            h = self.ctx.backend.find(wname)
+            if h is None:
+                continue
+            try:
+                st = h.status().result()
+            except WorkerLostError:
+                continue
+            if st.query is None:
+                with self._warm_lock:
+                    self._warm.append(h)
+            else:
+                found[(st.query, st.generation, st.shard)] = (h, st)
+        adopted = []
+        for q in queries:
+            mine = [found.get((q.name, q.record.generation, i)) for i in range(q.shards)]
+            whole = [m for m in mine if m is not None and m[1].shards == q.shards
+                     and m[1].versions]
+            if len(whole) == q.shards:
+                for i in range(q.shards):
+                    del found[(q.name, q.record.generation, i)]
+                q.transition(QueryState.RESTORING)
+                q.attach([h for h, _ in whole], [st for _, st in whole])
+                adopted.append(q)
+        for h, _ in found.values():
+            h.kill()  # a dropped query's, an older generation's or a partial query's actor
+        return adopted
+
+    # -- starting and replacing shards ------------------------------------------------------
+    def start_shards(self, q: QueryRuntime, shards: int, prepare: Prepare
+                     ) -> tuple[list[WorkerHandle], list[WorkerStatus]]:
+        """A worker per shard, each prepared by ``prepare(shard, handle)``; all or none."""
+        handles: list[WorkerHandle] = []
+        statuses: list[WorkerStatus] = []
+        try:
+            for i in range(shards):
+                handles.append(self.spawn())
+                statuses.append(prepare(i, handles[-1]))
+        except BaseException:
+            for h in handles:
+                h.kill()
+            raise
+        finally:
+            q.capture = None  # a Spark capture serves one start of the shards only
+        return handles, statuses
+
+    def restore_shard(self, q: QueryRuntime, shard: int, h: WorkerHandle) -> WorkerStatus:
+        """Load a shard from its newest usable checkpoint, else rebuild it."""
+        st = self.load_newest_checkpoint(q, shard, h)
+        return st or self.rebuild_shard(q, shard, h, "it has no usable checkpoint")
+
+    def recover_shard(self, q: QueryRuntime, shard: int) -> None:
+        """Replace a dead shard worker: newest checkpoint, else rebuild."""
+        assert q.handles is not None
+        q.handles[shard].kill()
+        h = self.spawn()
+        st = self.load_newest_checkpoint(q, shard, h)
+        if st is None:
+            st = self.rebuild_shard(q, shard, h, "its actor died and no checkpoint is usable")
+            q.capture = None
+        q.set_shard(shard, h, st)
+        self.ctx.counters["actor_recoveries"] += 1
+
+    def load_newest_checkpoint(self, q: QueryRuntime, shard: int, h: WorkerHandle
+                               ) -> WorkerStatus | None:
+        for name in self.ctx.checkpoints.names(q.name, q.record.generation, shard):
+            try:
+                return h.load(self.spec(q, shard), checkpoint=name).result()
+            except SnapshotError as exc:
+                log.warning("checkpoint %s of %s is unusable (%s); trying an older one",
+                            name, q.name, exc)
+                self.ctx.counters["damaged_checkpoints"] += 1
+        return None
+
+    def rebuild_shard(self, q: QueryRuntime, shard: int, h: WorkerHandle,
+                      reason: str | None = None) -> WorkerStatus:
+        """Capture a shard's state from the tables at their latest versions (``reason``:
+        why a registered query's shard is recaptured; None for a first capture)."""
+        if reason is not None:
+            log.warning("%s shard %d: %s; recapturing its state from the tables",
+                        q.name, shard, reason)
+            self.ctx.counters["recaptures"] += 1
+        else:
+            self.ctx.counters["captures"] += 1
+        versions = self.ctx.latest_versions(q)
+        if self.spark_bootstrap(q, versions):
+            states = self.spark_states(q, versions)
+            return h.load(self.spec(q, shard), state=(states[shard], versions)).result()
+        h.load(self.spec(q, shard)).result()
+        changes = {}
+        for t in q.tables:
+            rows = self.ctx.store.read(t, versions[t], columns=self.read_columns(q, t))
+            mine = restrict_delta(TableDelta.inserts(rows), q.specs.get(t))
+            changes[t] = route_rows(t, mine, q.key, q.shards)[shard]
+        h.apply(changes, {}, versions).result()
+        return h.status().result()
+
+    # -- building a first state ------------------------------------------------------------
+    def read_columns(self, q: QueryRuntime, table: str) -> list[str] | None:
+        """The columns of ``table`` that ``q`` reads (its scan spec's and its pushed-down
+        selection's), in table order; None (all) when it has no spec."""
+        spec = q.specs.get(table)
+        if spec is None:
+            return None
+        wanted = set(spec.columns)
+        if spec.predicate is not None:
+            wanted |= spec.predicate.columns()
+        names = self.ctx.feed.schema(table).names
+        if not wanted <= set(names):  # names the spec holds but the table lacks: read all
+            return None
+        return [c for c in names if c in wanted]
+
+    def spark_bootstrap(self, q: QueryRuntime, versions: Mapping[str, int]) -> bool:
+        """Whether ``q``'s first state is computed on Spark: by configuration, or (auto)
+        when the bytes of the columns it reads exceed ``spark_bootstrap_min_bytes``."""
+        cfg = self.ctx.config
+        if cfg.bootstrap != "auto":
+            return cfg.bootstrap == "spark"
+        limit = cfg.spark_bootstrap_min_bytes
+        size = 0
+        for t, v in versions.items():
+            size += self.ctx.store.column_bytes(t, v, self.read_columns(q, t),
+                                                limit - size + 1)
+            if size > limit:
+                return True
+        return False
+
+    def spark_states(self, q: QueryRuntime, versions: Mapping[str, int]) -> list[dict]:
+        """Every shard's first state computed on Spark (imp_core.spark.bootstrap): the
+        whole query's state, re-split by the routing column when sharded. One Spark run
+        serves all shards of a capture."""
+        from imp_actors.resharding import reshard
+
+        if q.capture is not None and q.capture[0] == dict(versions) \
+                and len(q.capture[1]) == q.shards:
+            return q.capture[1]
+        ctx = self.ctx
+        tables = ctx.spark.first_state(q.plan, q.partitions, ctx.options, versions,
+                                       frozenset(q.record.placement))
+        states = [tables] if q.shards == 1 else \
+            reshard([tables], q.plan, q.partitions, ctx.options, q.key, q.shards)
+        q.capture = (dict(versions), states)
+        ctx.counters["spark_bootstraps"] += 1
+        return states

@@ -1,0 +1,232 @@
+"""State management: where each query's operator state lives, and moving it.
+
+A query's state is in its live workers, or in its checkpoints while evicted. This part
+checkpoints, evicts (least recently used first, to fit ``EvictionPolicy``), restores,
+re-splits over a new shard count, and runs a maintenance step on a query made live for
+it. Invariants:
+- every step that changes a query's workers or state holds the query's lock and moves
+  it along its lifecycle (``lifecycle.TRANSITIONS``), back to ``LIVE`` or ``EVICTED``
+  whatever fails;
+- a query is evicted only after all its shards were checkpointed;
+- a rescale commits the new shard count to the registry only after the new shards hold
+  the re-split state and were checkpointed under the new generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import Mapping
+
+from imp_actors.context import RuntimeContext
+from imp_actors.eviction import LiveQuery, choose_victims
+from imp_actors.handles import gather
+from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.maintenance import Maintenance
+from imp_actors.sharding import shard_key
+from imp_actors.shards import ShardManager
+from imp_actors.types import CheckpointInfo, SketchVersion
+from imp_core.errors import (
+    ImpError,
+    SnapshotError,
+    UnknownQueryError,
+    UnshardableQueryError,
+    WorkerLostError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StateManager:
+    def __init__(self, ctx: RuntimeContext, shards: ShardManager, maintenance: Maintenance):
+        self.ctx = ctx
+        self.shards = shards
+        self.maintenance = maintenance
+
+    # -- first state ------------------------------------------------------------------------
+    def bootstrap(self, q: QueryRuntime) -> None:
+        """First state of a registering query, from the tables; leaves it ``LIVE``."""
+        self.make_room(q.name, q.shards)
+        q.attach(*self.shards.start_shards(
+            q, q.shards, lambda i, h: self.shards.rebuild_shard(q, i, h)))
+        self.maintenance.publish(q, self.maintenance.align(q), 0.0)
+        q.batches_since_checkpoint = 0
+        self.checkpoint_locked(q)
+        q.transition(QueryState.LIVE)
+
+    # -- maintenance on a live query --------------------------------------------------------
+    def maintain(self, q: QueryRuntime, target: Mapping[str, int]) -> SketchVersion:
+        """``q`` live and at ``target``, with its sketch there published."""
+        with q.lock:
+            self.ensure_live(q)
+            q.transition(QueryState.MAINTAINING)
+            try:
+                version, moved = self.maintenance.step(q, target)
+                if moved:
+                    every = self.ctx.config.checkpoint_every_batches
+                    if every and q.batches_since_checkpoint >= every:
+                        self.checkpoint_locked(q)
+                    self.maintenance.prune_feed(q.tables)
+                return version
+            finally:
+                q.transition(QueryState.LIVE)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def checkpoint(self, q: QueryRuntime) -> list[CheckpointInfo]:
+        """Checkpoint a live query now; an evicted one's newest checkpoints."""
+        with q.lock:
+            if not q.live:
+                return [self.checkpoint_info(q, i) for i in range(q.shards)]
+            return self.checkpoint_locked(q)
+
+    def checkpoint_info(self, q: QueryRuntime, shard: int) -> CheckpointInfo:
+        """The newest checkpoint of an evicted query's shard (read and verified)."""
+        from imp_core.engine.snapshot import read_snapshot
+
+        store = self.ctx.checkpoints
+        names = store.names(q.name, q.record.generation, shard)
+        if not names:
+            raise SnapshotError(f"{q.name} shard {shard} has no checkpoint")
+        blob = store.read(names[0])
+        meta, _ = read_snapshot(blob)
+        uri = store.blobs.path(names[0])
+        return CheckpointInfo(q.name, shard, uri, dict(meta.get("versions", {})), len(blob),
+                              hashlib.sha256(blob).hexdigest(),
+                              store.blobs.fs.get_file_info(uri).mtime.timestamp())
+
+    def checkpoint_locked(self, q: QueryRuntime) -> list[CheckpointInfo]:
+        """Checkpoint every shard (caller holds ``q.lock``; a lost shard is recovered and
+        checkpointed again)."""
+        assert q.handles is not None
+        infos = []
+        for i, p in enumerate([h.checkpoint() for h in q.handles]):
+            try:
+                infos.append(p.result())
+            except WorkerLostError:
+                self.shards.recover_shard(q, i)
+                infos.append(q.handles[i].checkpoint().result())
+        q.batches_since_checkpoint = 0
+        self.ctx.counters["checkpoints"] += len(infos)
+        return infos
+
+    # -- eviction and restore ---------------------------------------------------------------
+    def evict(self, q: QueryRuntime, timeout: float | None = None) -> bool:
+        """Checkpoint and stop ``q``'s actors; waits for its lock up to ``timeout`` seconds
+        (None: as long as it takes) and gives up (False) if it stays busy."""
+        if not q.lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
+            if not q.live:
+                return True
+            self.checkpoint_locked(q)
+            self.shards.stop(q, QueryState.EVICTED)
+            self.ctx.counters["evictions"] += 1
+            return True
+        finally:
+            q.lock.release()
+
+    def ensure_live(self, q: QueryRuntime) -> None:
+        """Actors for every shard of ``q`` (caller holds ``q.lock``)."""
+        if q.live:
+            return
+        if q.state is QueryState.DROPPED:
+            raise UnknownQueryError(f"no registered query {q.name!r}")
+        t0 = time.perf_counter()
+        q.transition(QueryState.RESTORING)
+        try:
+            self.make_room(q.name, q.shards)
+            started = self.shards.start_shards(
+                q, q.shards, lambda i, h: self.shards.restore_shard(q, i, h))
+        except BaseException:
+            q.transition(QueryState.EVICTED)
+            raise
+        q.attach(*started)
+        q.transition(QueryState.LIVE)
+        self.ctx.counters["restores"] += 1
+        if q.history.latest is None:  # first restore after a coordinator restart
+            self.maintenance.publish(q, self.maintenance.align(q), 0.0)
+        self.ctx.time("restore_s", time.perf_counter() - t0)
+
+    def make_room(self, incoming: str, actors: int) -> None:
+        """Evict least recently used queries so that ``actors`` more actors of the query
+        ``incoming`` fit the limits. Busy queries are passed over at first; if that is not
+        enough, the last round waits (bounded) for them to finish their step."""
+        for final in (False, True):
+            live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
+                              q.busy and not final)
+                    for q in self.ctx.queries.all() if q.live]
+            victims = choose_victims(live, self.ctx.config.eviction, time.time(),
+                                     incoming_actors=actors, protect=[incoming])
+            if not victims:
+                return
+            for name in victims:
+                victim = self.ctx.queries.find(name)
+                if victim is not None:
+                    self.evict(victim, timeout=10.0 if final else 0.0)
+
+    def evict_idle(self, now: float) -> None:
+        """Evict what the policy's idle time and memory budget say must go now."""
+        pol = self.ctx.config.eviction
+        if pol.idle_seconds is None and pol.memory_budget_bytes is None:
+            return
+        live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
+                          q.busy or q.scheduled) for q in self.ctx.queries.all() if q.live]
+        for name in choose_victims(live, pol, now):
+            victim = self.ctx.queries.find(name)
+            if victim is not None:
+                self.evict(victim, timeout=0.0)
+
+    def shutdown(self, checkpoint: bool) -> None:
+        """Checkpoint (optionally) and stop every live query's actors."""
+        for q in self.ctx.queries.all():
+            with q.lock:
+                if q.live:
+                    if checkpoint:
+                        try:
+                            self.checkpoint_locked(q)
+                        except ImpError as exc:
+                            log.warning("checkpoint of %s at shutdown failed: %s", q.name, exc)
+                    self.shards.stop(q, QueryState.EVICTED)
+            q.history.close()
+
+    # -- rescaling --------------------------------------------------------------------------
+    def rescale(self, q: QueryRuntime, shards: int) -> None:
+        """Split ``q``'s state over ``shards`` actors. The live shards' operator state is
+        re-split by the routing column (``imp_actors.resharding``), no table is read;
+        updates committed meanwhile are later versions, applied next."""
+        from imp_actors.resharding import reshard
+
+        ctx = self.ctx
+        with q.lock:
+            if shards == q.shards:
+                return
+            key = shard_key(q.plan)  # raises with the reason when the plan cannot split
+            if q.record.placement and shards > 1:
+                raise UnshardableQueryError(
+                    f"{q.name} probes join sides in the data layer "
+                    f"({', '.join(q.record.placement)}), which hold no rows to split; "
+                    "register it with the shards it needs instead")
+            self.ensure_live(q)
+            q.transition(QueryState.RESCALING)
+            try:
+                assert q.handles is not None
+                common = {t: max(v[t] for v in q.shard_versions) for t in q.tables}
+                self.maintenance.advance(q, common)
+                states = [st for st, _ in gather([h.state() for h in q.handles])]
+                parts = reshard(states, q.plan, q.partitions, ctx.options, key, shards)
+                record = q.record.with_shards(shards)
+                self.make_room(q.name, shards)
+                started = self.shards.start_shards(q, shards, lambda i, h: h.load(
+                    self.shards.spec(q, i, record), state=(parts[i], common)).result())
+                old = q.detach()
+                q.record, q.key = record, key if shards > 1 else None
+                q.attach(*started)
+            finally:
+                q.transition(QueryState.LIVE)
+            self.checkpoint_locked(q)
+            ctx.registry.put(record)
+            for h in old:
+                h.kill()
+            ctx.checkpoints.drop(q.name, keep_generation=record.generation)
+            ctx.counters["rescales"] += 1

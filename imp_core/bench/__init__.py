@@ -1,1 +1,0 @@
-"""Benchmarks run by ``imp bench``: each returns JSON-ready rows and records its setup."""

@@ -1,0 +1,130 @@
+"""Safety of a sketch attribute for a query (IMP paper, sections 4.1 and 4.4).
+
+A provenance sketch of query Q on a range partition of table R on attribute a holds the
+fragments that contain provenance of Q. It is *safe* if Q over the sketch instance D_P
+(R cut down to those fragments, every other table whole) returns Q(D). Attribute a is
+*safe* for Q if every range partition on it gives a safe sketch. ``check_attribute``
+decides this conservatively: "safe" is always really safe, "unsafe" may be a false alarm.
+
+How it is argued. Annotate every row of every operator's result over D with its
+fragment set A(r) (the engine's semantics: selection and projection keep it, a join
+unions both sides, a group or a DISTINCT row unions all its input rows, top-k keeps its
+k rows; the sketch S is the union over the result). The analysis proves, bottom-up, that
+each operator's result over D_P is, as a bag of values,
+
+    the rows r of its result over D with A(r) ⊆ S      ("exact" rows)
+  + phantoms: each agrees with a *shadow* row g of the result over D with A(g) ⊄ S on
+    every column except the *tainted* ones (aggregates of partial groups).
+
+At the root every row has A ⊆ S (that is how S is defined), so no shadow and hence no
+phantom can exist there, and Q(D_P) = Q(D). A phantom is a group of which D_P holds only
+some tuples: a *partial group*. The rules that keep the invariant, each with why:
+
+1. Scan, selection, projection, join and DISTINCT on untainted columns keep it (a
+   phantom passes a test on untainted columns exactly when its shadow does). So a query
+   built only of these (a monotone query) is safe for any attribute.
+2. Top-k is safe when its input has no tainted column and every operator above it is a
+   projection, DISTINCT or aggregation: then all k top tuples reach the result, so they
+   are in D_P, and every other tuple of D_P ranks after them as it does in D. A selection,
+   join or top-k above it may drop some of the k, letting other tuples of D_P move up.
+3. An aggregation whose aggregate columns never decide whether a row reaches the result
+   (no HAVING, join condition, grouping or top-k order on them) is safe: a partial group
+   can only come from a group that does not reach the result, and it is dropped the
+   same way, by tests on its (correct) group key.
+4. An aggregation is exact (no partial groups) if, for every scan of R below it, the
+   sketch attribute flows into one of its group-by columns, through plain column
+   references of projections, group-by columns of aggregations below, and ``x = y``
+   equalities of joins and selections: all R tuples of a group then share the attribute
+   value, hence one fragment, so D_P holds a group entirely or not at all.
+5. Otherwise a HAVING (a selection on aggregate columns) is safe only if a partial group
+   passing it implies the complete group passes: ``agg > c`` / ``agg >= c`` with agg
+   count, count(*), max or sum of an argument provably >= 0 (a partial group's value is
+   smaller or equal), ``agg < c`` / ``agg <= c`` with min (a partial group's is larger or
+   equal), c free of tainted columns; AND and OR of such tests (and of untainted ones) keep
+   this; anything else (avg, =, NOT, sum of a possibly negative argument) is unsafe. A
+   top-k over a partial aggregation is safe only if, in its total order (order keys, then
+   the other columns ascending with NULLs first, until a unique key of its input is
+   covered), each tainted column only ranks a partial group at or after its complete
+   group: DESC on count / sum of non-negative / max (NULLs last), ASC on min (NULLs last).
+   Non-negativity is interval analysis of the summed expression from the declared column
+   domains, literals, + - * /, CASE, COALESCE and ABS; a column without a domain is
+   unbounded, so its sign cannot be proved.
+6. These monotonicity facts hold only when the partial group's input is itself exact
+   (no tainted input), so an aggregate over possibly partial aggregates is never
+   monotone, and grouping on, joining on or filtering on such values is unsafe.
+
+Where it is: the rules in ``rules.py`` (one function per operator), what they know of a
+result in ``facts.py``, the interval analysis in ``intervals.py``, name resolution in
+``names.py``, the text of reasons in ``render.py``, the verdict in ``verdict.py``.
+
+>>> from imp_core.plan.nodes import Aggregate, AggCall, Field, Scan
+>>> import pyarrow as pa
+>>> scan = Scan("t", ("a", "b"), (Field("t.a", pa.int64()), Field("t.b", pa.int64())))
+>>> plan = Aggregate(scan, ("t.a",), (AggCall("sum", "t.b", "s"),))
+>>> check_attribute(plan, "t", "a").safe
+True
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from imp_core.errors import UnsafeSketchError
+from imp_core.plan.nodes import PlanNode, QueryPlan
+from imp_core.safety.facts import Context
+from imp_core.safety.intervals import Domains
+from imp_core.safety.names import resolve
+from imp_core.safety.rules import analyze
+from imp_core.safety.verdict import SafetyVerdict, Unsafe
+
+__all__ = ["SafetyVerdict", "check_attribute", "require_safe"]
+
+
+def check_attribute(
+    plan: QueryPlan | PlanNode,
+    table: str,
+    column: str,
+    domains: Domains | None = None,
+    table_columns: Mapping[str, Sequence[str]] | None = None,
+) -> SafetyVerdict:
+    """Decide whether every range partition of ``table`` on ``column`` gives a safe sketch.
+
+    ``domains`` maps table -> column -> declared ``(low, high)`` (``None`` for an open
+    side); it only serves to prove sums non-negative. ``table_columns`` lists all
+    columns of each table, to accept an attribute the query does not read; without it
+    the column must be read by the query or have a declared domain.
+
+    Raises ``UnknownTableError`` if the query does not read ``table`` and
+    ``UnknownColumnError`` if ``column`` is not a column of it.
+    """
+    root = plan.root if isinstance(plan, QueryPlan) else plan
+    table, column = resolve(root, table, column, domains, table_columns)
+    ctx = Context(table, column, domains or {})
+    try:
+        analyze(root, (), True, ctx)
+    except Unsafe as exc:
+        return SafetyVerdict(table, column, False, exc.reason)
+    return SafetyVerdict(table, column, True, ctx.safe_reason())
+
+
+def require_safe(
+    plan: QueryPlan | PlanNode,
+    attributes: Iterable[tuple[str, str]],
+    domains: Domains | None = None,
+    force: bool = False,
+    table_columns: Mapping[str, Sequence[str]] | None = None,
+) -> list[SafetyVerdict]:
+    """Check each ``(table, column)``; raise ``UnsafeSketchError`` for the first unsafe one.
+
+    With ``force`` the verdicts are returned without raising (the caller accepts a
+    possibly wrong result). Unknown tables or columns raise regardless of ``force``.
+    """
+    verdicts = [check_attribute(plan, t, c, domains, table_columns) for t, c in attributes]
+    if not force:
+        for verdict in verdicts:
+            if not verdict.safe:
+                raise UnsafeSketchError(
+                    f"sketch attribute {verdict.attribute} is unsafe: {verdict.reason}"
+                )
+    return verdicts
+

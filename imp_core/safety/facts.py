@@ -1,0 +1,114 @@
+"""What the analysis knows of one operator's result, and of the attribute under test.
+
+``Facts`` compares an operator's result over the sketch instance D_P with its result over D
+(see the package docstring): ``tainted`` holds every column whose value in a phantom may
+differ from its shadow's (a column not in it is equal in both), ``attr`` holds per scan of
+the sketched table the output columns equal to the sketch attribute, and each set in
+``keys`` is unique over both results. ``Context`` gathers, for one attribute, the notes
+that make up a safe verdict's reason; each note is a reason some operator is safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from imp_core.plan.expr import ColumnRef, Expr, rename_columns
+from imp_core.safety.intervals import UNKNOWN, Domains, Interval, domain_interval
+from imp_core.safety.names import pick
+from imp_core.safety.render import sql_text
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A column whose value in a phantom may differ from its shadow's.
+
+    ``func`` is set when the phantom's value is ``func`` over a sub-bag of the values its
+    shadow's group aggregates (the aggregation's input was exact); ``nonneg`` records that
+    a sum's argument is provably >= 0.
+    """
+
+    label: str
+    origin: int
+    func: str | None = None
+    nonneg: bool = False
+    why_not: str = ""  # when func is None: why no monotonicity is known
+
+    @property
+    def shrinks(self) -> bool:
+        """A partial group's value is <= the complete group's."""
+        return self.func in ("count", "count_star", "max") or (
+            self.func == "sum" and self.nonneg)
+
+    @property
+    def grows(self) -> bool:
+        """A partial group's value is >= the complete group's."""
+        return self.func == "min"
+
+    @property
+    def never_null(self) -> bool:
+        return self.func in ("count", "count_star")
+
+
+@dataclass
+class Facts:
+    has_table: bool
+    # tainted output columns
+    tainted: dict[str, Taint] = field(default_factory=dict)
+    # per scan of the sketched table (by its path): output columns equal to its attribute
+    attr: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
+    # sets of output columns unique over the result (over D and over D_P)
+    keys: tuple[frozenset[str], ...] = ()
+    # display text of output columns (aggregates as ``sum(x)``), for reasons
+    labels: dict[str, str] = field(default_factory=dict)
+    # value intervals of output columns (from declared domains)
+    ivals: dict[str, Interval] = field(default_factory=dict)
+    # display text of the definition of computed columns, e.g. ``l_price * (1 - l_disc)``
+    exprs: dict[str, str] = field(default_factory=dict)
+
+    def show(self, col: str) -> str:
+        return self.labels.get(col, col)
+
+    def render(self, expr: Expr) -> str:
+        mapping: dict[str, Expr] = {c: ColumnRef(lbl) for c, lbl in self.labels.items()
+                                    if lbl != c}
+        return sql_text(rename_columns(expr, mapping))
+
+
+@dataclass
+class Context:
+    table: str
+    column: str
+    domains: Domains
+    notes: list[str] = field(default_factory=list)
+    partial_aggs: dict[int, str] = field(default_factory=dict)  # origin -> description
+    inspected: set[int] = field(default_factory=set)
+
+    @property
+    def attribute(self) -> str:
+        return f"{self.table}.{self.column}"
+
+    def domain(self, table: str, column: str) -> Interval:
+        cols = self.domains.get(table)
+        if cols is None:
+            name = pick(table, self.domains)
+            cols = self.domains[name] if name is not None else {}
+        name = pick(column, cols)
+        return domain_interval(cols[name]) if name is not None else UNKNOWN
+
+    def partial(self) -> str:
+        return f"a partial group (only some of its {self.attribute} fragments)"
+
+    def safe_reason(self) -> str:
+        notes = list(self.notes)
+        for origin, desc in self.partial_aggs.items():
+            if origin not in self.inspected:
+                notes.append(
+                    f"{desc} may see partial groups in the sketch instance, but its "
+                    f"aggregates never decide whether a row reaches the result (no HAVING, "
+                    f"join, grouping or top-k on them), so partial groups never reach it")
+        if not notes:
+            return (f"safe: the query is monotone in {self.table} (only selection, projection, "
+                    f"join and DISTINCT over it), so the sketch instance, which holds all "
+                    f"provenance, yields exactly the same result")
+        return "safe: " + "; ".join(notes)
+

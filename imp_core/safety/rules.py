@@ -1,0 +1,327 @@
+"""The per-operator rules of the safety analysis (rules 1 to 6 of the package docstring).
+
+``analyze`` walks a plan bottom-up and returns each operator's ``Facts``, or raises
+``Unsafe`` at the first operator whose rule fails, with the reason. The facts it returns
+keep the invariant of the package docstring for the operator's result, and every note it
+adds to the ``Context`` states why one operator is safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjuncts, rename_columns
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    PlanNode,
+    Project,
+    Scan,
+    Select,
+    SortKey,
+    TopK,
+)
+from imp_core.safety.facts import Context, Facts, Taint
+from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
+from imp_core.safety.render import sql_text
+from imp_core.safety.verdict import Unsafe
+
+
+def _equalities(pred: Expr | None) -> list[tuple[str, str]]:
+    return [(p.left.name, p.right.name) for p in conjuncts(pred)
+            if isinstance(p, BinaryOp) and p.op == "="
+            and isinstance(p.left, ColumnRef) and isinstance(p.right, ColumnRef)]
+
+
+def _close(attr: dict[tuple[int, ...], frozenset[str]],
+           pairs: list[tuple[str, str]]) -> dict[tuple[int, ...], frozenset[str]]:
+    out = {}
+    for path, cols in attr.items():
+        cur = set(cols)
+        changed = bool(cur)
+        while changed:
+            changed = False
+            for a, b in pairs:
+                if (a in cur) != (b in cur):
+                    cur |= {a, b}
+                    changed = True
+        out[path] = frozenset(cur)
+    return out
+
+
+def _tainted_in(expr: Expr, facts: Facts) -> list[str]:
+    return sorted(c for c in expr.columns() if c in facts.tainted)
+
+
+def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context) -> Facts:
+    """Facts about ``node``'s result; ``lossless``: every row of it reaches the root's
+    annotations (all operators above are projections, DISTINCTs or aggregations)."""
+    if isinstance(node, Scan):
+        return _scan(node, path, ctx)
+    if isinstance(node, Select):
+        return _select(node, analyze(node.input, path + (0,), False, ctx), ctx)
+    if isinstance(node, Project):
+        return _project(node, analyze(node.input, path + (0,), lossless, ctx))
+    if isinstance(node, Join):
+        left = analyze(node.left, path + (0,), False, ctx)
+        right = analyze(node.right, path + (1,), False, ctx)
+        return _join(node, left, right, ctx)
+    if isinstance(node, Aggregate):
+        return _aggregate(node, analyze(node.input, path + (0,), lossless, ctx), path, ctx)
+    if isinstance(node, Distinct):
+        facts = analyze(node.input, path + (0,), lossless, ctx)
+        return replace(facts, keys=facts.keys + (frozenset(node.column_names),))
+    if isinstance(node, TopK):
+        return _topk(node, analyze(node.input, path + (0,), False, ctx), lossless, ctx)
+    raise Unsafe(f"operator {type(node).__name__} is not covered by the safety analysis")
+
+
+def _scan(node: Scan, path: tuple[int, ...], ctx: Context) -> Facts:
+    ivals = {f.name: ctx.domain(node.table, src)
+             for src, f in zip(node.source_columns, node.fields)}
+    if node.table != ctx.table:
+        return Facts(False, ivals=ivals)
+    cols = frozenset({node.output_name(ctx.column)}) if ctx.column in node.source_columns \
+        else frozenset()
+    return Facts(True, attr={path: cols}, ivals=ivals)
+
+
+def _check_filter(pred: Expr, facts: Facts, ctx: Context, what: str) -> None:
+    """Raise unless a phantom passing ``pred`` implies its shadow passes it."""
+    if not _tainted_in(pred, facts):
+        return
+    if isinstance(pred, BinaryOp) and pred.op in ("and", "or"):
+        _check_filter(pred.left, facts, ctx, what)
+        _check_filter(pred.right, facts, ctx, what)
+        return
+    text = facts.render(pred)
+    if isinstance(pred, BinaryOp) and pred.op in ("<", "<=", ">", ">="):
+        op, col, other = pred.op, pred.left, pred.right
+        if not isinstance(col, ColumnRef) or col.name not in facts.tainted:
+            flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+            op, col, other = flip[op], pred.right, pred.left
+        if isinstance(col, ColumnRef) and col.name in facts.tainted \
+                and not _tainted_in(other, facts):
+            taint = facts.tainted[col.name]
+            ctx.inspected.add(taint.origin)
+            if op in (">", ">=") and taint.shrinks:
+                ctx.notes.append(f"{what} {text} is monotone: {ctx.partial()} has "
+                                 f"{taint.label} no larger than the complete group, so it "
+                                 f"passes only if the complete group passes")
+                return
+            if op in ("<", "<=") and taint.grows:
+                ctx.notes.append(f"{what} {text} is monotone: {ctx.partial()} has "
+                                 f"{taint.label} no smaller than the complete group, so it "
+                                 f"passes only if the complete group passes")
+                return
+            raise Unsafe(f"{what} {text} is not monotone: {_why_not(taint, op)}, so "
+                          f"{ctx.partial()} could pass where the complete group fails")
+    for c in _tainted_in(pred, facts):
+        ctx.inspected.add(facts.tainted[c].origin)
+    raise Unsafe(f"{what} {text} is not monotone: it tests an aggregate of groups that "
+                  f"may be partial in the sketch instance other than by 'aggregate > c' "
+                  f"(count, max, sum of non-negative) or 'aggregate < c' (min), so "
+                  f"{ctx.partial()} could pass where the complete group fails")
+
+
+def _why_not(taint: Taint, op: str) -> str:
+    if taint.func is None:
+        return f"{taint.label} {taint.why_not}"
+    if taint.func == "avg":
+        return f"{taint.label} of a partial group can be larger or smaller than the complete one"
+    if taint.func == "sum" and not taint.nonneg and op in (">", ">="):
+        return (f"the summed values of {taint.label} are not provably >= 0 under the declared "
+                f"domains, so a partial group's sum can exceed the complete group's")
+    if op in (">", ">="):
+        return f"{taint.label} of a partial group can be larger than the complete group's"
+    return f"{taint.label} of a partial group can be smaller than the complete group's"
+
+
+def _select(node: Select, facts: Facts, ctx: Context) -> Facts:
+    _check_filter(node.predicate, facts, ctx, "HAVING")
+    return replace(facts, attr=_close(facts.attr, _equalities(node.predicate)))
+
+
+def _project(node: Project, facts: Facts) -> Facts:
+    tainted: dict[str, Taint] = {}
+    labels: dict[str, str] = {}
+    ivals: dict[str, Interval] = {}
+    exprs: dict[str, str] = {}
+    renames: dict[str, list[str]] = {}
+    defs = {c: ColumnRef(d) for c, d in {**facts.exprs, **facts.labels}.items()}
+    for ne in node.exprs:
+        e = ne.expr
+        ivals[ne.name] = interval_of(e, facts.ivals)
+        if isinstance(e, ColumnRef):
+            renames.setdefault(e.name, []).append(ne.name)
+            if e.name in facts.exprs:
+                exprs[ne.name] = facts.exprs[e.name]
+            if e.name in facts.labels:
+                labels[ne.name] = facts.labels[e.name]
+            if e.name in facts.tainted:
+                tainted[ne.name] = facts.tainted[e.name]
+            continue
+        text = facts.render(e)
+        exprs[ne.name] = sql_text(rename_columns(e, defs))
+        if any(c in facts.tainted for c in e.columns()):
+            labels[ne.name] = text
+            src = facts.tainted[_tainted_in(e, facts)[0]]
+            tainted[ne.name] = Taint(text, src.origin,
+                                      why_not="is an expression over aggregates of possibly "
+                                              "partial groups; no monotonicity is known")
+        elif any(c in facts.labels for c in e.columns()):
+            labels[ne.name] = text
+    attr = {p: frozenset(n for c in cols for n in renames.get(c, ()))
+            for p, cols in facts.attr.items()}
+    keys = tuple(frozenset(renames[c][0] for c in key) for key in facts.keys
+                 if all(c in renames for c in key))
+    return Facts(facts.has_table, tainted, attr, keys, labels, ivals, exprs)
+
+
+def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
+    both = Facts(left.has_table or right.has_table,
+                  {**left.tainted, **right.tainted},
+                  {**left.attr, **right.attr},
+                  tuple(a | b for a in left.keys for b in right.keys),
+                  {**left.labels, **right.labels},
+                  {**left.ivals, **right.ivals},
+                  {**left.exprs, **right.exprs})
+    if node.condition is not None:
+        bad = _tainted_in(node.condition, both)
+        if bad:
+            taint = both.tainted[bad[0]]
+            ctx.inspected.add(taint.origin)
+            raise Unsafe(f"join condition {both.render(node.condition)} uses {taint.label}, "
+                          f"which may be computed over {ctx.partial()} in the sketch "
+                          f"instance, so a partial group could join where the complete "
+                          f"one does not")
+        both.attr = _close(both.attr, _equalities(node.condition))
+    return both
+
+
+def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
+               ctx: Context) -> Facts:
+    by = ", ".join(facts.show(g) for g in node.group_by)
+    desc = f"the aggregation BY [{by}]" if node.group_by else "the aggregation without GROUP BY"
+    labels = {g: facts.labels[g] for g in node.group_by if g in facts.labels}
+    ivals = {g: facts.ivals.get(g, UNKNOWN) for g in node.group_by}
+    exprs = {g: facts.exprs[g] for g in node.group_by if g in facts.exprs}
+    for a in node.aggregates:
+        arg = "*" if a.arg is None else facts.labels.get(a.arg, facts.exprs.get(a.arg, a.arg))
+        func = "count" if a.func == "count_star" else a.func
+        labels[a.name] = f"{func}({arg})"
+        arg_iv = UNKNOWN if a.arg is None else facts.ivals.get(a.arg, UNKNOWN)
+        if a.func in ("count", "count_star"):
+            ivals[a.name] = NONNEG
+        elif a.func == "sum":
+            ivals[a.name] = NONNEG if arg_iv.nonneg else (
+                Interval(-INF, 0.0) if arg_iv.hi <= 0 else UNKNOWN)
+        else:
+            ivals[a.name] = arg_iv
+    keys = (frozenset(node.group_by),)
+    attr = {p: cols & frozenset(node.group_by) for p, cols in facts.attr.items()}
+    out = Facts(facts.has_table, {}, attr, keys, labels, ivals, exprs)
+    if not facts.has_table:
+        return out
+    bad_keys = [g for g in node.group_by if g in facts.tainted]
+    if bad_keys:
+        taint = facts.tainted[bad_keys[0]]
+        ctx.inspected.add(taint.origin)
+        raise Unsafe(f"{desc} groups on {taint.label}, which may be computed over "
+                      f"{ctx.partial()} in the sketch instance, so a partial group's row "
+                      f"could fall into a different group")
+    if all(cols for cols in attr.values()):
+        keys_hit = sorted({g for cols in attr.values() for g in cols})
+        ctx.notes.append(f"{ctx.attribute} determines the group key "
+                         f"{', '.join(facts.show(g) for g in keys_hit)} of {desc}, so each "
+                         f"group lies in one fragment and the sketch instance holds it whole")
+        return out
+    if not node.aggregates:
+        return out  # grouping only: a partial group has the same value as the whole one
+    origin = len(ctx.partial_aggs)
+    ctx.partial_aggs[origin] = desc
+    exact_input = not facts.tainted
+    for a in node.aggregates:
+        if exact_input:
+            nonneg = a.func == "sum" and facts.ivals.get(a.arg or "", UNKNOWN).nonneg
+            out.tainted[a.name] = Taint(labels[a.name], origin, a.func, nonneg)
+        else:
+            out.tainted[a.name] = Taint(
+                labels[a.name], origin,
+                why_not="aggregates values that may themselves come from partial groups, "
+                        "so no monotonicity is known")
+    return out
+
+
+def _covered(seen: set[str], keys: tuple[frozenset[str], ...]) -> bool:
+    return any(key <= seen for key in keys)
+
+
+def _order_text(order: Sequence[SortKey], facts: Facts, k: int) -> str:
+    keys = ", ".join(f"{facts.show(s.column)} {'DESC' if s.descending else 'ASC'}"
+                     for s in order)
+    return f"ORDER BY {keys} LIMIT {k}"
+
+
+def _topk(node: TopK, facts: Facts, lossless: bool, ctx: Context) -> Facts:
+    out = replace(facts, tainted={})
+    if not facts.has_table:
+        return out
+    text = _order_text(node.order, facts, node.k)
+    if not lossless:
+        raise Unsafe(f"the top-k {text} has a selection, join or top-k above it that may "
+                      f"drop some of its k tuples; their fragments then need not be in the "
+                      f"sketch, and other tuples of the sketch instance could move up into "
+                      f"the top-k")
+    if not facts.tainted:
+        ctx.notes.append(f"the top-k {text} ranks an input without partial groups and all "
+                         f"its k tuples reach the result, so they are in the sketch instance "
+                         f"and every other tuple there ranks after them")
+        return out
+    ordered = {s.column for s in node.order}
+    sequence = [(s.column, s.descending, s.effective_nulls_first) for s in node.order]
+    sequence += [(c, False, True) for c in node.input.column_names if c not in ordered]
+    seen: set[str] = set()
+    used: list[str] = []
+    for col, desc, nulls_first in sequence:
+        if _covered(seen, facts.keys):
+            break
+        seen.add(col)
+        taint = facts.tainted.get(col)
+        if taint is None:
+            continue
+        ctx.inspected.add(taint.origin)
+        in_order = col in ordered
+        if in_order and desc and taint.shrinks and (taint.never_null or not nulls_first):
+            used.append(f"{taint.label} DESC can only fall for a partial group")
+            continue
+        if in_order and not desc and taint.grows and not nulls_first:
+            used.append(f"{taint.label} ASC NULLS LAST can only rise for a partial group")
+            continue
+        if not in_order:
+            why = (f"ties on its order keys are broken by {taint.label} (ascending, NULLs "
+                   f"first), which is not monotone that way")
+        elif taint.func is None:
+            why = f"it ranks on {taint.label}, which {taint.why_not}"
+        elif desc and taint.shrinks:
+            why = f"it ranks on {taint.label} DESC NULLS FIRST, and a partial group's value " \
+                  f"may be NULL"
+        elif not desc and taint.grows:
+            why = f"it ranks on {taint.label} ASC with NULLs first, and a partial group's " \
+                  f"value may be NULL"
+        else:
+            direction, op = ("DESC", ">") if desc else ("ASC", "<")
+            why = f"it ranks on {taint.label} {direction}, and {_why_not(taint, op)}"
+        raise Unsafe(f"the top-k {text} is not monotone: {why}, so {ctx.partial()} could "
+                      f"rank into the top-k ahead of a complete one")
+    if used:
+        ctx.notes.append(f"the top-k {text} is monotone: {'; '.join(used)}, so no partial "
+                         f"group ranks ahead of a complete one and all k tuples reach the "
+                         f"result")
+    else:
+        ctx.notes.append(f"the top-k {text} ranks on a unique key of its input that a partial "
+                         f"group shares with its complete group, so no partial group ranks "
+                         f"ahead of a complete one and all k tuples reach the result")
+    return out

@@ -1,0 +1,175 @@
+"""Join sides probed by reading the Delta tables' files (no Spark, no rows held).
+
+A ``FileJoinSide`` is a ``ProbedSide`` whose lookups read the subtree's tables at the
+side's versions straight from their Parquet files, each read filtered by the probe's
+keys where a key column is a plain copy of a table column (row groups and pages whose
+statistics exclude every key are skipped), and evaluate the subtree over those rows with
+the engine's operators. That is the data layer of a query actor: it needs the table
+store's folder or bucket, not a Spark session.
+
+Invariants: a lookup returns exactly the subtree's annotated rows at the side's
+versions whose keys are among the probe keys (the key filter only ever removes rows the
+subtree could not pair: the pairing in ``ProbedSide.probe`` checks the keys again);
+``row_filter`` (a shard's routing) is applied to every table read, so a sharded query's
+side holds the same rows the shard's own deltas would have built. Key filters pass on
+through the side's own equi-joins (semi-join reduction of the other tables it reads), so
+a side spanning several tables reads of each only rows that can join with a match.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from imp_core.engine.probed_side import ProbedSide, VersionContext
+from imp_core.engine.subtree import evaluate_subtree
+from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.lineage import trace_column
+from imp_core.plan.nodes import Join, PlanNode, Scan
+from imp_core.sketch.partition import PartitionSet
+
+# (table, rows) -> the rows this reader may see (e.g. one shard's share)
+RowFilter = Callable[[str, pa.Table], pa.Table]
+
+
+class TableFiles:
+    """Reads of a store's tables at given versions, column-pruned and filtered in the
+    Parquet scan; one dataset per (table, version) is kept (its file list is immutable)."""
+
+    def __init__(self, store: Any, row_filter: RowFilter | None = None, keep: int = 32):
+        self.store = store
+        self.row_filter = row_filter
+        self.keep = keep
+        self._datasets: OrderedDict[tuple[str, int], ds.Dataset | None] = OrderedDict()
+
+    def _dataset(self, table: str, version: int) -> ds.Dataset | None:
+        key = (table, version)
+        if key in self._datasets:
+            self._datasets.move_to_end(key)
+            return self._datasets[key]
+        files = self.store.file_uris(table, version)
+        found = ds.dataset(files, format="parquet") if files else None
+        self._datasets[key] = found
+        while len(self._datasets) > self.keep:
+            self._datasets.popitem(last=False)
+        return found
+
+    def columns_for(self, node: PlanNode, partitions: PartitionSet, table: str) -> list[str]:
+        """The columns of ``table`` that ``node``'s scans read (and its partition column),
+        in table order."""
+        cols = {c for s in node.walk() if isinstance(s, Scan) and s.table == table
+                for c in s.source_columns}
+        part = partitions.for_table(table)
+        if part is not None:
+            cols.add(part[0].column)
+        return [c for c in self.store.schema(table).names if c in cols]
+
+    def read_for(self, node: PlanNode, partitions: PartitionSet, versions: dict[str, int],
+                 filters: dict[str, pc.Expression] | None = None) -> dict[str, pa.Table]:
+        """Every table ``node`` reads, at ``versions``, with the columns it needs."""
+        return {t: self.read(t, versions[t], self.columns_for(node, partitions, t),
+                             (filters or {}).get(t))
+                for t in sorted(node.tables())}
+
+    def read(self, table: str, version: int, columns: list[str],
+             where: pc.Expression | None = None) -> pa.Table:
+        data = self._dataset(table, version)
+        if data is None:
+            schema = self.store.schema(table)
+            out = pa.schema([schema.field(c) for c in columns]).empty_table()
+        else:
+            out = data.to_table(columns=columns, filter=where)
+        if self.row_filter is not None:
+            out = self.row_filter(table, out)
+        return out
+
+
+class FileJoinSide(ProbedSide):
+    """A ``ProbedSide`` answered from the Delta tables' files at the side's versions."""
+
+    kind = "files"
+
+    def __init__(self, node: PlanNode, key_columns: tuple[str, ...], partitions: PartitionSet,
+                 files: TableFiles, context: VersionContext, use_bloom: bool = True):
+        super().__init__(node, key_columns, context, use_bloom)
+        self.partitions = partitions
+        self.files = files
+        self._scans = [n for n in node.walk() if isinstance(n, Scan)]
+        # key column -> the source column of the scan it copies (when read once)
+        counts: dict[str, int] = {}
+        for s in self._scans:
+            counts[s.table] = counts.get(s.table, 0) + 1
+        self._pushdown: dict[str, tuple[str, str]] = {}
+        for key in key_columns:
+            found = trace_column(node, key)
+            if found is not None and counts[found[0].table] == 1:
+                self._pushdown[key] = (found[0].table, found[1])
+        # equi-join conditions inside the side between columns of tables read once:
+        # ((table, column), (table, column)) pairs along which key filters propagate
+        self._links: list[tuple[tuple[str, str], tuple[str, str]]] = []
+        for join in (n for n in node.walk() if isinstance(n, Join)):
+            left_keys, right_keys, _ = join.equi_keys()
+            for lk, rk in zip(left_keys, right_keys):
+                lt, rt = trace_column(join.left, lk), trace_column(join.right, rk)
+                if lt is None or rt is None or counts[lt[0].table] != 1 \
+                        or counts[rt[0].table] != 1:
+                    continue
+                pair = ((lt[0].table, lt[1]), (rt[0].table, rt[1]))
+                self._links += [pair, (pair[1], pair[0])]
+
+    def _read(self, conditions: dict[str, dict[str, pa.Array]]) -> dict[str, pa.Table]:
+        """The side's tables at its versions, reduced by semi-joins: a table with
+        conditions (source column -> allowed values) is read filtered by them, and the
+        values its rows hold in a join column become the conditions of the table it is
+        joined with, until no condition is left to pass on; the other tables are read
+        whole. Only rows that cannot join with a row matching the probe keys are left
+        out, so the subtree over the reduced tables holds every matching row."""
+        assert self.versions is not None
+        pending = {t: dict(c) for t, c in conditions.items()}
+        read: dict[str, pa.Table] = {}
+        while True:
+            todo = [t for t in sorted(pending) if t not in read]
+            for t in todo:
+                where = None
+                schema = self.files.store.schema(t)
+                for col, values in pending[t].items():
+                    try:
+                        values = values.cast(schema.field(col).type)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                        continue  # no filter on this column: more rows, never fewer
+                    cond = pc.field(col).isin(values)
+                    where = cond if where is None else where & cond
+                read[t] = self.files.read(t, self.versions[t],
+                                          self.files.columns_for(self.node, self.partitions, t),
+                                          where)
+            passed = False
+            for (ta, ca), (tb, cb) in self._links:
+                if ta in read and tb not in read and cb not in pending.get(tb, {}):
+                    pending.setdefault(tb, {})[cb] = pc.unique(
+                        read[ta].column(ca).combine_chunks())
+                    passed = True
+            if not todo and not passed:
+                break
+        for t in self.tables:
+            if t not in read:
+                read[t] = self.files.read(t, self.versions[t],
+                                          self.files.columns_for(self.node, self.partitions, t))
+        return read
+
+    def lookup(self, probe_keys: pa.Table) -> DeltaBatch:
+        conditions: dict[str, dict[str, pa.Array]] = {}
+        for key, name in zip(self.key_columns, probe_keys.column_names):
+            if key in self._pushdown:
+                table, source = self._pushdown[key]
+                conditions.setdefault(table, {})[source] = \
+                    pc.unique(probe_keys.column(name).combine_chunks())
+        return evaluate_subtree(self.node, self.partitions, self._read(conditions))
+
+    def distinct_keys(self) -> pa.Table:
+        rows = evaluate_subtree(self.node, self.partitions, self._read({})).data
+        rows = rows.select(list(self.key_columns))
+        return rows.group_by(list(self.key_columns)).aggregate([])

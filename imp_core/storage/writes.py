@@ -1,0 +1,188 @@
+"""Writing a new store table: the file layout options and the creation (version 0).
+
+Invariants:
+- ``check_new_table`` raises ``SchemaMismatchError`` naming every problem of the data
+  (reserved or duplicate columns, key, cluster or domain columns that are not columns,
+  values outside a declared domain, null or repeated keys) before anything is written.
+- ``write_new_table`` writes one new Delta table (never over an existing one) with the
+  change data feed on (``TABLE_CONFIGURATION``) holding exactly the given rows, plus the
+  hidden ``__rid`` numbered 0..n-1 for a keyless table; the rows are sorted on the entry's
+  cluster columns (``sketch_columns``) and written in row groups of at most
+  ``WriteOptions.max_row_group_size`` rows, so Parquet min/max statistics on the cluster
+  columns can skip data.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import WriterProperties, write_deltalake
+
+from imp_core.errors import SchemaMismatchError
+from imp_core.storage.batches import RESERVED, ROW_ID, check_domains, plain_schema, plain_strings
+from imp_core.storage.catalog import TableEntry, is_uri
+from imp_core.storage.matching import row_tuples
+
+TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How data files are laid out. Smaller files make a ``MERGE`` cheaper (it rewrites
+    each file holding a deleted row); smaller row groups make statistics finer, and with
+    data pages of at most ``page_rows`` rows the page index lets Spark's Parquet reader
+    skip pages inside a row group (what makes a sketch's ranges read few rows)."""
+
+    max_row_group_size: int = 65_536
+    target_file_size: int = 32 * 1024 * 1024  # bytes
+    page_rows: int | None = 2048
+
+    def writer_properties(self) -> WriterProperties:
+        if self.page_rows is None:
+            return WriterProperties(max_row_group_size=self.max_row_group_size)
+        return WriterProperties(max_row_group_size=self.max_row_group_size,
+                                data_page_row_count_limit=self.page_rows)
+
+
+DEFAULT_WRITE_OPTIONS = WriteOptions()
+
+
+def sort_rows(data: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``data`` sorted ascending on ``columns`` (as it is when there are none)."""
+    if not columns or data.num_rows < 2:
+        return data
+    return data.sort_by([(c, "ascending") for c in columns])
+
+
+def check_new_table(entry: TableEntry, data: pa.Table) -> None:
+    """Raise ``SchemaMismatchError`` unless ``data`` can become the table ``entry``."""
+    names = data.schema.names
+    problems: list[str] = []
+    reserved = [n for n in names if n in RESERVED]
+    if reserved:
+        problems.append(f"columns {reserved} are reserved")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"duplicate columns {dupes}")
+    for what, cols in (
+        ("key", entry.key or ()),
+        ("cluster", entry.sketch_columns),
+        ("domain", tuple(entry.domains)),
+    ):
+        unknown = [c for c in cols if c not in names]
+        if unknown:
+            problems.append(f"{what} columns {unknown} are not columns")
+    if problems:
+        raise SchemaMismatchError(f"table {entry.name}: " + "; ".join(problems))
+    check_domains(data, entry.domains, entry.name, "data")
+    if entry.key is not None:
+        check_keys(entry, data, "data")
+
+
+def check_keys(entry: TableEntry, batch: pa.Table, what: str) -> None:
+    """No null key and no key twice within ``batch``."""
+    assert entry.key is not None
+    for col in entry.key:
+        if batch.column(col).null_count:
+            raise SchemaMismatchError(
+                f"{what} for table {entry.name}: key column {col!r} holds nulls"
+            )
+    groups = batch.select(list(entry.key)).group_by(list(entry.key)).aggregate([])
+    if groups.num_rows != batch.num_rows:
+        dup = _first_duplicate(row_tuples(batch, entry.key))
+        raise SchemaMismatchError(
+            f"{what} for table {entry.name}: key {entry.key} = {dup} occurs more than once"
+        )
+
+
+def write_new_table(entry: TableEntry, data: pa.Table, options: WriteOptions,
+                    progress: bool) -> None:
+    """Write ``data`` (checked by ``check_new_table``) as version 0 of ``entry``'s table;
+    ``progress``: a tqdm bar (rows written) on stderr."""
+    if entry.key is None:
+        data = data.append_column(
+            pa.field(ROW_ID, pa.int64(), nullable=False),
+            pa.array(np.arange(data.num_rows, dtype=np.int64)),
+        )
+    data = sort_rows(data, entry.sketch_columns)
+    source: pa.Table | pa.RecordBatchReader = data
+    if progress:
+        source = _batches_with_progress(data, f"writing {entry.name}",
+                                        options.max_row_group_size)
+    if not is_uri(entry.location):
+        Path(entry.location).mkdir(parents=True, exist_ok=True)
+    write_deltalake(
+        entry.location,
+        source,
+        mode="error",
+        configuration=TABLE_CONFIGURATION,
+        writer_properties=options.writer_properties(),
+        target_file_size=options.target_file_size,
+    )
+
+
+def read_parquet_parts(name: str, path_or_dir: str | Path, progress: bool) -> pa.Table:
+    """The rows of a Parquet file or a directory of ``*.parquet`` parts, strings as
+    ``string``; ``progress``: a tqdm bar (rows read) on stderr."""
+    files = _parquet_files(Path(path_or_dir))
+    readers = [pq.ParquetFile(f) for f in files]
+    total = sum(r.metadata.num_rows for r in readers)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="rows", unit_scale=True, desc=f"reading {name}",
+                   file=sys.stderr)
+    batches: list[pa.RecordBatch] = []
+    try:
+        for reader in readers:
+            for i in range(reader.num_row_groups):
+                group = plain_strings(reader.read_row_group(i))
+                batches.extend(group.to_batches())
+                if bar is not None:
+                    bar.update(group.num_rows)
+    finally:
+        if bar is not None:
+            bar.close()
+    schema = plain_schema(readers[0].schema_arrow)
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+
+
+def _batches_with_progress(data: pa.Table, desc: str, chunk: int) -> pa.RecordBatchReader:
+    """``data`` as a reader whose consumption drives a tqdm bar (rows) on stderr."""
+    from tqdm import tqdm
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        with tqdm(total=data.num_rows, unit="rows", unit_scale=True, desc=desc,
+                  file=sys.stderr) as bar:
+            for batch in data.to_batches(max_chunksize=chunk):
+                yield batch
+                bar.update(batch.num_rows)
+
+    return pa.RecordBatchReader.from_batches(data.schema, gen())
+
+
+def _parquet_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise FileNotFoundError(f"no *.parquet files in {path}")
+        return files
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    return [path]
+
+
+def _first_duplicate(rows: list[tuple]) -> tuple | None:
+    seen: set[tuple] = set()
+    for row in rows:
+        if row in seen:
+            return row
+        seen.add(row)
+    return None

@@ -1,0 +1,399 @@
+"""The service subcommands of ``imp``: ``serve`` and the client commands (``register``,
+``sketch``, ``watch``, ``update``, ``query``, ``ls``, ``drop``, ``evict``, ``restore``,
+``scale``, ``maintain``, ``checkpoint``, ``stats``).
+
+Every client command talks to ``--target`` (env ``IMP_TARGET``, default
+127.0.0.1:50051), prints readable text by default and one JSON document with ``--json``
+(``watch --json`` prints one JSON object per line); exit codes are those of
+``services.cli.output``. Each command is a function ``(client, args) -> exit status`` run
+by ``_run``, which opens the connection and maps errors to exit codes.
+
+Nothing here imports gRPC until a command runs, so ``imp --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from services.cli.output import (
+    EXIT_REFUSED,
+    describe_info,
+    describe_sketch,
+    exit_code,
+    print_json,
+    read_table_file,
+    show,
+    to_json,
+    write_rows,
+)
+
+# -- arguments ---------------------------------------------------------------------------------
+
+
+def _connection_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("connection")
+    g.add_argument("--target", default=os.environ.get("IMP_TARGET", "127.0.0.1:50051"),
+                   help="server host:port (env IMP_TARGET, default 127.0.0.1:50051)")
+    g.add_argument("--token", default=os.environ.get("IMP_TOKEN"),
+                   help="bearer token (env IMP_TOKEN)")
+    g.add_argument("--token-file", default=os.environ.get("IMP_TOKEN_FILE"),
+                   help="file holding the bearer token (env IMP_TOKEN_FILE)")
+    g.add_argument("--tls", action="store_true",
+                   help="connect with TLS (implied by --tls-ca / --tls-cert)")
+    g.add_argument("--tls-ca", help="PEM CA of the server certificate (default: system roots)")
+    g.add_argument("--tls-cert", help="PEM client certificate (mutual TLS)")
+    g.add_argument("--tls-key", help="PEM client key (mutual TLS)")
+    g.add_argument("--tls-server-name", help="name to check in the server certificate")
+    g.add_argument("--timeout", type=float, default=300.0, help="seconds per call")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    return p
+
+
+def _partition(text: str) -> tuple[str, str]:
+    attr, sep, value = text.partition("=")
+    if not sep or "." not in attr or not value:
+        raise argparse.ArgumentTypeError(f"expected table.column=VALUE, got {text!r}")
+    return attr.strip(), value.strip()
+
+
+def add_client_commands(sub: argparse._SubParsersAction) -> None:
+    """Adds ``serve`` and the client subcommands to ``imp``'s subparsers."""
+    from services.config import ServerConfig
+
+    conn = _connection_parent()
+
+    serve = sub.add_parser("serve", help="run the gRPC service (SketchService)",
+                           description="Run the service until SIGINT/SIGTERM. Every flag "
+                           "mirrors an IMP_* environment variable; a flag wins.")
+    ServerConfig.add_arguments(serve)
+    serve.add_argument("--log-level", default=os.environ.get("IMP_LOG_LEVEL", "INFO"))
+    serve.set_defaults(func=_serve)
+
+    def cmd(name: str, help: str, func: Callable) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, parents=[conn])
+        p.set_defaults(func=lambda args: _run(func, args))
+        return p
+
+    p = cmd("register", "register a SELECT query and capture its sketch", _register)
+    p.add_argument("name")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sql", help="the query text")
+    src.add_argument("--file", help="a file holding the query")
+    src.add_argument("--workload", help="a shipped workload query by name (e.g. q_having_2)")
+    p.add_argument("--partition", action="append", type=_partition, default=[],
+                   metavar="TABLE.COLUMN=N", help="partition by N equi-depth fragments")
+    p.add_argument("--bounds", action="append", type=_partition, default=[],
+                   metavar="TABLE.COLUMN=V1,V2,...", help="partition by split points")
+    p.add_argument("--fragments", type=int, help="fragments for the SQL's -- sketch: header")
+    strat = p.add_mutually_exclusive_group()
+    strat.add_argument("--eager", action="store_true", help="maintain as updates arrive")
+    strat.add_argument("--lazy", action="store_true", help="maintain on request (default)")
+    p.add_argument("--batch-tuples", type=int, default=1000, help="eager: tuples per batch")
+    p.add_argument("--max-delay", type=float, default=1.0,
+                   help="eager: seconds a change may wait (0: no time limit)")
+    p.add_argument("--force", action="store_true", help="register even if unsafe")
+    p.add_argument("--shards", type=int, default=1, help="actors holding the state")
+
+    p = cmd("sketch", "print a query's sketch", _sketch)
+    p.add_argument("name")
+    p.add_argument("--latest", action="store_true",
+                   help="the latest maintained version (no maintenance)")
+    p.add_argument("--seq", type=int, help="a kept past version")
+    p.add_argument("--partitions", action="store_true", help="include the split points")
+
+    p = cmd("watch", "print every new sketch version of a query as it is made", _watch)
+    p.add_argument("name")
+    p.add_argument("--after-seq", type=int,
+                   help="start after this version (default: with the latest maintained one)")
+    p.add_argument("--count", type=int, help="stop after this many versions")
+    p.add_argument("--for", dest="seconds", type=float, help="stop after this many seconds")
+
+    p = cmd("update", "apply inserts/deletes/updates from files as one table version",
+            _update)
+    p.add_argument("table")
+    for flag in ("--insert", "--delete", "--update-old", "--update-new"):
+        p.add_argument(flag, help="Parquet, CSV or JSON-lines file (by extension)")
+
+    p = cmd("query", "run a SELECT on Spark, with or without a sketch", _query)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sql")
+    src.add_argument("--file")
+    src.add_argument("--query", dest="registered", metavar="NAME",
+                     help="a registered query (its SQL and its sketch)")
+    p.add_argument("--with", dest="with_query", metavar="NAME",
+                   help="filter with the sketch of this registered query")
+    p.add_argument("--no-sketch", action="store_true", help="run without a sketch")
+    p.add_argument("--show", type=int, default=20, help="rows to print (readable output)")
+    p.add_argument("--out", help="write all rows to a .parquet, .csv or .json file")
+
+    cmd("ls", "list registered queries and tables", _ls)
+    for name, help_, func in (("drop", "drop a registered query", _drop),
+                              ("evict", "checkpoint a query and stop its actors", _evict),
+                              ("restore", "bring an evicted query back", _restore),
+                              ("checkpoint", "checkpoint a query now", _checkpoint)):
+        cmd(name, help_, func).add_argument("name")
+    p = cmd("scale", "split a query's state over K actors", _scale)
+    p.add_argument("name")
+    p.add_argument("shards", type=int)
+    p = cmd("maintain", "maintain now (named queries, queries of tables, or all)", _maintain)
+    p.add_argument("--query", dest="queries", action="append", default=[])
+    p.add_argument("--table", dest="tables", action="append", default=[])
+    cmd("stats", "counters of the coordinator and the service", _stats)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from services.config import ServerConfig
+    from services.server import serve
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = ServerConfig.from_args(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    return serve(config)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from services.client import SketchClient, TlsOptions
+
+    token = args.token
+    if args.token_file:
+        token = Path(args.token_file).read_text().strip().splitlines()[0].strip()
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        tls = TlsOptions.from_files(args.tls_ca, args.tls_cert, args.tls_key,
+                                    args.tls_server_name)
+    return SketchClient(args.target, token=token, tls=tls, timeout=args.timeout)
+
+
+def _run(func: Callable, args: argparse.Namespace) -> int:
+    from services.client import RemoteError
+
+    try:
+        client = _client(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        return func(client, args) or 0
+    except RemoteError as exc:
+        hint = ""
+        if exc.code == "UNAVAILABLE":
+            hint = f" (is `imp serve` running at {args.target}?)"
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return exit_code(exc.code)
+    except (OSError, ValueError) as exc:  # local files and values
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    finally:
+        client.close()
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def _register(client: Any, args: argparse.Namespace) -> int:
+    from imp_actors.config import Eager, Lazy
+
+    if args.sql:
+        sql = args.sql
+    elif args.file:
+        sql = Path(args.file).read_text()
+    else:
+        from imp_core.workloads.queries import load_query
+
+        wq = load_query(args.workload)
+        header = ", ".join(f"{t}.{c}" for t, c in wq.sketch)
+        sql = f"-- sketch: {header}\n{wq.sql}"
+    partitions: dict[str, Any] = {}
+    for attr, value in args.partition:
+        try:
+            partitions[attr] = int(value)
+        except ValueError:
+            raise ValueError(f"--partition {attr}={value}: expected a fragment count (use "
+                             "--bounds for split points)") from None
+    for attr, value in args.bounds:
+        partitions[attr] = _typed_bounds(client, attr, value.split(","))
+    strategy = Lazy()
+    if args.eager:
+        strategy = Eager(args.batch_tuples, args.max_delay if args.max_delay > 0 else None)
+    info = client.register(args.name, sql, partitions=partitions or None,
+                           fragments=args.fragments, strategy=strategy, force=args.force,
+                           shards=args.shards)
+    if args.json:
+        print_json(info)
+    else:
+        print(f"registered {describe_info(info)}")
+    return 0
+
+
+def _typed_bounds(client: Any, attr: str, texts: list[str]) -> list[Any]:
+    """Split points given as text, converted to the column's type (from the server)."""
+    import pyarrow as pa
+
+    table, _, column = attr.lower().partition(".")
+    schema = client.schema(table)
+    if column not in schema.names:
+        raise ValueError(f"--bounds {attr}: {table} has no column {column!r}")
+    dtype = schema.field(column).type
+    try:
+        return pa.array([t.strip() for t in texts]).cast(dtype).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"--bounds {attr}: not values of type {dtype}: {exc}") from None
+
+
+def _sketch(client: Any, args: argparse.Namespace) -> int:
+    s = client.sketch(args.name, fresh=not args.latest, seq=args.seq,
+                      include_partitions=args.partitions)
+    if args.json:
+        print_json(s)
+    else:
+        print("\n".join(describe_sketch(s)))
+    return 0
+
+
+def _watch(client: Any, args: argparse.Namespace) -> int:
+    after = args.after_seq
+    if after is None:
+        after = max(client.sketch(args.name, fresh=False).seq - 1, 0)
+    shown = 0
+    try:
+        for s in client.watch(args.name, after_seq=after, timeout=args.seconds):
+            if args.json:
+                print_json(s, indent=None)
+            else:
+                print("\n".join(describe_sketch(s)), flush=True)
+            shown += 1
+            if args.count is not None and shown >= args.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _update(client: Any, args: argparse.Namespace) -> int:
+    if not (args.insert or args.delete or args.update_old or args.update_new):
+        raise ValueError("give at least one of --insert, --delete, --update-old/--update-new")
+    if bool(args.update_old) != bool(args.update_new):
+        raise ValueError("--update-old and --update-new go together")
+    schema = client.schema(args.table)
+
+    def load(path: str | None) -> Any:
+        return read_table_file(path, schema) if path else None
+
+    updates = (load(args.update_old), load(args.update_new)) if args.update_old else None
+    result = client.apply_update(args.table, inserts=load(args.insert),
+                                 deletes=load(args.delete), updates=updates)
+    if args.json:
+        print_json(result)
+    else:
+        eager = f"; maintained {', '.join(result.maintained)}" if result.maintained else ""
+        print(f"{result.table}: version {result.version} (+{result.inserted} "
+              f"-{result.deleted} rows){eager}")
+    return 0
+
+
+def _query(client: Any, args: argparse.Namespace) -> int:
+    sql = args.sql or (Path(args.file).read_text() if args.file else None)
+    query = args.registered or args.with_query
+    result = client.run_query(sql=sql, query=query, use_sketch=not args.no_sketch)
+    if args.out:
+        write_rows(result.rows, args.out)
+    if args.json:
+        out = to_json(result)
+        if args.out:
+            out["rows"] = f"written to {args.out}"
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    how = f"with the sketch of {result.sketch.query} (seq {result.sketch.seq})" \
+        if result.sketch else "without a sketch"
+    print(f"{result.rows.num_rows} rows in {result.seconds:.3f} s {how}")
+    for t in sorted(result.rows_read):
+        print(f"  {t}: {result.rows_read[t]:,} rows read, {result.files_read.get(t, 0)} files "
+              f"read, {result.files_skipped.get(t, 0)} skipped")
+    if args.show and result.rows.num_rows:
+        print(result.rows.slice(0, args.show).to_pandas().to_string(index=False))
+        if result.rows.num_rows > args.show:
+            print(f"... {result.rows.num_rows - args.show} more rows")
+    return 0
+
+
+def _ls(client: Any, args: argparse.Namespace) -> int:
+    queries, tables = client.queries(), client.tables()
+    if args.json:
+        print_json({"queries": queries,
+                     "tables": [{"name": t.name, "version": t.version,
+                                 "columns": {f.name: str(f.type) for f in t.schema}}
+                                for t in tables]})
+        return 0
+    print(f"queries ({len(queries)}):")
+    for q in queries:
+        print(f"  {describe_info(q)}")
+    print(f"tables ({len(tables)}):")
+    for t in tables:
+        print(f"  {t.name:16s} version {t.version:<5d} {', '.join(t.schema.names)}")
+    return 0
+
+
+def _drop(client: Any, args: argparse.Namespace) -> int:
+    client.drop(args.name)
+    show(args, {"dropped": args.name}, f"dropped {args.name}")
+    return 0
+
+
+def _evict(client: Any, args: argparse.Namespace) -> int:
+    client.evict(args.name)
+    show(args, {"evicted": args.name}, f"evicted {args.name} (checkpointed, actors stopped)")
+    return 0
+
+
+def _restore(client: Any, args: argparse.Namespace) -> int:
+    info = client.restore(args.name)
+    show(args, info, f"restored {describe_info(info)}")
+    return 0
+
+
+def _scale(client: Any, args: argparse.Namespace) -> int:
+    info = client.scale(args.name, args.shards)
+    show(args, info, f"scaled {describe_info(info)}")
+    return 0
+
+
+def _checkpoint(client: Any, args: argparse.Namespace) -> int:
+    points = client.checkpoint(args.name)
+    show(args, points, "\n".join(f"{c.query} shard {c.shard}: {c.uri} ({c.bytes:,} bytes, "
+                                 f"sha256 {c.sha256[:12]}...)" for c in points))
+    return 0
+
+
+def _maintain(client: Any, args: argparse.Namespace) -> int:
+    done = client.maintain(queries=args.queries, tables=args.tables)
+    show(args, done, "\n".join(line for s in done.values() for line in describe_sketch(s))
+         or "nothing to maintain")
+    return 0
+
+
+def _stats(client: Any, args: argparse.Namespace) -> int:
+    stats = client.stats()
+    if args.json:
+        print_json(stats)
+        return 0
+    for part in ("coordinator", "service"):
+        print(f"{part}:")
+        for key, value in stats[part].items():
+            text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+            print(f"  {key}: {text}")
+    return 0

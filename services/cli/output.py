@@ -1,0 +1,153 @@
+"""What the ``imp`` client commands print: readable text, JSON, exit codes, table files.
+
+JSON output is the records as JSON-ready values (``to_json``: dates ISO, decimals as text,
+Arrow types by name). Exit codes: 0 done; 2 the request was refused (bad input, unknown
+name, limits...); 3 the server cannot be reached or timed out; 4 authentication failed;
+1 anything else (``exit_code`` maps a gRPC status name to one of them).
+
+Nothing here imports gRPC or Arrow at import time, so ``imp --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import decimal
+import json
+from pathlib import Path
+from typing import Any
+
+EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_OTHER = 2, 3, 4, 1
+_REFUSED = {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION",
+            "UNIMPLEMENTED", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED"}
+_UNREACHABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
+_AUTH = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
+
+
+def exit_code(status: str) -> int:
+    if status in _REFUSED:
+        return EXIT_REFUSED
+    if status in _UNREACHABLE:
+        return EXIT_UNREACHABLE
+    if status in _AUTH:
+        return EXIT_AUTH
+    return EXIT_OTHER
+
+
+def to_json(obj: Any) -> Any:
+    """Records as JSON-ready values (dates ISO, decimals as text, types by name)."""
+    import pyarrow as pa
+
+    from imp_actors.config import Eager, Lazy, strategy_to_json
+    from imp_core.sketch.sketch import Range
+
+    if isinstance(obj, (Eager, Lazy)):
+        return strategy_to_json(obj)
+    if isinstance(obj, Range):
+        return {"lo": to_json(obj.lo), "hi": to_json(obj.hi),
+                "includes_null": obj.includes_null}
+    if isinstance(obj, pa.Table):
+        return obj.to_pylist()
+    if isinstance(obj, (pa.DataType, pa.Schema)):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, (dt.date, dt.datetime)):
+        return obj.isoformat()
+    if isinstance(obj, decimal.Decimal):
+        return str(obj)
+    return obj
+
+
+def print_json(obj: Any, indent: int | None = 2) -> None:
+    print(json.dumps(to_json(obj), indent=indent, default=str), flush=True)
+
+
+def _bound(v: Any) -> str:
+    return "-inf" if v is None else str(v)
+
+
+def describe_sketch(s: Any) -> list[str]:
+    versions = ", ".join(f"{t}@{v}" for t, v in sorted(s.versions.items()))
+    lines = [f"{s.query}  seq {s.seq}  tables {versions}  "
+             f"{len(s.fragments)}/{s.total_fragments} fragments  "
+             f"maintained in {1000 * s.maintain_seconds:.1f} ms"]
+    for t in s.tables:
+        ranges = " ".join(f"[{_bound(r.lo)}, {'+inf' if r.hi is None else r.hi})"
+                          for r in t.ranges)
+        lines.append(f"  {t.table}.{t.column} ({t.type}): {len(t.fragments)} of "
+                     f"{t.fragment_count} fragments, {len(t.ranges)} ranges: {ranges or '-'}")
+        if t.bounds is not None:
+            lines.append(f"    split points: {', '.join(map(str, t.bounds))}")
+    lines.append(f"  WHERE {s.where}")
+    return lines
+
+
+def describe_info(q: Any) -> str:
+    from imp_actors.config import strategy_to_json
+
+    strategy = strategy_to_json(q.strategy)
+    how = strategy["kind"] if strategy["kind"] == "lazy" else \
+        f"eager({strategy['batch_tuples']} tuples, {strategy['max_delay_s']} s)"
+    attrs = ", ".join(f"{p['table']}.{p['column']}" for p in q.partitions)
+    versions = ", ".join(f"{t}@{v}" for t, v in sorted(q.versions.items()))
+    return (f"{q.name:16s} {q.state:8s} {how:22s} shards {q.shards}  seq {q.sketch_seq:<4d} "
+            f"{q.sketch_fragments}/{q.total_fragments} fragments on {attrs}  [{versions}]")
+
+
+def read_table_file(path: str, schema: Any) -> Any:
+    """A Parquet, CSV or JSON-lines file as an Arrow table with ``schema``'s types."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+
+    suffix = Path(path).suffix.lower()
+    if not Path(path).is_file():
+        raise ValueError(f"no such file: {path}")
+    if suffix == ".parquet":
+        data = pq.read_table(path)
+    elif suffix == ".csv":
+        known = {f.name: f.type for f in schema}
+        data = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=known))
+    elif suffix in (".json", ".jsonl", ".ndjson"):
+        data = pajson.read_json(path, parse_options=pajson.ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="infer"))
+    else:
+        raise ValueError(f"{path}: unknown format {suffix!r} (.parquet, .csv or .json)")
+    # the table's own types, when the file's differ only in representation
+    fields = [schema.field(n) if n in schema.names else data.schema.field(n)
+              for n in data.schema.names]
+    try:
+        return data.cast(pa.schema(fields))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return data  # let the server say what does not match
+
+
+def write_rows(rows: Any, path: str) -> None:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".parquet":
+        pq.write_table(rows, path)
+    elif suffix == ".csv":
+        pacsv.write_csv(rows, path)
+    elif suffix in (".json", ".jsonl"):
+        Path(path).write_text("".join(json.dumps(to_json(r), default=str) + "\n"
+                                      for r in rows.to_pylist()))
+    else:
+        raise ValueError(f"{path}: unknown format {suffix!r} (.parquet, .csv or .json)")
+
+
+def show(args: argparse.Namespace, obj: Any, text: str) -> None:
+    """``obj`` as JSON with ``--json``, else the readable ``text``."""
+    if args.json:
+        print_json(obj)
+    else:
+        print(text)

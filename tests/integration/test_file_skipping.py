@@ -1,0 +1,134 @@
+"""File skipping for sketch-filtered queries (imp_core/spark/skipping.py).
+
+Logic: a file is left out only when its logged [min, max] meets none of the ranges the
+sketch's filter keeps (checked against brute force over random statistics and sketches).
+Spark: the service's run_query over a table of many clustered files reads fewer files with
+a sketch, returns the plain query's rows, and every skipped file holds no row the filter
+keeps (checked against the files' actual values).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyroaring import BitMap
+from runtime_support import make_config
+
+from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.sketch import Sketch
+from imp_core.spark.compile import predicate_ranges
+from imp_core.spark.skipping import prunable, sketch_files
+
+
+def _in_ranges(ranges, value) -> bool:
+    if value is None:
+        return bool(ranges) and ranges[0].includes_null
+    return any((r.lo is None or value >= r.lo) and (r.hi is None or value < r.hi)
+               for r in ranges)
+
+
+def _sketch(part: RangePartition, frags) -> Sketch:
+    return Sketch(PartitionSet((part,)), BitMap(frags))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kept_files_are_exactly_those_meeting_the_filter(seed):
+    rng = np.random.default_rng(seed)
+    bounds = sorted(rng.choice(np.arange(-500, 500), size=int(rng.integers(1, 60)),
+                               replace=False).tolist())
+    part = RangePartition.from_bounds("t", "a", pa.int64(), bounds)
+    frags = rng.choice(part.size, size=int(rng.integers(0, part.size + 1)), replace=False)
+    sketch = _sketch(part, frags.tolist())
+    ranges = predicate_ranges(sketch, "t")
+    stats = []
+    for i in range(200):
+        lo = int(rng.integers(-600, 600))
+        hi = lo + int(rng.integers(0, 80))
+        nulls = int(rng.integers(0, 3)) if rng.random() < 0.3 else 0
+        stats.append((f"f{i}", lo, hi, nulls))
+    stats.append(("nostats", None, None, None))
+    stats.append(("allnull", None, None, 7))
+    kept = set(sketch_files(sketch, "t", stats))
+    assert {"nostats", "allnull"} <= kept
+    for uri, lo, hi, nulls in stats[:-2]:
+        # brute force: some integer in [lo, hi] (or a NULL) passes the filter
+        meets = any(_in_ranges(ranges, v) for v in range(lo, hi + 1)) or \
+            (nulls > 0 and _in_ranges(ranges, None))
+        assert (uri in kept) == meets, (uri, lo, hi, nulls, ranges)
+
+
+def test_types_whose_statistics_cannot_skip_keep_every_file():
+    assert prunable(pa.int32()) and prunable(pa.date32()) and prunable(pa.decimal128(10, 2))
+    assert not prunable(pa.string()) and not prunable(pa.float64())
+    part = RangePartition.from_bounds("t", "s", pa.string(), ["g", "p"])
+    stats = [("x", "a", "b", 0), ("y", "q", "z", 0)]
+    assert sketch_files(_sketch(part, [1]), "t", stats) == ["x", "y"]
+    other = RangePartition.from_bounds("u", "a", pa.int64(), [10])
+    assert sketch_files(_sketch(other, [1]), "t", stats) == ["x", "y"]  # t not sketched
+
+
+@pytest.mark.parametrize("dtype,conv", [
+    (pa.date32(), lambda v: dt.date(2020, 1, 1) + dt.timedelta(days=v)),
+    (pa.decimal128(12, 2), lambda v: Decimal(v) / 4),
+])
+def test_dates_and_decimals(dtype, conv):
+    part = RangePartition.from_bounds("t", "a", dtype, [conv(10), conv(20), conv(30)])
+    sketch = _sketch(part, [2])  # [20, 30)
+    stats = [("below", conv(0), conv(19), 0), ("edge", conv(15), conv(20), 0),
+             ("inside", conv(21), conv(22), 0), ("at_hi", conv(30), conv(40), 0)]
+    assert sketch_files(sketch, "t", stats) == ["edge", "inside"]
+
+
+# -- through Spark and the service ----------------------------------------------------------
+@pytest.mark.spark
+@pytest.mark.integration
+def test_service_query_reads_fewer_files_and_the_same_rows(spark, tmp_path):
+    from imp_actors.coordinator import Coordinator
+    from imp_actors.types import QuerySpec
+    from imp_core.storage import DeltaStore
+    from imp_core.storage.delta_store import WriteOptions
+
+    rng = np.random.default_rng(3)
+    n = 40_000
+    data = pa.table({"id": pa.array(np.arange(n), pa.int64()),
+                     "a": pa.array(rng.integers(0, 400, n), pa.int64()),
+                     "c": pa.array(rng.integers(0, 1000, n), pa.int64())})
+    # small files, clustered on a: each file spans a narrow range of a
+    store = DeltaStore(tmp_path / "tables", WriteOptions(max_row_group_size=512,
+                                                         target_file_size=8 * 1024))
+    store.create_table("t", data, key=["id"], cluster_by=["a"])
+    c = Coordinator(make_config(tmp_path / "svc", tables_root=str(store.root)),
+                    store=store).start()
+    try:
+        sql = "SELECT a, avg(c) AS ac FROM t GROUP BY a HAVING avg(c) > 560"
+        c.register(QuerySpec(name="q", sql=sql, partitions={"t.a": 100}))
+        extra = pa.table({"id": pa.array([n, n + 1], pa.int64()),
+                          "a": pa.array([5, 390], pa.int64()),
+                          "c": pa.array([999, 0], pa.int64())})
+        c.apply_update("t", inserts=extra, deletes=data.slice(0, 3))
+        used = c.run_query(query="q", use_sketch=True)
+        plain = c.run_query(sql=sql, use_sketch=False)
+        assert used.rows.sort_by("a").equals(plain.rows.sort_by("a"))
+        assert used.rows.num_rows > 0
+        total = len(store.file_uris("t"))
+        assert total > 10
+        assert used.files_skipped["t"] > 0
+        assert used.files_read["t"] + used.files_skipped["t"] == total
+        # no skipped file holds a row the sketch's filter keeps
+        sketch = used.sketch.sketch
+        ranges = predicate_ranges(sketch, "t")
+        _, stats = store.file_stats("t", None, "a")
+        kept = set(sketch_files(sketch, "t", stats))
+        assert len(kept) < total
+        for uri, *_ in stats:
+            if uri not in kept:
+                path = uri[len("file://"):] if uri.startswith("file://") else uri
+                values = pq.read_table(path, columns=["a"]).column("a").to_pylist()
+                assert not any(_in_ranges(ranges, v) for v in values), uri
+    finally:
+        c.close(checkpoint=False)

@@ -1,0 +1,256 @@
+"""The data layer without Spark: join sides probed from the Delta tables' files and refills
+of bounded buffers, wired by ``DataLayer`` as the query actors wire them. After every
+random batch of updates the maintained sketch and result equal the reference evaluator's
+recapture at the same table versions; the placement follows the state budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from imp_core.data_layer import DataLayer, join_sides, place_join_sides
+from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.pipeline import EngineOptions
+from imp_core.engine.probed_side import is_probed
+from imp_core.engine.subtree import evaluate_subtree
+from imp_core.plan.lineage import trace_column
+from imp_core.prepare import StoreTables, prepare_query
+from imp_core.reference import reference_capture
+from imp_core.sql import plan_sql
+from imp_core.storage import ChangeReader, DeltaStore
+from imp_core.storage.file_side import FileJoinSide, TableFiles
+
+FACTS = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
+DIMS = pa.schema([("dk", pa.int64()), ("w", pa.int64())])
+JOIN_SQL = ("SELECT k, sum(v) AS s, max(w) AS mw FROM facts JOIN dims ON k = dk "
+            "WHERE w > 1 GROUP BY k HAVING sum(v) > 20")
+TAGS = pa.schema([("tk", pa.int64()), ("z", pa.int64())])
+CHAIN_SQL = ("SELECT k, sum(v) AS s, min(z) AS mz FROM facts JOIN dims ON k = dk "
+             "JOIN tags ON w = tk GROUP BY k")
+TOPK_SQL = "SELECT k, v, w FROM facts JOIN dims ON k = dk ORDER BY v DESC, k LIMIT 3"
+
+
+def _tables(rng: np.random.Generator, n: int = 60) -> dict[str, pa.Table]:
+    facts = pa.table({"id": np.arange(n), "k": rng.integers(0, 12, n),
+                      "v": rng.integers(0, 20, n)}, schema=FACTS)
+    dims = pa.table({"dk": rng.integers(0, 14, 20), "w": rng.integers(0, 6, 20)}, schema=DIMS)
+    tags = pa.table({"tk": rng.integers(0, 8, 10), "z": rng.integers(0, 50, 10)}, schema=TAGS)
+    return {"facts": facts, "dims": dims, "tags": tags}
+
+
+def _store(path, tables: dict[str, pa.Table]) -> DeltaStore:
+    store = DeltaStore(path)
+    store.create_table("facts", tables["facts"], key=["id"])
+    store.create_table("dims", tables["dims"])  # keyless: duplicate rows allowed
+    store.create_table("tags", tables["tags"])
+    return store
+
+
+class _Run:
+    """One query maintained through the data layer from the store's change feed."""
+
+    def __init__(self, store: DeltaStore, sql: str, options: EngineOptions,
+                 probe_all: bool = True):
+        self.store = store
+        self.prepared = prepare_query(sql, StoreTables(store), {"facts.k": 4})
+        plan = self.prepared.plan
+        placement = frozenset(s for s, *_ in join_sides(plan.root)) if probe_all \
+            else frozenset()
+        self.wiring = DataLayer(store).wire(plan, self.prepared.partitions, options,
+                                            placement)
+        self.versions = dict(self.prepared.versions)
+        self.reader = ChangeReader(store)
+        self.wiring.context.begin(None, self.versions)
+        self.wiring.pipeline.apply({t: TableDelta.inserts(store.read(t, v))
+                                    for t, v in self.versions.items()})
+
+    def maintain(self) -> None:
+        target = {t: self.store.version(t) for t in self.versions}
+        changes = {t: self.reader.changes(t, self.versions[t], v,
+                                          self.prepared.specs.get(t))
+                   for t, v in target.items() if v > self.versions[t]}
+        self.wiring.context.begin(self.versions, target)
+        self.wiring.pipeline.apply(changes)
+        self.versions = target
+
+    def check(self) -> None:
+        tables = {t: self.store.read(t, v) for t, v in self.versions.items()}
+        ref = reference_capture(self.prepared.plan, tables, self.prepared.partitions)
+        assert self.wiring.pipeline.sketch() == ref.sketch
+        assert self.wiring.pipeline.result().to_counter() == ref.bag.items
+
+
+def _random_change(store: DeltaStore, rng: np.random.Generator, salt: int) -> None:
+    if rng.random() < 0.6:
+        data = store.read("facts")
+        dels = data.take(pa.array(rng.choice(data.num_rows, size=min(4, data.num_rows),
+                                             replace=False)))
+        ins = pa.table({"id": np.arange(salt, salt + 5), "k": rng.integers(0, 12, 5),
+                        "v": rng.integers(0, 20, 5)}, schema=FACTS)
+        store.apply("facts", inserts=ins, deletes=dels)
+    else:
+        data = store.read("dims")
+        dels = data.take(pa.array(rng.choice(data.num_rows, size=min(3, data.num_rows),
+                                             replace=False)))
+        ins = pa.table({"dk": rng.integers(0, 14, 3), "w": rng.integers(0, 6, 3)},
+                       schema=DIMS)
+        store.apply("dims", inserts=ins, deletes=dels)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 4),
+       query=st.sampled_from(["join", "topk", "chain"]))
+def test_probed_sides_and_refills_equal_the_reference(tmp_path_factory, seed, steps, query):
+    rng = np.random.default_rng(seed)
+    store = _store(tmp_path_factory.mktemp("dl"), _tables(rng))
+    sql, options = {"join": (JOIN_SQL, EngineOptions(minmax_buffer=1)),
+                    "topk": (TOPK_SQL, EngineOptions(topk_buffer=3)),
+                    "chain": (CHAIN_SQL, EngineOptions(minmax_buffer=1))}[query]
+    run = _Run(store, sql, options)
+    sides = [s for op in run.wiring.pipeline.operators if op.kind == "join"
+             for s in (op.left, op.right)]
+    assert sides and all(isinstance(s, FileJoinSide) for s in sides)
+    run.check()
+    for step in range(steps):
+        _random_change(store, rng, 10_000 + 100 * step)
+        run.maintain()
+        run.check()
+
+
+def test_a_side_of_several_tables_reads_only_rows_that_can_join(tmp_path):
+    rng = np.random.default_rng(9)
+    store = _store(tmp_path, _tables(rng, 300))
+    run = _Run(store, CHAIN_SQL, EngineOptions())
+    top = next(op for op in run.wiring.pipeline.operators
+               if op.kind == "join" and len(op.node.left.tables()) == 2)
+    side = top.left  # facts ⋈ dims, probed by w: dims.w, then facts.k via k = dk
+    assert {t for (t, _), _ in side._links} == {"facts", "dims"}
+    side._sync()
+    keys = pa.table({"__imp_k0": pa.array([1, 2], pa.int64())})
+    read = side._read({"dims": {"w": keys.column(0).combine_chunks()}})
+    assert set(read["dims"].column("w").to_pylist()) <= {1, 2}
+    assert set(read["facts"].column("k").to_pylist()) <= set(read["dims"].column("dk")
+                                                             .to_pylist())
+    everything = evaluate_subtree(side.node, side.partitions, side._read({}))
+    found = side.lookup(keys)
+    want = everything.filter(pc.is_in(everything.data.column(side.key_columns[0]),
+                                      keys.column(0)).to_numpy(zero_copy_only=False))
+    assert found.to_counter() == want.to_counter()
+    for step in range(3):
+        _random_change(store, rng, 20_000 + 100 * step)
+        run.maintain()
+        run.check()
+
+
+def test_deletes_that_empty_bounded_buffers_are_refilled_from_the_files(tmp_path):
+    rng = np.random.default_rng(5)
+    store = _store(tmp_path, _tables(rng, 200))
+    run = _Run(store, TOPK_SQL, EngineOptions(topk_buffer=3))
+    for _ in range(4):  # delete the current top rows: more than the buffer holds
+        data = store.read("facts")
+        top = data.take(pa.array(np.argsort(-data.column("v").to_numpy())[:4]))
+        store.apply("facts", deletes=top)
+        run.maintain()
+        run.check()
+
+
+def test_a_probed_side_keeps_no_rows_and_reads_only_matching_keys(tmp_path):
+    rng = np.random.default_rng(7)
+    store = _store(tmp_path, _tables(rng, 500))
+    probed = _Run(store, JOIN_SQL, EngineOptions())
+    held = _Run(store, JOIN_SQL, EngineOptions(), probe_all=False)
+    join = next(op for op in probed.wiring.pipeline.operators if op.kind == "join")
+    kept = next(op for op in held.wiring.pipeline.operators if op.kind == "join")
+    assert is_probed(join.left) and is_probed(join.right)
+    assert not is_probed(kept.left) and join.state_bytes() < kept.state_bytes()
+    # the facts side's key k is a plain copy of facts.k: lookups filter the Parquet read
+    assert list(join.left._pushdown.values()) == [("facts", "k")]
+    before = join.left.lookups
+    _random_change(store, rng, 50_000)
+    probed.maintain()
+    probed.check()
+    assert join.left.lookups + join.right.lookups > before
+
+
+def test_placement_probes_the_largest_sides_until_the_rest_fits():
+    schema = {"facts": FACTS, "dims": DIMS}
+    plan = plan_sql(JOIN_SQL, schema)
+    sizes = {"facts": 1000, "dims": 10}
+
+    def size(node):
+        return sum(sizes[t] for t in node.tables())
+
+    ids = [s for s, *_ in join_sides(plan.root)]
+    assert len(ids) == 2
+    assert place_join_sides(plan.root, size, None) == frozenset()
+    assert place_join_sides(plan.root, size, 10_000) == frozenset()
+    big = place_join_sides(plan.root, size, 100)
+    assert len(big) == 1 and big <= set(ids)
+    assert place_join_sides(plan.root, size, 0) == frozenset(ids)
+
+
+def test_key_columns_trace_to_their_scans():
+    plan = plan_sql("SELECT x, w FROM (SELECT k AS x, v FROM facts WHERE v > 2) f "
+                    "JOIN dims ON x = dk", {"facts": FACTS, "dims": DIMS})
+    join = next(n for n in plan.root.walk() if n.__class__.__name__ == "Join")
+    left_keys, right_keys, _ = join.equi_keys()
+    scan, col = trace_column(join.left, left_keys[0])
+    assert (scan.table, col) == ("facts", "k")
+    scan, col = trace_column(join.right, right_keys[0])
+    assert (scan.table, col) == ("dims", "dk")
+
+
+def test_key_columns_trace_through_joins():
+    dims2 = pa.schema([("ek", pa.int64()), ("z", pa.int64())])
+    plan = plan_sql("SELECT v, z FROM facts JOIN dims ON k = dk JOIN dims2 ON w = ek",
+                    {"facts": FACTS, "dims": DIMS, "dims2": dims2})
+    top = next(n for n in plan.root.walk() if n.__class__.__name__ == "Join")
+    left_keys, _, _ = top.equi_keys()
+    scan, col = trace_column(top.left, left_keys[0])  # w of the join below: dims.w
+    assert (scan.table, col) == ("dims", "w")
+
+
+def test_row_filter_cuts_every_read(tmp_path):
+    rng = np.random.default_rng(3)
+    store = _store(tmp_path, _tables(rng))
+    files = TableFiles(store, row_filter=lambda t, rows: rows.slice(0, 2) if t == "facts"
+                       else rows)
+    assert files.read("facts", store.version("facts"), ["id", "k"]).num_rows == 2
+    assert files.read("dims", store.version("dims"), ["dk"]).num_rows == 20
+
+
+@pytest.mark.parametrize("budget", [None, 0])
+def test_store_estimates_place_sides(tmp_path, budget):
+    rng = np.random.default_rng(1)
+    store = _store(tmp_path, _tables(rng))
+    prepared = prepare_query(JOIN_SQL, StoreTables(store), {"facts.k": 4})
+    placement = DataLayer(store).place(prepared.plan, prepared.partitions,
+                                       prepared.versions, budget)
+    assert len(placement) == (0 if budget is None else 2)
+
+
+def test_probed_sides_snapshot_to_their_declared_layout_and_restore(tmp_path):
+    rng = np.random.default_rng(13)
+    store = _store(tmp_path, _tables(rng, 120))
+    run = _Run(store, CHAIN_SQL, EngineOptions())
+    _random_change(store, rng, 30_000)
+    run.maintain()
+    joins = [op for op in run.wiring.pipeline.operators if op.kind == "join"]
+    for op in joins:
+        for name, table in op.snapshot().items():
+            assert table.schema == op.state_schemas()[name]
+    blob = run.wiring.pipeline.snapshot()
+    fresh = DataLayer(store).wire(run.prepared.plan, run.prepared.partitions,
+                                  EngineOptions(), frozenset(
+                                      s for s, *_ in join_sides(run.prepared.plan.root)))
+    fresh.pipeline.restore(blob)
+    run.wiring = fresh  # continue from the restored state
+    for step in range(2):
+        _random_change(store, rng, 31_000 + 100 * step)
+        run.maintain()
+        run.check()

@@ -1,0 +1,559 @@
+"""Actor-runtime logic with Ray forbidden: policies, records, storage and the coordinator
+on its in-process backend, checked against recaptures by the reference evaluator."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
+
+from imp_actors.checkpoints import CheckpointStore
+from imp_actors.config import Eager, EvictionPolicy, Lazy
+from imp_actors.coordinator import Coordinator
+from imp_actors.eviction import LiveQuery, choose_victims
+from imp_actors.feed import DeltaFeed
+from imp_actors.history import SketchHistory
+from imp_actors.registry import Registry, partition_from_record, partition_to_record
+from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
+from imp_actors.storage import BlobStore
+from imp_actors.types import QuerySpec, SketchVersion
+from imp_actors.worker import QueryWorker, WorkerSpec
+from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.pipeline import EngineOptions
+from imp_core.errors import (
+    ImpError,
+    QueryExistsError,
+    SchemaMismatchError,
+    SnapshotError,
+    SqlSyntaxError,
+    UnknownQueryError,
+    UnknownTableError,
+    UnshardableQueryError,
+    VersionError,
+)
+from imp_core.sketch.partition import PartitionSet, RangePartition
+from imp_core.sketch.sketch import Sketch
+from imp_core.sql import plan_sql
+from imp_core.storage import DeltaStore, to_weighted
+from imp_core.workloads.queries import load_query
+
+
+@pytest.fixture(scope="module")
+def store_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runtime-store")
+    fill_store(root, ("synthetic", "tpch"))
+    return root
+
+
+@pytest.fixture
+def root(tmp_path, store_root):
+    """A fresh service root whose table store is a copy of the module's."""
+    import shutil
+
+    shutil.copytree(store_root, tmp_path / "svc")
+    return tmp_path / "svc"
+
+
+def _check(c: Coordinator, name: str) -> SketchVersion:
+    sv = c.get_sketch(name)
+    assert sv.sketch == reference_sketch(c, name, sv), name
+    return sv
+
+
+# -- pure policies and records ---------------------------------------------------------------
+def test_eviction_policy_orders_by_last_use_and_respects_limits():
+    live = [LiveQuery("a", 1, 10.0, 100), LiveQuery("b", 2, 5.0, 500),
+            LiveQuery("c", 1, 20.0, 50, busy=True), LiveQuery("d", 1, 1.0, 10)]
+    cap = EvictionPolicy(max_live_actors=4, idle_seconds=None)
+    # 5 actors live + 1 coming: evict the least recently used until 4 fit
+    assert choose_victims(live, cap, now=30.0, incoming_actors=1) == ["d", "b"]
+    assert choose_victims(live, cap, now=30.0, incoming_actors=1, protect=["d"]) == ["b"]
+    idle = EvictionPolicy(max_live_actors=None, idle_seconds=15.0)
+    assert choose_victims(live, idle, now=30.0) == ["d", "b", "a"]  # c is busy
+    mem = EvictionPolicy(max_live_actors=None, idle_seconds=None, memory_budget_bytes=200)
+    assert choose_victims(live, mem, now=30.0) == ["d", "b"]
+    assert choose_victims(live, EvictionPolicy(None, None, None), now=30.0) == []
+
+
+def test_sketch_history_keeps_order_and_wakes_watchers():
+    parts = PartitionSet((RangePartition.from_bounds("t", "a", pa.int64(), [10, 20]),))
+    h = SketchHistory("q", keep=2)
+
+    def version(seq):
+        return SketchVersion("q", seq, {"t": seq}, Sketch(parts, [seq % 3]))
+
+    got = []
+    watcher = threading.Thread(target=lambda: got.append(h.next_after(0, timeout=5)))
+    watcher.start()
+    time.sleep(0.05)
+    h.append(version(1))
+    watcher.join()
+    assert got[0].seq == 1
+    with pytest.raises(ValueError):
+        h.append(version(3))  # no gaps
+    h.append(version(2))
+    h.append(version(3))
+    assert h.seqs() == [2, 3]
+    with pytest.raises(VersionError):
+        h.get(1)
+    assert h.next_after(0).seq == 2  # the oldest kept newer one
+    assert h.next_after(3, timeout=0.05) is None
+
+
+def test_shard_key_of_workload_queries():
+    from catalogs import workload_catalog
+
+    cat = workload_catalog()
+
+    def plan(name):
+        return plan_sql(load_query(name).sql, cat)
+
+    assert shard_key(plan("q_having_2")) == ShardKey("t5000g", "a")
+    assert shard_key(plan("q_joinsel")) == ShardKey("t5000g", "a")
+    assert shard_key(plan("cq1")) == ShardKey("crimes", "beat")
+    with pytest.raises(UnshardableQueryError, match="TopK"):
+        shard_key(plan("q_topk"))
+    with pytest.raises(UnshardableQueryError, match="single group"):
+        shard_key(plan("q06"))
+
+
+def test_route_rows_partitions_the_routed_table_and_copies_the_others():
+    rng = np.random.default_rng(3)
+    rows = pa.table({"a": rng.integers(0, 50, 200), "b": rng.integers(0, 9, 200)})
+    delta = TableDelta(rows, rng.choice([-1, 1], 200))
+    key = ShardKey("t", "a")
+    parts = route_rows("t", delta, key, 3)
+    assert sum(len(p) for p in parts) == 200
+    values = [set(p.rows.column("a").to_pylist()) for p in parts]
+    for k in range(3):  # a value always lands on the same shard
+        others = set().union(*[v for j, v in enumerate(values) if j != k])
+        assert values[k].isdisjoint(others) and values[k]
+    assert all(p is delta for p in route_rows("s", delta, key, 3))
+    # the hash does not depend on the process (fixed, documented function of the value)
+    assert shard_of(pa.array([1, 2, 3, None]), 7).tolist() == \
+        shard_of(pa.array([1, 2, 3, None]), 7).tolist()
+    assert shard_of(pa.array(["x", "y"]), 4).tolist() == shard_of(pa.array(["x", "y"]), 4).tolist()
+
+
+def test_registry_round_trips_partitions_exactly(tmp_path):
+    import datetime as dt
+    import decimal
+
+    parts = [RangePartition.from_bounds("t", "a", pa.int64(), [3, 9]),
+             RangePartition.from_bounds("l", "d", pa.date32(), [dt.date(1995, 1, 1)]),
+             RangePartition.from_bounds("l", "p", pa.decimal128(15, 2),
+                                        [decimal.Decimal("1.50"), decimal.Decimal("7.25")]),
+             RangePartition.from_bounds("c", "s", pa.string(), ["b", "m"])]
+    for p in parts:
+        back = partition_from_record(partition_to_record(p))
+        assert back == p and back.fingerprint() == p.fingerprint()
+    blobs = BlobStore(str(tmp_path / "reg"))
+    blobs.write_atomic("registry.json", b"{not json")
+    with pytest.raises(SnapshotError, match="damaged"):
+        Registry(blobs)
+
+
+def test_checkpoint_store_keeps_the_newest_and_writes_atomically(tmp_path):
+    store = CheckpointStore(str(tmp_path / "ck"), keep=2)
+    for i in range(4):
+        store.write("q", 1, 0, f"state {i}".encode(), {"t": i})
+    names = store.names("q", 1, 0)
+    assert [store.read(n) for n in names] == [b"state 3", b"state 2"]
+    assert not [p for p in (tmp_path / "ck").rglob("*") if p.name.startswith(".tmp-")]
+    store.write("q", 2, 0, b"new generation", {"t": 9})
+    store.drop("q", keep_generation=2)
+    assert store.names("q", 1, 0) == [] and len(store.names("q", 2, 0)) == 1
+
+
+def test_delta_feed_equals_the_change_feed_whatever_is_cached(root):
+    store = DeltaStore(root)
+    rng = np.random.default_rng(11)
+    v0 = store.version("t1000g")
+    for i in range(5):
+        ins, dels = random_batch(store, "t1000g", rng, 12, 10**6 + 100 * i)
+        store.apply("t1000g", inserts=ins, deletes=dels)
+    v5 = store.version("t1000g")
+    feed = DeltaFeed(store, cache_bytes=1 << 30)
+
+    def as_counter(delta: TableDelta):
+        from collections import Counter
+
+        out = Counter()
+        for row, w in zip(delta.rows.to_pylist(), delta.weights.tolist()):
+            out[tuple(sorted(row.items()))] += w
+        return +out
+
+    for a, b in [(v0 + 1, v0 + 3), (v0, v5), (v0 + 2, v5), (v0, v0 + 1), (v0 + 4, v5)]:
+        expect = TableDelta(*to_weighted(store.changes("t1000g", a, b)))
+        assert as_counter(feed.changes("t1000g", a, b)) == as_counter(expect), (a, b)
+    assert feed.stats.hits >= 3
+
+
+def test_worker_refuses_foreign_batches_and_acknowledges_repeats(tmp_path):
+    cat = {"t": pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])}
+    plan = plan_sql("SELECT a, sum(b) AS s FROM t GROUP BY a HAVING sum(b) > 5", cat)
+    parts = PartitionSet((RangePartition.from_bounds("t", "a", pa.int64(), [2, 4]),))
+    spec = WorkerSpec("q", 0, 1, 1, plan, parts, EngineOptions(), str(tmp_path))
+    w = QueryWorker()
+    w.load(spec)
+    rows = pa.table({"id": [1, 2, 3], "a": [1, 3, 5], "b": [9, 1, 7]})
+    first = w.apply({"t": TableDelta.inserts(rows)}, {}, {"t": 0})
+    assert first.applied and w.versions == {"t": 0}
+    again = w.apply({"t": TableDelta.inserts(rows)}, {}, {"t": 0})
+    assert not again.applied and again.sketch == first.sketch  # not counted twice
+    with pytest.raises(VersionError):
+        w.apply({"t": TableDelta.inserts(rows)}, {"t": 3}, {"t": 4})
+    info = w.checkpoint()
+    assert info.versions == {"t": 0}
+    blob = (tmp_path / "q/g1/shard-0").glob("*.snap").__next__()
+    damaged = bytearray(blob.read_bytes())
+    damaged[-5] ^= 0xFF
+    blob.write_bytes(bytes(damaged))
+    other = QueryWorker()
+    with pytest.raises(SnapshotError):
+        other.load(spec, f"q/g1/shard-0/{blob.name}")
+    assert other.pipeline is None and other.versions == {}
+
+
+# -- the coordinator on its in-process backend ------------------------------------------------
+QUERIES = ["q_having_2", "q_joinsel", "q_topk", "cq2", "q05", "q10"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("strategy", [Lazy(), Eager(batch_tuples=15, max_delay_s=None)],
+                         ids=["lazy", "eager"])
+def test_random_updates_keep_every_sketch_exact(root, strategy):
+    rng = np.random.default_rng(5)
+    with Coordinator(make_config(root)) as c:
+        for q in QUERIES:
+            c.register(workload_spec(q, q, strategy=strategy))
+            _check(c, q)
+        tables = ["t5000g", "tjoinhelp", "crimes", "lineitem", "orders"]
+        for step in range(8):
+            t = tables[int(rng.integers(0, len(tables)))]
+            ins, dels = random_batch(c.store, t, rng, int(rng.integers(2, 20)),
+                                     10**7 + 1000 * step)
+            if step % 4 == 3:  # another writer, outside the service, with delta-rs
+                t = "t5000g"
+                loc = c.store.entry(t).location
+                gone = c.store.read(t).column("id").to_pylist()[5 * step:5 * step + 3]
+                DeltaTable(loc).delete(f"id IN ({', '.join(map(str, gone))})")
+                fresh = c.store.read(t).slice(0, 4)
+                fresh = fresh.set_column(0, "id", pa.array(range(10**8 + 10 * step,
+                                                                 10**8 + 10 * step + 4)))
+                write_deltalake(loc, fresh, mode="append")
+            else:
+                c.apply_update(t, inserts=ins, deletes=dels)
+            if isinstance(strategy, Eager):
+                time.sleep(0.3)  # let the poller and eager flushes run
+            for q in QUERIES:
+                _check(c, q)
+        if isinstance(strategy, Eager):
+            assert c.counters["eager_batches"] > 0
+
+
+@pytest.mark.integration
+def test_eviction_under_a_live_actor_cap_restores_transparently(root):
+    cfg = make_config(root, eviction=EvictionPolicy(max_live_actors=2, idle_seconds=None))
+    rng = np.random.default_rng(8)
+    names = ["g1", "g2", "g3", "g4"]
+    with Coordinator(cfg) as c:
+        for n in names:
+            c.register(workload_spec(n, "q_having_2" if n != "g4" else "q_joinsel"))
+            assert c.stats()["live_actors"] <= 2
+        for step in range(6):
+            ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100 * step)
+            c.apply_update("t5000g", inserts=ins, deletes=dels)
+            for n in names[step % 2::2]:
+                _check(c, n)
+                assert c.stats()["live_actors"] <= 2
+        assert c.counters["evictions"] >= 4 and c.counters["restores"] >= 4
+        assert [i.state for i in c.queries()].count("live") <= 2
+
+
+@pytest.mark.integration
+def test_damaged_checkpoint_is_detected_and_the_query_recaptured(root, caplog):
+    rng = np.random.default_rng(2)
+    with Coordinator(make_config(root)) as c:
+        c.register(workload_spec("h", "q_having_2"))
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        c.apply_update("t5000g", inserts=ins, deletes=dels)
+        _check(c, "h")
+        c.evict("h")
+        for p in (root / "checkpoints" / "h").rglob("*.snap"):
+            data = bytearray(p.read_bytes())
+            data[len(data) // 2] ^= 0x5A
+            p.write_bytes(bytes(data))
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100)
+        c.apply_update("t5000g", inserts=ins, deletes=dels)
+        with caplog.at_level(logging.WARNING, logger="imp_actors"):
+            _check(c, "h")
+        assert c.counters["damaged_checkpoints"] >= 1 and c.counters["recaptures"] == 1
+        assert any("recapturing" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.integration
+def test_coordinator_restart_recovers_registry_and_state(root):
+    rng = np.random.default_rng(4)
+    cfg = make_config(root, checkpoint_every_batches=2)
+    c = Coordinator(cfg).start()
+    c.register(workload_spec("h", "q_having_2", strategy=Eager(batch_tuples=1000)))
+    c.register(workload_spec("j", "q_joinsel", shards=2))
+    for step in range(3):
+        ins, dels = random_batch(c.store, "t5000g", rng, 12, 10**7 + 100 * step)
+        c.apply_update("t5000g", inserts=ins, deletes=dels)
+        _check(c, "h"), _check(c, "j")
+    before = c.get_sketch("h")
+    c.abandon()  # a crash: no checkpoint at shutdown, actors left as they are
+    ins, dels = random_batch(c.store, "t5000g", rng, 12, 10**7 + 900)
+    DeltaStore(root).apply("t5000g", inserts=ins, deletes=dels)  # committed while down
+    with Coordinator(cfg) as c2:
+        assert sorted(i.name for i in c2.queries()) == ["h", "j"]
+        assert c2.info("h").strategy == Eager(batch_tuples=1000)
+        assert c2.info("j").shards == 2
+        after = _check(c2, "h")
+        assert after.versions["t5000g"] > before.versions["t5000g"]
+        _check(c2, "j")
+
+
+@pytest.mark.integration
+def test_resharding_mid_stream_stays_exact(root):
+    rng = np.random.default_rng(6)
+    with Coordinator(make_config(root)) as c:
+        c.register(workload_spec("j", "q_joinsel"))
+        for step, shards in enumerate([3, 2, 1, 3]):
+            ins, dels = random_batch(c.store, "t5000g", rng, 15, 10**7 + 100 * step)
+            c.apply_update("t5000g", inserts=ins, deletes=dels)
+            ins, dels = random_batch(c.store, "tjoinhelp", rng, 6, 0)
+            c.apply_update("tjoinhelp", inserts=ins, deletes=dels)
+            info = c.scale("j", shards)
+            assert info.shards == shards
+            _check(c, "j")
+        with pytest.raises(UnshardableQueryError):
+            c.register(workload_spec("top", "q_topk", shards=2))
+        assert "top" not in [i.name for i in c.queries()]
+
+
+@pytest.mark.integration
+def test_bad_requests_change_nothing(root):
+    with Coordinator(make_config(root)) as c:
+        c.register(workload_spec("h", "q_having_2"))
+        with pytest.raises(QueryExistsError):
+            c.register(workload_spec("h", "q_groups_50"))
+        with pytest.raises(SqlSyntaxError):
+            c.register(QuerySpec("bad", "SELECT a FROM t5000g WHERE (b <",
+                                 partitions={"t5000g.a": 4}))
+        with pytest.raises(UnknownTableError):
+            c.register(QuerySpec("bad", "SELECT x FROM nowhere", partitions={"nowhere.x": 4}))
+        with pytest.raises(UnknownQueryError):
+            c.get_sketch("nope")
+        v = c.store.version("t5000g")
+        with pytest.raises(SchemaMismatchError):
+            c.apply_update("t5000g", inserts=pa.table({"id": [1], "zzz": [2]}))
+        assert c.store.version("t5000g") == v
+        with pytest.raises(UnshardableQueryError):
+            c.register(workload_spec("h6", "q06", shards=2))
+        assert [i.name for i in c.queries()] == ["h"]
+        assert isinstance(UnshardableQueryError("x"), ImpError)
+        c.drop("h")
+        assert c.queries() == [] and not (root / "checkpoints" / "h").exists()
+        assert DeltaTable(c.store.entry("t5000g").location).version() == v
+
+
+@pytest.mark.parametrize("query", ["q_joinsel", "cq2", "q_groups_1000"])
+def test_resharded_state_equals_state_built_per_shard(query):
+    """Re-splitting 1 -> 3 -> 2 shards gives each shard exactly the state it would have
+    had from maintaining only its routed input."""
+    from catalogs import workload_catalog
+    from workload_data import synthetic_tables
+
+    from imp_actors.resharding import reshard
+    from imp_actors.sharding import shard_key
+    from imp_core.engine.operators.aggregate import AggregateOp
+    from imp_core.engine.operators.join import JoinOp
+    from imp_core.engine.pipeline import IncrementalQuery
+    from imp_core.sketch.partition import build_partition_set
+
+    data = synthetic_tables()
+    wq = load_query(query)
+    plan = plan_sql(wq.sql, workload_catalog())
+    pset = build_partition_set({f"{t}.{c}": 8 for t, c in wq.sketch},
+                               lambda t: data[t].schema, lambda t, c: data[t].column(c))
+    key = shard_key(plan)
+    opts = EngineOptions()
+
+    def built(shards: int, k: int) -> IncrementalQuery:
+        p = IncrementalQuery(plan, pset, opts)
+        p.apply({t: route_rows(t, TableDelta.inserts(data[t]), key, shards)[k]
+                 for t in plan.root.tables()})
+        return p
+
+    def canon(p: IncrementalQuery):
+        out = {"result": p.result().to_counter(), "sketch": p.sketch().fragments}
+        for op in p.operators:
+            if isinstance(op, AggregateOp):
+                out[op.op_id] = op.current_output().to_counter()
+            if isinstance(op, JoinOp):
+                out[op.op_id] = (op.left.contents().consolidate().to_counter(),
+                                 op.right.contents().consolidate().to_counter())
+        return out
+
+    states = [built(1, 0).state_tables()]
+    for shards in (3, 2):
+        states = reshard(states, plan, pset, opts, key, shards)
+        for k, tables in enumerate(states):
+            p = IncrementalQuery(plan, pset, opts)
+            p.load_state(tables)
+            assert canon(p) == canon(built(shards, k)), (shards, k)
+
+
+def test_auto_bootstrap_weighs_only_the_columns_a_query_reads(root):
+    """``bootstrap="auto"`` compares the uncompressed bytes of the columns the query reads
+    (Parquet footers, = a brute-force sum) with ``spark_bootstrap_min_bytes``."""
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    with Coordinator(make_config(root, bootstrap="engine")) as c:
+        c.register(workload_spec("g", "q_groups_1000"))
+        q = c._get("g")
+        versions = {t: c.probe.latest(t) for t in q.tables}
+        read = total = 0
+        for t, v in versions.items():
+            cols = c.shards.read_columns(q, t)
+            assert cols is not None and set(cols) < set(c.store.schema(t).names)
+            before_read, before_total = read, total
+            for uri in c.store.file_uris(t, v):
+                meta = pq.ParquetFile(uri[len("file://"):] if uri.startswith("file://")
+                                      else uri).metadata
+                for i in range(meta.num_row_groups):
+                    for j in range(meta.num_columns):
+                        col = meta.row_group(i).column(j)
+                        total += col.total_uncompressed_size
+                        if col.path_in_schema in cols:
+                            read += col.total_uncompressed_size
+            assert c.store.column_bytes(t, v, cols) == read - before_read
+            assert c.store.column_bytes(t, v) == total - before_total
+        assert 0 < read < total
+        for limit, spark in ((read - 1, True), (read, False), (total - 1, False)):
+            c.config = dataclasses.replace(c.config, bootstrap="auto",
+                                           spark_bootstrap_min_bytes=limit)
+            assert c.shards.spark_bootstrap(q, versions) is spark, limit
+
+
+# -- lifecycle, typed handles and the tools' public methods -----------------------------------
+def test_query_lifecycle_refuses_moves_outside_its_table():
+    from imp_actors.lifecycle import TRANSITIONS, LifecycleError, QueryRuntime, QueryState
+
+    cat = {"t": pa.schema([("a", pa.int64()), ("b", pa.int64())])}
+    plan = plan_sql("SELECT a, sum(b) AS s FROM t GROUP BY a", cat)
+    parts = PartitionSet((RangePartition.from_bounds("t", "a", pa.int64(), [2, 4]),))
+    from imp_actors.registry import QueryRecord
+
+    q = QueryRuntime(QueryRecord("q", "", (), {}), plan, parts, {}, None,
+                     SketchHistory("q", 2), state=QueryState.REGISTERING)
+    path = [QueryState.LIVE, QueryState.MAINTAINING, QueryState.LIVE, QueryState.EVICTED,
+            QueryState.RESTORING, QueryState.LIVE, QueryState.RESCALING, QueryState.LIVE,
+            QueryState.DROPPED]
+    seen = []
+    for to in path:
+        q.transition(to)
+        seen.append(q.state.reported)
+    assert seen == ["live"] * 3 + ["evicted", "evicted"] + ["live"] * 3 + ["evicted"]
+    with pytest.raises(LifecycleError, match="dropped to live"):
+        q.transition(QueryState.LIVE)
+    assert isinstance(LifecycleError("x"), ImpError)
+    for state in QueryState:  # every state but DROPPED leads somewhere
+        assert bool(TRANSITIONS[state]) is (state is not QueryState.DROPPED)
+        assert state not in TRANSITIONS[state]
+
+
+def test_local_handles_are_typed_and_report_errors_like_remote_calls(tmp_path):
+    from imp_actors.handles import LocalWorkerHandle
+    from imp_core.errors import WorkerLostError
+
+    cat = {"t": pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])}
+    plan = plan_sql("SELECT a, sum(b) AS s FROM t GROUP BY a HAVING sum(b) > 5", cat)
+    parts = PartitionSet((RangePartition.from_bounds("t", "a", pa.int64(), [2, 4]),))
+    h = LocalWorkerHandle("w")
+    spec = WorkerSpec("q", 0, 1, 1, plan, parts, EngineOptions(), str(tmp_path))
+    assert h.load(spec).result().query == "q"
+    rows = pa.table({"id": [1, 2], "a": [1, 5], "b": [9, 1]})
+    assert h.apply({"t": TableDelta.inserts(rows)}, {}, {"t": 0}).result().applied
+    bad = h.apply({"t": TableDelta.inserts(rows)}, {"t": 7}, {"t": 8})  # returns at once
+    with pytest.raises(VersionError):
+        bad.result()
+    assert h.status().result().versions == {"t": 0}
+    assert [op["kind"] for op in h.stats().result()]
+    assert h.node().result() == "local" and h.ping().result() > 0
+    assert h.checkpoint().result().versions == {"t": 0}
+    h.kill()
+    with pytest.raises(WorkerLostError):
+        h.status().result()
+
+
+def test_registry_reads_records_written_before_pushdown_existed(tmp_path):
+    import json
+
+    blobs = BlobStore(str(tmp_path / "reg"))
+    raw = {"name": "old", "sql": "SELECT 1", "partitions": [], "strategy": {"kind": "lazy"},
+           "force": False, "shards": 1, "generation": 1, "created_at": 1.0}
+    blobs.write_atomic("registry.json", json.dumps({"format": 1, "queries": {"old": raw}})
+                       .encode())
+    assert Registry(blobs).get("old").pushdown is True
+
+
+def test_tool_methods_of_the_coordinator(root):
+    with Coordinator(make_config(root)) as c:
+        c.register(workload_spec("h", "q_having_2", shards=2))
+        c.register(workload_spec("p", "q_joinsel", pushdown=False))
+        c.register(workload_spec("s", "q_joinsel"))
+        # scan specs: with pushdown some table carries a selection, without it none does
+        assert any(s.predicate is not None for s in c.scan_specs("s").values())
+        assert all(s.predicate is None for s in c.scan_specs("p").values())
+        assert c.info("p").state == "live"
+        rng = np.random.default_rng(12)
+        for step in range(3):
+            ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100 * step)
+            c.apply_update("t5000g", inserts=ins, deletes=dels)
+            for n in ("h", "p", "s"):
+                _check(c, n)
+        assert c.get_sketch("p").sketch == c.get_sketch("s").sketch
+        # per shard, per operator statistics of the pipelines
+        stats = c.operator_stats("h")
+        assert len(stats) == 2 and all(shard and "kind" in shard[0] for shard in stats)
+        assert c.sketch_seqs("h") == list(range(1, c.info("h").sketch_seq + 1))
+        assert c.wait_idle(["h", "p", "s"], timeout=5.0)
+        import os
+
+        assert c.worker_pids() == [os.getpid()] * 4  # in-process workers
+        # a killed shard is recovered on next use and the sketch stays exact
+        c.kill_shard("h", 1)
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 900)
+        c.apply_update("t5000g", inserts=ins, deletes=dels)
+        _check(c, "h")
+        assert c.counters["actor_recoveries"] == 1
+        c.evict("s")
+        assert c.info("s").state == "evicted"
+        with pytest.raises(UnknownQueryError):
+            c.kill_shard("s", 0)
+        assert c.placement("s") == ["local"] and c.info("s").state == "live"
+
+
+def test_wait_idle_waits_for_scheduled_maintenance(root):
+    with Coordinator(make_config(root)) as c:
+        c.register(workload_spec("e", "q_having_2", strategy=Eager(batch_tuples=1,
+                                                                   max_delay_s=None)))
+        rng = np.random.default_rng(13)
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        res = c.apply_update("t5000g", inserts=ins, deletes=dels)
+        assert res.maintained == ("e",)
+        assert c.wait_idle(["e"], timeout=30.0)
+        assert c.info("e").versions["t5000g"] == res.version
+        assert c.counters["eager_batches"] == 1

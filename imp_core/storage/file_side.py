@@ -52,7 +52,10 @@ class TableFiles:
             self._datasets.move_to_end(key)
             return self._datasets[key]
         files = self.store.file_uris(table, version)
-        found = ds.dataset(files, format="parquet") if files else None
+        # the table's schema, not the first file's: files written by different commits
+        # may store strings as string or string_view (Arrow filters only the former)
+        found = ds.dataset(files, format="parquet", schema=self.store.schema(table)) \
+            if files else None
         self._datasets[key] = found
         while len(self._datasets) > self.keep:
             self._datasets.popitem(last=False)

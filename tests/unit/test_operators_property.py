@@ -13,19 +13,14 @@ consolidation, partitions, sketches, exact sums) against naive Python models.
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
-from collections import Counter
 from decimal import Decimal
 from fractions import Fraction
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from diff_harness import (
-    DECIMALS,
-    FLOATS,
     HypChooser,
     RandChooser,
     World,
@@ -39,25 +34,11 @@ from diff_harness import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyroaring import BitMap
-from strategies import (
-    INT64,
-    fragment_ids,
-    fragment_sets,
-    indices,
-    nullable,
-    partition_bounds,
-    zset_weights,
-)
 
-from imp_core.engine.annotation import Annotation
-from imp_core.engine.bloom import BloomFilter
-from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import EngineOptions
-from imp_core.engine.zset import DeltaBatch
-from imp_core.errors import SnapshotError, StateExhaustedError
+from imp_core.errors import StateExhaustedError
 from imp_core.plan.expr import Case, UnaryOp
 from imp_core.plan.nodes import (
     AggCall,
@@ -70,8 +51,7 @@ from imp_core.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp_core.sketch.partition import PartitionSet, RangePartition
-from imp_core.sketch.sketch import Sketch
+from imp_core.sketch.partition import PartitionSet
 
 # IMP_TEST_SCALE=20 runs a long bug hunt with the same tests
 SCALE = float(os.environ.get("IMP_TEST_SCALE", "1"))
@@ -394,8 +374,6 @@ def test_topk_buffer_emptied_while_worse_tuples_arrive():
     world.apply({"r": ([rows[0], rows[1], (9, 0, 0, None, None)], [-1, -1, 1])})
 
 
-# -- exact sums -------------------------------------------------------------------------
-
 @settings(max_examples=10, deadline=None)
 @given(st.data())
 def test_long_sequences_keep_float_and_decimal_sums_exact(data):
@@ -429,285 +407,6 @@ def test_long_sequences_keep_float_and_decimal_sums_exact(data):
         assert abs(am - exact_mean) <= Decimal("0.000051")
     else:
         assert sm is None and am is None
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(FLOATS + (1e300, -1e300, 5e-324)), st.booleans()),
-                max_size=40))
-def test_exact_float_sum_matches_fsum(ops):
-    """Insert/delete sequences of doubles: the exact state finalizes to fsum of what's left."""
-    bag: Counter = Counter()
-    total = 0
-    count = 0
-    for v, delete in ops:
-        if delete and bag[v] > 0:
-            bag[v] -= 1
-            total -= int(exact_values(pa.array([v]))[0])
-            count -= 1
-        else:
-            bag[v] += 1
-            total += int(exact_values(pa.array([v]))[0])
-            count += 1
-        remaining = list(bag.elements())
-        got = finalize_sum([total], [count], pa.float64())[0].as_py()
-        if remaining:
-            assert got == math.fsum(remaining)
-            mean = finalize_avg([total], [count], pa.float64())[0].as_py()
-            assert mean == float(sum(map(Fraction, remaining)) / len(remaining))
-        else:
-            assert got is None
-
-
-def test_exact_decimal_values_and_sum():
-    arr = pa.array(list(DECIMALS) + [None], type=pa.decimal128(10, 2))
-    ints = exact_values(arr)
-    assert [int(x) for x in ints] == [int(d.scaleb(2)) for d in DECIMALS] + [0]
-    got = finalize_sum([int(sum(ints))], [len(DECIMALS)], arr.type)[0].as_py()
-    assert got == sum(DECIMALS, Decimal(0))
-
-
-# -- Bloom filter -----------------------------------------------------------------------
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(INT64, max_size=3000),
-       st.lists(INT64, max_size=200),
-       st.integers(1, 5000))
-def test_bloom_has_no_false_negatives(added, probes, expected):
-    bf = BloomFilter(expected)
-    half = len(added) // 2
-    bf.add(np.array(added[:half], dtype=np.int64))
-    bf.add(np.array(added[half:], dtype=np.int64))  # in two rounds
-    keys = np.array(added, dtype=np.int64)
-    assert bf.might_contain(keys).all()
-    hit = bf.might_contain(np.array(probes, dtype=np.int64))
-    assert hit.dtype == bool and len(hit) == len(probes)
-
-
-def test_bloom_false_positive_rate_is_low():
-    bf = BloomFilter(10_000)
-    bf.add(np.arange(0, 20_000, 2, dtype=np.int64))
-    fp = bf.might_contain(np.arange(1, 20_001, 2, dtype=np.int64)).mean()
-    assert fp < 0.05
-    assert not bf.saturated()
-
-
-# -- annotations (CSR) --------------------------------------------------------------------
-
-sets_st = st.lists(fragment_sets(41, max_size=5), max_size=12)
-
-
-@settings(max_examples=80, deadline=None)
-@given(sets_st, st.data())
-def test_annotation_ops_match_naive_model(sets, data):
-    ann = Annotation.from_sets(sets)
-    model = [tuple(s) for s in sets]
-    assert len(ann) == len(model)
-    assert ann.row_sets() == model
-    assert ann.offsets[0] == 0 and ann.offsets[-1] == len(ann.values)
-    assert ann.is_singleton() == all(len(s) == 1 for s in model)
-    n = len(model)
-    # take with repeats (and an empty take)
-    idx = data.draw(indices(n, max_size=15)) if n else []
-    assert ann.take(np.array(idx, dtype=np.int64)).row_sets() == [model[i] for i in idx]
-    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
-    assert ann.filter(mask).row_sets() == [m for m, k in zip(model, mask) if k]
-    # row-wise union, with and without deduplication
-    other_sets = data.draw(st.lists(fragment_sets(41, max_size=4), min_size=n, max_size=n))
-    other = Annotation.from_sets(other_sets)
-    u = ann.union_rows(other)
-    assert [sorted(r) for r in (list(u.row(i)) for i in range(n))] == \
-        [sorted(list(a) + list(b)) for a, b in zip(model, other_sets)]
-    assert ann.union_rows(other, dedupe=True).row_sets() == \
-        [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
-    assert u.deduplicated().row_sets() == \
-        [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
-    # per-fragment weighted counts
-    weights = np.array(data.draw(zset_weights(n, bound=3)), dtype=np.int64)
-    counts = ann.fragment_counts(weights, 41)
-    naive = np.zeros(41, dtype=np.int64)
-    for s, w in zip(model, weights):
-        for f in s:
-            naive[f] += w
-    assert counts.tolist() == naive.tolist()
-    # keys: equal iff the sets are equal
-    keys = ann.keys()
-    for i in range(n):
-        for j in range(n):
-            assert (keys[i] == keys[j]) == (model[i] == model[j])
-    # bitmaps round trip and concatenation
-    assert Annotation.from_bitmaps(ann.to_bitmaps()).row_sets() == model
-    assert Annotation.concat([ann, other, Annotation.empty(2)]).row_sets() == \
-        model + [tuple(s) for s in other_sets] + [(), ()]
-
-
-def test_annotation_singletons_and_empty():
-    ann = Annotation.singletons(np.array([3, 1, 3]))
-    assert ann.is_singleton() and ann.row_sets() == [(3,), (1,), (3,)]
-    assert ann.fragment_counts(np.array([1, 2, -1]), 4).tolist() == [0, 2, 0, 0]
-    e = Annotation.empty(3)
-    assert e.row_sets() == [(), (), ()]
-    assert e.take(np.array([0, 2])).row_sets() == [(), ()]
-    assert e.fragment_counts(np.ones(3, dtype=np.int64), 2).tolist() == [0, 0]
-
-
-# -- DeltaBatch consolidation -----------------------------------------------------------
-
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(nullable(st.integers(0, 2)),
-                          st.sampled_from(["x", "y", None]),
-                          fragment_sets(4, max_size=2),
-                          st.integers(-2, 2)), max_size=25))
-def test_consolidate_matches_counter(entries):
-    data = pa.table({"i": pa.array([e[0] for e in entries], pa.int64()),
-                     "s": pa.array([e[1] for e in entries], pa.string())})
-    batch = DeltaBatch(data, np.array([e[3] for e in entries], dtype=np.int64),
-                       Annotation.from_sets([e[2] for e in entries]))
-    model: Counter = Counter()
-    for i, s, ann, w in entries:
-        model[((i, s), tuple(ann))] += w
-    model = Counter({k: v for k, v in model.items() if v})
-    assert batch.to_counter() == model
-    out = batch.consolidate()
-    assert out.to_counter() == model
-    assert (out.weights != 0).all()
-    keys = list(zip(zip(*[c.to_pylist() for c in out.data.columns]), out.annotation.row_sets()))
-    assert len(keys) == len(set(keys)) == len(model)
-
-
-def test_consolidate_singleton_annotations():
-    data = pa.table({"i": pa.array([1, 1, 1, 2], pa.int64())})
-    batch = DeltaBatch(data, np.array([1, 1, -1, 0]), Annotation.singletons(np.array([0, 1, 0, 0])))
-    assert batch.consolidate().to_counter() == Counter({((1,), (1,)): 1})
-    assert len(batch.consolidate()) == 1
-
-
-# -- partitions and sketches ------------------------------------------------------------
-
-@settings(max_examples=80, deadline=None)
-@given(partition_bounds(st.integers(-20, 20), max_size=6),
-       st.lists(nullable(st.integers(-25, 25)), max_size=30),
-       st.integers(0, 7))
-def test_range_partition_annotate_matches_bisect(bounds, values, offset_frags):
-    part = RangePartition.from_bounds("t", "v", pa.int64(), bounds)
-    ids = part.annotate(pa.array(values, pa.int64()))
-    want = [0 if v is None else bisect.bisect_right(bounds, v) for v in values]
-    assert ids.tolist() == want
-    assert part.size == len(bounds) + 1
-    for frag in range(part.size):
-        lo, hi = part.range_of(frag)
-        for v in values:
-            if v is not None and part.annotate(pa.array([v], pa.int64()))[0] == frag:
-                assert (lo is None or v >= lo) and (hi is None or v < hi)
-    # global ids in a set: offset by the fragments of the partitions before it
-    first = RangePartition.from_bounds("u", "x", pa.int64(), list(range(offset_frags)))
-    ps = PartitionSet((first, part))
-    table = pa.table({"v": pa.array(values, pa.int64())})
-    assert ps.annotate("t", table).tolist() == [w + offset_frags + 1 for w in want]
-    assert ps.annotate("nope", table).tolist() == [-1] * len(values)
-
-
-@settings(max_examples=40, deadline=None)
-@given(partition_bounds(st.sampled_from([-1.5, 0.0, 0.25, 2.0, 7.75]), max_size=4),
-       st.lists(nullable(st.sampled_from([-3.0, -1.5, 0.0, 0.1, 2.0, 9.0])), max_size=12))
-def test_range_partition_floats_and_strings(bounds, values):
-    part = RangePartition.from_bounds("t", "v", pa.float64(), bounds)
-    want = [0 if v is None else bisect.bisect_right(bounds, v) for v in values]
-    assert part.annotate(pa.array(values, pa.float64())).tolist() == want
-    sb = sorted({str(b) for b in bounds})
-    sv = [None if v is None else str(v) for v in values]
-    spart = RangePartition.from_bounds("t", "v", pa.string(), sb)
-    assert spart.annotate(pa.array(sv, pa.string())).tolist() == \
-        [0 if v is None else bisect.bisect_right(sb, v) for v in sv]
-
-
-def test_range_partition_rejects_bad_bounds():
-    from imp_core.errors import PartitionError
-    with pytest.raises(PartitionError):
-        RangePartition.from_bounds("t", "v", pa.int64(), [3, 3])
-    with pytest.raises(PartitionError):
-        RangePartition.from_bounds("t", "v", pa.int64(), [5, 1])
-    with pytest.raises(PartitionError):
-        RangePartition.from_ranges("t", "v", pa.int64(), [(1, 5), (7, 9)])
-    with pytest.raises(PartitionError):
-        PartitionSet((RangePartition.from_bounds("t", "v", pa.int64(), []),
-                      RangePartition.from_bounds("t", "w", pa.int64(), [])))
-
-
-@settings(max_examples=80, deadline=None)
-@given(st.lists(nullable(st.integers(0, 30)), max_size=60), st.integers(1, 8))
-def test_equi_depth_bounds(values, fragments):
-    part = RangePartition.equi_depth("t", "v", pa.array(values, pa.int64()), fragments)
-    b = list(part.bounds)
-    nonnull = sorted(v for v in values if v is not None)
-    assert b == sorted(set(b)), "strictly increasing"
-    assert part.size <= fragments
-    assert all(x in nonnull for x in b), "bounds are data values"
-    if not nonnull:
-        assert b == []
-        return
-    assert b == [] or b[0] > nonnull[0], "the first fragment is not empty"
-    sizes = Counter(part.annotate(pa.array(nonnull, pa.int64())).tolist())
-    assert all(sizes[f] > 0 for f in range(part.size)), "no empty fragment"
-    if len(set(nonnull)) == len(nonnull) and len(nonnull) >= fragments:
-        n = len(nonnull)
-        assert part.size == fragments
-        assert all(n // fragments <= sizes[f] <= -(-n // fragments) for f in range(part.size))
-
-
-def _merge_runs(frags: list[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    for f in sorted(frags):
-        if runs and runs[-1][1] == f - 1:
-            runs[-1] = (runs[-1][0], f)
-        else:
-            runs.append((f, f))
-    return runs
-
-
-@settings(max_examples=60, deadline=None)
-@given(partition_bounds(st.integers(0, 50), max_size=5),
-       partition_bounds(st.integers(-5, 5), max_size=3), st.data())
-def test_sketch_ranges_predicate_and_serialization(bounds_t, bounds_u, data):
-    pt = RangePartition.from_bounds("t", "v", pa.int64(), bounds_t)
-    pu = RangePartition.from_bounds("u", "w", pa.int64(), bounds_u)
-    ps = PartitionSet((pu, pt))
-    ids = data.draw(fragment_ids(ps.size))
-    sk = Sketch(ps, BitMap(ids))
-    local_t = sorted(i - pu.size for i in ids if i >= pu.size)
-    assert sk.table_fragments("t") == local_t
-    assert sk.table_fragments("u") == sorted(i for i in ids if i < pu.size)
-    ranges = sk.ranges("t")
-    runs = _merge_runs(local_t)
-    assert len(ranges) == len(runs)
-    for r, (first, last) in zip(ranges, runs):
-        assert (r.lo, r.hi) == (pt.range_of(first)[0], pt.range_of(last)[1])
-        assert r.includes_null == (first == 0)
-    # the predicate selects exactly the sketch's tuples (NULL is in fragment 0)
-    duckdb = pytest.importorskip("duckdb")
-    domain = list(range(-2, 53)) + [None]
-    pred = sk.predicate("t")
-    con = duckdb.connect()
-    con.execute("CREATE TABLE x (v BIGINT)")
-    con.executemany("INSERT INTO x VALUES (?)", [(v,) for v in domain])
-    chosen = sorted(con.execute(f"SELECT v FROM x WHERE {pred}").fetchall(),
-                    key=lambda t: (t[0] is None, t[0]))
-    local = set(local_t)
-    want = [v for v in domain if int(pt.annotate(pa.array([v], pa.int64()))[0]) in local]
-    assert [v for (v,) in chosen] == want, pred
-    if not local_t:
-        assert pred == "FALSE"
-    assert Sketch(ps, BitMap()).predicate("t") == "FALSE"
-    assert sk.predicate("not_partitioned") == "TRUE"
-    # serialization round trip
-    assert Sketch.deserialize(ps, sk.serialize()) == sk
-    with pytest.raises(SnapshotError):
-        Sketch.deserialize(ps, b"\x00garbage")
-
-
-def test_sketch_rejects_foreign_ids():
-    ps = PartitionSet((RangePartition.from_bounds("t", "v", pa.int64(), [1]),))
-    with pytest.raises(ValueError):
-        Sketch(ps, BitMap([2]))
 
 
 def test_minmax_buffer_bounds_incomplete_groups_too():

@@ -200,6 +200,14 @@ def test_join_sides_served_through_connect(connect, store):
     assert sides and all(isinstance(s, SparkJoinSide) for s in sides)
     assert q.sketch == m.reference_sketch(JOIN_QUERY)
     _batch(store, np.random.default_rng(3), 82_000_000)
+    # and one row that surely has a partner: a probe the Bloom filter cannot rule out
+    row = store.read("t5000g").slice(0, 1)
+    partner = store.read("tjoinhelp").column("ttid")[0].as_py()
+    for name, value in (("id", 82_500_000), ("a", partner), ("b", 1)):
+        i = row.schema.get_field_index(name)
+        row = row.set_column(i, row.schema.field(name),
+                             pa.array([value]).cast(row.schema.field(name).type))
+    store.apply("t5000g", inserts=row)
     m.maintain(JOIN_QUERY)
     assert q.sketch == m.reference_sketch(JOIN_QUERY)
     assert sum(s.spark_calls for s in sides) > 0

@@ -253,7 +253,7 @@ def query_info_to_proto(info: QueryInfo) -> pb.QueryInfo:
         versions=dict(info.versions), sketch_seq=info.sketch_seq,
         sketch_fragments=info.sketch_fragments, total_fragments=info.total_fragments,
         state_bytes=info.state_bytes, pending_tuples=info.pending_tuples,
-        last_used=info.last_used)
+        last_used=info.last_used, probed_join_sides=list(info.probed_join_sides))
 
 
 def _range_to_proto(r: Range, dtype: pa.DataType) -> pb.Range:
@@ -344,7 +344,7 @@ def query_info_from_proto(msg: pb.QueryInfo) -> QueryInfo:
         versions=dict(msg.versions), sketch_seq=msg.sketch_seq,
         sketch_fragments=msg.sketch_fragments, total_fragments=msg.total_fragments,
         state_bytes=msg.state_bytes, pending_tuples=msg.pending_tuples,
-        last_used=msg.last_used)
+        last_used=msg.last_used, probed_join_sides=tuple(msg.probed_join_sides))
 
 
 def sketch_from_proto(msg: pb.SketchVersion) -> SketchRecord:

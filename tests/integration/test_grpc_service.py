@@ -104,6 +104,29 @@ def test_registered_queries_are_listed_with_their_settings(client):
     assert tables["t1000g"].schema.field("a").type == pa.int64()
 
 
+def test_probed_join_sides_are_reported(svc, client):
+    """A join input beyond the actors' state budget is probed from the table files, the
+    sketch stays exact, and QueryInfo says which inputs are probed."""
+    from dataclasses import replace
+
+    c = svc.coordinator
+    saved = c.config
+    c.config = replace(saved, join_state_budget_bytes=0)  # probe every equi-join input
+    try:
+        client.register("probed", load_query("q_joinsel").sql, partitions={"t5000g.a": 16})
+    finally:
+        c.config = saved
+    try:
+        info = {q.name: q for q in client.queries()}["probed"]
+        assert len(info.probed_join_sides) == 2
+        assert info.probed_join_sides == c.info("probed").probed_join_sides
+        _update(svc, client, "tjoinhelp", seed=71)
+        got = client.sketch("probed", include_partitions=True)
+        assert got.sketch() == reference(c, load_query("q_joinsel").sql, got)
+    finally:
+        client.drop("probed")
+
+
 def test_updates_then_current_sketch_equals_recapture(svc, client):
     for step in range(3):
         for table in ("t1000g", "t5000g"):

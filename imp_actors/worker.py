@@ -61,8 +61,7 @@ class WorkerSpec:
 
 def wire(spec: WorkerSpec) -> Wiring:
     """The shard's pipeline (empty state) wired to its data layer."""
-    bounded = spec.options.minmax_buffer is not None or spec.options.topk_buffer is not None
-    if spec.tables_root is None or not (spec.placement or bounded):
+    if spec.tables_root is None or not (spec.placement or spec.options.bounded):
         return Wiring(IncrementalQuery(spec.plan, spec.partitions, spec.options),
                       VersionContext())
     from imp_core.storage import DeltaStore

@@ -107,6 +107,7 @@ class DataLayer:
         self.store = store
         self._spark = spark
         self.files = TableFiles(store, row_filter)
+        self._footer_bytes: dict[tuple[str, int, tuple[str, ...]], int] = {}
 
     # -- Spark, when there is one --------------------------------------------------------
     @property
@@ -125,16 +126,22 @@ class DataLayer:
         tables: per table, the larger of the uncompressed bytes of the columns its scans
         read and 8 bytes per value of those columns (dictionary-encoded pages understate
         the decoded size); selections are not taken into account."""
-        import pyarrow.dataset as ds
+        return sum(self._table_bytes(t, versions[t],
+                                     tuple(self.files.columns_for(node, partitions, t)))
+                   for t in sorted(node.tables()))
 
-        total = 0
-        for t in sorted(node.tables()):
-            columns = self.files.columns_for(node, partitions, t)
-            files = self.store.file_uris(t, versions[t])
+    def _table_bytes(self, table: str, version: int, columns: tuple[str, ...]) -> int:
+        # nested join inputs share tables: each table's footers are read once
+        key = (table, version, columns)
+        if key not in self._footer_bytes:
+            import pyarrow.dataset as ds
+
+            files = self.store.file_uris(table, version)
             rows = ds.dataset(files, format="parquet").count_rows() if files else 0
-            total += max(self.store.column_bytes(t, versions[t], columns),
-                         8 * rows * len(columns))
-        return total
+            self._footer_bytes[key] = max(
+                self.store.column_bytes(table, version, list(columns)),
+                8 * rows * len(columns))
+        return self._footer_bytes[key]
 
     def place(self, plan: QueryPlan, partitions: PartitionSet, versions: Mapping[str, int],
               budget_bytes: int | None) -> JoinPlacement:
@@ -149,7 +156,6 @@ class DataLayer:
         """The query's pipeline (empty state) with its probed sides and refill source."""
         context = VersionContext()
         ids = {id(join): sid.split(":")[0] for sid, join, _, _ in join_sides(plan.root)}
-        bounded = options.minmax_buffer is not None or options.topk_buffer is not None
 
         def choose(node: Join, which: str) -> JoinSide | None:
             op_id = ids.get(id(node))
@@ -164,7 +170,7 @@ class DataLayer:
                                 {t: context.after[t] for t in sorted(node.tables())})
 
         pipeline = IncrementalQuery(plan, partitions, options,
-                                    source=refill if bounded else None,
+                                    source=refill if options.bounded else None,
                                     join_sides=choose if placement else None)
         return Wiring(pipeline, context)
 

@@ -57,6 +57,11 @@ class EngineOptions:
     topk_buffer: int | None = None  # keep this many top-k entries (None: all)
     keep_result: bool = True  # maintain the query result besides the sketch
 
+    @property
+    def bounded(self) -> bool:
+        """Whether some buffer is bounded, so that deletions may need a refill source."""
+        return self.minmax_buffer is not None or self.topk_buffer is not None
+
 
 @dataclass(frozen=True)
 class SketchDelta:

@@ -45,6 +45,15 @@ class TableFiles:
         self.row_filter = row_filter
         self.keep = keep
         self._datasets: OrderedDict[tuple[str, int], ds.Dataset | None] = OrderedDict()
+        self._schemas: dict[str, pa.Schema] = {}
+
+    def schema(self, table: str) -> pa.Schema:
+        """The table's user schema, read once (a table's schema never changes, and
+        asking the store opens its Delta log)."""
+        found = self._schemas.get(table)
+        if found is None:
+            found = self._schemas[table] = self.store.schema(table)
+        return found
 
     def _dataset(self, table: str, version: int) -> ds.Dataset | None:
         key = (table, version)
@@ -54,7 +63,7 @@ class TableFiles:
         files = self.store.file_uris(table, version)
         # the table's schema, not the first file's: files written by different commits
         # may store strings as string or string_view (Arrow filters only the former)
-        found = ds.dataset(files, format="parquet", schema=self.store.schema(table)) \
+        found = ds.dataset(files, format="parquet", schema=self.schema(table)) \
             if files else None
         self._datasets[key] = found
         while len(self._datasets) > self.keep:
@@ -69,7 +78,7 @@ class TableFiles:
         part = partitions.for_table(table)
         if part is not None:
             cols.add(part[0].column)
-        return [c for c in self.store.schema(table).names if c in cols]
+        return [c for c in self.schema(table).names if c in cols]
 
     def read_for(self, node: PlanNode, partitions: PartitionSet, versions: dict[str, int],
                  filters: dict[str, pc.Expression] | None = None) -> dict[str, pa.Table]:
@@ -82,7 +91,7 @@ class TableFiles:
              where: pc.Expression | None = None) -> pa.Table:
         data = self._dataset(table, version)
         if data is None:
-            schema = self.store.schema(table)
+            schema = self.schema(table)
             out = pa.schema([schema.field(c) for c in columns]).empty_table()
         else:
             out = data.to_table(columns=columns, filter=where)
@@ -138,7 +147,7 @@ class FileJoinSide(ProbedSide):
             todo = [t for t in sorted(pending) if t not in read]
             for t in todo:
                 where = None
-                schema = self.files.store.schema(t)
+                schema = self.files.schema(t)
                 for col, values in pending[t].items():
                     try:
                         values = values.cast(schema.field(col).type)

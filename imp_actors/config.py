@@ -136,12 +136,26 @@ class RuntimeConfig:
         if env.get("IMP_BACKEND"):
             changes["backend"] = env["IMP_BACKEND"]
         if env.get("IMP_JOIN_STATE_BUDGET_BYTES"):
-            raw = env["IMP_JOIN_STATE_BUDGET_BYTES"].strip().lower()
-            changes["join_state_budget_bytes"] = None if raw in ("none", "off") else int(raw)
+            changes["join_state_budget_bytes"] = _budget(env["IMP_JOIN_STATE_BUDGET_BYTES"])
         if env.get("IMP_MAX_LIVE_ACTORS"):
             changes["eviction"] = replace(cfg.eviction,
                                           max_live_actors=int(env["IMP_MAX_LIVE_ACTORS"]))
         return replace(cfg, **changes) if changes else cfg
+
+
+def _budget(raw: str) -> int | None:
+    """``IMP_JOIN_STATE_BUDGET_BYTES``: a byte count >= 0, or "none" / "off" (no limit)."""
+    text = raw.strip().lower()
+    if text in ("none", "off"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"IMP_JOIN_STATE_BUDGET_BYTES must be a byte count >= 0 or 'none', "
+                         f"not {raw!r}")
+    return value
 
 
 def _join(root: str, name: str) -> str:

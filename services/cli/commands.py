@@ -160,6 +160,7 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = ServerConfig.from_args(args)
+        config.runtime_config()  # the runtime's IMP_* settings are refused here, not later
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED

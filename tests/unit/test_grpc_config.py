@@ -70,3 +70,12 @@ def test_empty_token_file_is_refused(tmp_path):
     ("10.1.2.3:1", False), (":50051", False)])
 def test_loopback_detection(listen, loopback):
     assert is_loopback(listen) is loopback
+
+
+def test_serve_refuses_a_bad_runtime_setting_in_one_line(monkeypatch, capsys):
+    from services.cli.main import main
+
+    monkeypatch.setenv("IMP_JOIN_STATE_BUDGET_BYTES", "lots")
+    assert main(["serve", "--listen", "127.0.0.1:0"]) == 2
+    err = capsys.readouterr().err
+    assert "IMP_JOIN_STATE_BUDGET_BYTES" in err and "Traceback" not in err

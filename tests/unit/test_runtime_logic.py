@@ -14,7 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
 
 from imp_actors.checkpoints import CheckpointStore
-from imp_actors.config import Eager, EvictionPolicy, Lazy
+from imp_actors.config import Eager, EvictionPolicy, Lazy, RuntimeConfig
 from imp_actors.coordinator import Coordinator
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.feed import DeltaFeed
@@ -557,3 +557,17 @@ def test_wait_idle_waits_for_scheduled_maintenance(root):
         assert c.wait_idle(["e"], timeout=30.0)
         assert c.info("e").versions["t5000g"] == res.version
         assert c.counters["eager_batches"] == 1
+
+
+@pytest.mark.parametrize("raw,want", [("1048576", 1 << 20), ("0", 0), ("none", None),
+                                      (" Off ", None)])
+def test_join_state_budget_from_the_environment(monkeypatch, raw, want):
+    monkeypatch.setenv("IMP_JOIN_STATE_BUDGET_BYTES", raw)
+    assert RuntimeConfig.from_env().join_state_budget_bytes == want
+
+
+@pytest.mark.parametrize("raw", ["-1", "lots", "1.5"])
+def test_bad_join_state_budget_is_refused_with_its_name(monkeypatch, raw):
+    monkeypatch.setenv("IMP_JOIN_STATE_BUDGET_BYTES", raw)
+    with pytest.raises(ValueError, match="IMP_JOIN_STATE_BUDGET_BYTES"):
+        RuntimeConfig.from_env()

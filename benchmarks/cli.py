@@ -1,8 +1,8 @@
 """``imp bench``: the benchmark suites' command line, added to ``imp`` by
 ``services.cli.main`` when this package is installed (``add_bench_commands``).
 
-Suites: ``engine``, ``spark``, ``actors``, ``grpc`` here, and the IMP paper's experiments
-(``benchmarks.paper_cli``). Each writes its full report to ``--out`` (JSON with machine
+Suites: ``engine``, ``spark``, ``actors``, ``grpc``, ``coverage`` here, and the IMP paper's
+experiments (``benchmarks.paper_cli``). Each writes its full report to ``--out`` (JSON with machine
 and versions) and prints the result rows as JSON with ``--json`` (the whole report with
 ``--full``), else a readable table. A suite's module is imported only when it runs.
 """
@@ -127,6 +127,29 @@ def _bench_grpc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_coverage(args: argparse.Namespace) -> int:
+    """``imp bench coverage``: with ``--json`` only the JSON report on stdout (anything the
+    run prints goes to stderr), else a short table."""
+    import contextlib
+
+    from benchmarks.coverage import format_table, run_coverage
+
+    with contextlib.redirect_stdout(sys.stderr):
+        report = run_coverage(folder=args.folder, suite=args.suite, sf=args.sf,
+                              data_root=args.data_root, fragments=args.fragments,
+                              progress=not args.quiet)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"full report: {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({k: report[k] for k in ("parameters", "summary", "results")},
+                         indent=2, default=str))
+    else:
+        print(format_table(report))
+    return 0
+
+
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     """Adds ``bench`` with every suite to ``imp``'s subparsers."""
     bench = sub.add_parser("bench", help="run a benchmark suite")
@@ -210,6 +233,25 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                    help="where to write the full JSON report")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_bench_grpc)
+
+    cov = bsub.add_parser("coverage", help="which queries of a folder of .sql files register "
+                          "(embedded engine, small TPC-H, each file's sketch header) and why "
+                          "the others are refused, by construct (no Spark, no Ray)")
+    where = cov.add_mutually_exclusive_group()
+    where.add_argument("--folder", default=None,
+                       help="folder of .sql query files (default: the tpch22 suite's)")
+    where.add_argument("--suite", default=None,
+                       help="a workload suite's folder instead (tpch, tpch22, ...)")
+    cov.add_argument("--json", action="store_true",
+                     help="print only the JSON report (parameters, summary, results)")
+    cov.add_argument("--sf", type=float, default=0.01, help="TPC-H scale factor")
+    cov.add_argument("--fragments", type=int, default=64,
+                     help="ranges per sketch attribute")
+    cov.add_argument("--data-root", default=".imp", help="TPC-H cache (<root>/data)")
+    cov.add_argument("--out", default="bench-results/coverage.json",
+                     help="where to write the full JSON report")
+    cov.add_argument("--quiet", action="store_true", help="no progress lines")
+    cov.set_defaults(func=_bench_coverage)
 
     # the IMP paper's experiments (issue 6): tpch, micro, breakeven, mixed, strategies, ...
     add_paper_suites(bsub)

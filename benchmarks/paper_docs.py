@@ -73,7 +73,8 @@ def section_tpch(r: dict[str, Any]) -> list[str]:
     p, s = r["parameters"], r.get("summary", {})
     lines = [f"### TPC-H: IMP vs FM (`imp bench tpch --sf {p['sf']:g}`)", "",
              f"SF {p['sf']:g} ({r['setup']['lineitem_rows']:,} lineitem rows), sketch on "
-             f"`lineitem.l_orderkey` with {p['fragments']} fragments, delta sizes "
+             f"`{p.get('sketch', 'lineitem.l_orderkey')}` with {p['fragments']} fragments, "
+             f"delta sizes "
              f"{p['delta_sizes']}, {p['repeats']} timed cycles (+{p['feed_repeats']} reading "
              f"the change feed). {_env(r)}.", "",
              f"Target (delta {s.get('delta')}, mixed): FM/IMP >= 100 for every query: "

@@ -41,9 +41,12 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
     """``spec`` prepared by the one shared path (``imp_core.prepare``) on the tables'
     latest versions, with the fragments of the SQL header defaulting to the runtime's."""
     tables = StoreTables(ctx.store, latest=ctx.probe.latest, catalog=catalog)
+    # join sides beyond the actor's budget are probed in the data layer (single-shard
+    # queries only, see ``place_join_sides``), so the memory estimate leaves them out
+    budget = ctx.config.join_state_budget_bytes if spec.shards == 1 else None
     return prepare_query(spec.sql, tables, spec.partitions,
                          spec.fragments or ctx.config.default_fragments, spec.force,
-                         pushdown=spec.pushdown)
+                         pushdown=spec.pushdown, join_state_budget_bytes=budget)
 
 
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:

@@ -9,7 +9,9 @@ are read and built only through the operators' layouts and public methods
 - the aggregation's groups (and their fragment counts and min/max multisets) by the
   group-by column that copies the routed table's column;
 - join sides holding rows of the routed table by that column (under its name on that
-  side); sides without it are held whole by every shard, so one copy is taken;
+  side); sides without it are held whole by every shard, so one copy is taken; the same
+  for the sides of semi-, anti- and outer joins (``KeyedJoinOp.side_inputs``), whose
+  right side never holds the routed table (``imp_actors.sharding``);
 - the merge counts and the kept result of each new shard are recomputed from its
   aggregation's output pushed through the selections and projections above it.
 
@@ -28,11 +30,22 @@ import pyarrow as pa
 from imp_actors.sharding import ShardKey, shard_of
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.state import StateTables, group_state
 from imp_core.errors import UnshardableQueryError
 from imp_core.plan.expr import ColumnRef
-from imp_core.plan.nodes import Aggregate, Join, PlanNode, Project, QueryPlan, Scan, Select
+from imp_core.plan.nodes import (
+    Aggregate,
+    Join,
+    OuterJoin,
+    PlanNode,
+    Project,
+    QueryPlan,
+    Scan,
+    Select,
+    SemiJoin,
+)
 from imp_core.sketch.partition import PartitionSet
 
 
@@ -52,6 +65,10 @@ def column_at(node: PlanNode, key: ShardKey) -> str | None:
         return None
     if isinstance(node, Join):
         return column_at(node.left, key) or column_at(node.right, key)
+    if isinstance(node, SemiJoin):  # the left input's columns
+        return column_at(node.left, key)
+    if isinstance(node, OuterJoin):  # a NULL-padded side's column is no routing value
+        return column_at(node.left, key) if node.kind == "left" else None
     if isinstance(node, Aggregate):
         inner = column_at(node.input, key)
         return inner if inner in node.group_by else None
@@ -65,14 +82,14 @@ def reshard(states: list[StateTables], plan: QueryPlan, partitions: PartitionSet
     aggregate = _top_aggregate(pipeline)
     grouped = [group_state(s) for s in states]
     for op in pipeline.operators:
-        if op.stateful and not isinstance(op, (AggregateOp, JoinOp)):
+        if op.stateful and not isinstance(op, (AggregateOp, JoinOp, KeyedJoinOp)):
             raise UnshardableQueryError(f"cannot re-split the state of a {op.kind} operator")
     group_col = column_at(aggregate.node, key)
     assert group_col is not None, "shard_key guarantees a routed group-by column"
     united: dict[str, StateTables] = {}
     routing: dict[str, dict[str, str | None]] = {}  # join id -> side -> routing column
     for op in pipeline.operators:
-        if isinstance(op, JoinOp):
+        if isinstance(op, (JoinOp, KeyedJoinOp)):
             routing[op.op_id] = {name: column_at(node, key)
                                  for name, node in op.side_inputs().items()}
             united[op.op_id] = {
@@ -85,7 +102,7 @@ def reshard(states: list[StateTables], plan: QueryPlan, partitions: PartitionSet
     for k in range(shards):
         mine: dict[str, StateTables] = {}
         for op in pipeline.operators:
-            if isinstance(op, JoinOp):
+            if isinstance(op, (JoinOp, KeyedJoinOp)):
                 mine[op.op_id] = {}
                 for name, t in united[op.op_id].items():
                     col = routing[op.op_id][name]

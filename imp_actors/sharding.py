@@ -13,6 +13,17 @@ row of the join below the aggregation holds exactly one row of ``T``, and its gr
 - each shard outputs the result rows of its own groups, disjoint from the others', so
   the query's sketch is the union of the shards' sketches.
 
+Semi-, anti- (also NOT IN) and LEFT outer joins may sit below the aggregation when ``T``
+is on their left (the group-by column is traced, by ``trace_column``, only through a
+semi/anti-join's left input and a LEFT join's preserved left input): their right input
+holds no row of ``T``, so every shard holds all of it, and each of the join's output rows
+(with its provenance: all partners, or the absence of any, or the NULL-facts of NOT IN)
+depends on one left row and that whole right input, so each shard outputs exactly the
+rows of its own part of ``T``. A group-by column from an outer join's NULL-padded side
+(the right of a LEFT join, either side of a FULL join) is refused: a padded row would
+appear in every shard that lacks its partners. Joins of any kind whose inputs hold no row
+of ``T`` are computed whole by every shard.
+
 Invariant: ``route_rows`` is a pure function of the row values and K (the same row goes
 to the same shard in every process), so a row deleted later meets the row it deletes.
 """
@@ -29,7 +40,19 @@ import pyarrow.compute as pc
 from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import UnshardableQueryError
 from imp_core.plan.lineage import trace_column
-from imp_core.plan.nodes import Aggregate, Join, Project, QueryPlan, Scan, Select
+from imp_core.plan.nodes import (
+    Aggregate,
+    Join,
+    OuterJoin,
+    Project,
+    QueryPlan,
+    Scan,
+    Select,
+    SemiJoin,
+)
+
+# what may sit between the aggregation and the scans (the argument in the module doc)
+_SPLITTABLE = (Select, Project, Join, Scan, SemiJoin, OuterJoin)
 
 
 @dataclass(frozen=True)
@@ -52,7 +75,7 @@ def shard_key(plan: QueryPlan) -> ShardKey:
     if not node.group_by:
         raise UnshardableQueryError("an aggregation without GROUP BY has a single group; "
                                     "it cannot be split")
-    below = [n for n in node.input.walk() if not isinstance(n, (Select, Project, Join, Scan))]
+    below = [n for n in node.input.walk() if not isinstance(n, _SPLITTABLE)]
     if below:
         raise UnshardableQueryError(
             f"the aggregation's input holds a {type(below[0]).__name__}, whose state "
@@ -65,7 +88,11 @@ def shard_key(plan: QueryPlan) -> ShardKey:
     for column in node.group_by:
         found = trace_column(node.input, column)
         if found is None:
-            reasons.append(f"{column} is computed, not a table column")
+            padded = trace_column(node.input, column, through_padding=True)
+            reasons.append(
+                f"{column} comes from {padded[0].table} on the NULL-padded side of an "
+                "outer join (a padded row would appear in several shards)"
+                if padded is not None else f"{column} is computed, not a table column")
             continue
         table, source = found[0].table, found[1]
         if scans[table] != 1:
@@ -81,8 +108,13 @@ def shard_of(values: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
     """Shard number of each value: a process-independent hash (NULLs go to shard 0)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
-    if shards == 1 or len(values) == 0:
+    if shards == 1 or len(values) == 0 or values.null_count == len(values):
         return np.zeros(len(values), dtype=np.int64)
+    nulls = values.is_null().to_numpy(zero_copy_only=False) if values.null_count else None
+    if nulls is not None:
+        # a value's hash must not depend on its neighbours: with a NULL among them, numpy
+        # would see integers as floats (and booleans as objects)
+        values = pc.fill_null(values, values.drop_null()[0])
     if pa.types.is_decimal(values.type) or pa.types.is_temporal(values.type):
         values = pc.cast(values, pa.string())  # exact text of the value: same everywhere
     arr = values.to_numpy(zero_copy_only=False)
@@ -90,8 +122,8 @@ def shard_of(values: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
         arr = np.asarray(["" if v is None else str(v) for v in arr], dtype=object)
     hashed = pd.util.hash_array(arr, categorize=False)
     out = (hashed % np.uint64(shards)).astype(np.int64)
-    if values.null_count:
-        out[values.is_null().to_numpy(zero_copy_only=False)] = 0
+    if nulls is not None:
+        out[nulls] = 0
     return out
 
 

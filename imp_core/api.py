@@ -33,6 +33,7 @@ from imp_core.errors import (
     UnknownTableError,
 )
 from imp_core.memtable import MemTable
+from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.prepare import DEFAULT_FRAGMENTS
 from imp_core.reference import ReferenceResult, reference_capture, reference_evaluate
@@ -86,15 +87,26 @@ class RegisteredQuery:
         return list(self.partition(table).bounds)
 
     def result(self) -> pa.Table:
-        """The maintained query result (a row per tuple occurrence)."""
+        """The maintained query result (a row per tuple occurrence), as SQL returns it:
+        an aggregation without GROUP BY over no rows gives its one row of COUNT 0 and
+        NULLs (``imp_core.plan.empty_input``)."""
         batch = self.pipeline.result()
         idx = np.repeat(np.arange(len(batch)), np.maximum(batch.weights, 0))
+        if len(idx) == 0:
+            empty = sql_row_over_empty(self.plan.root)
+            if empty is not None:
+                return empty
         return batch.data.take(pa.array(idx, type=pa.int64()))
 
     def result_rows(self) -> Counter:
+        """The result as {row tuple: multiplicity} (SQL's row over no input included)."""
         out: Counter = Counter()
         for (row, _), m in self.pipeline.result().to_counter().items():
             out[row] += m
+        if not out:
+            empty = sql_row_over_empty(self.plan.root)
+            for row in empty.to_pylist() if empty is not None else []:
+                out[tuple(row.values())] += 1
         return out
 
     def reference(self) -> ReferenceResult:

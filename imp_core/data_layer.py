@@ -4,10 +4,12 @@ One ``DataLayer`` builds every maintained query's ``IncrementalQuery``, in the e
 ``Maintainer`` and in the service's query actors alike, with two capabilities beyond the
 operators' own state:
 
-- **join sides probed in the data layer**: an equi-join input listed in the query's
+- **join sides probed in the data layer**: an inner equi-join input listed in the query's
   ``JoinPlacement`` keeps no rows; its lookups go to Spark when a session is at hand
   (``SparkJoinSide``) or to the Delta table's files filtered by the join keys
-  (``FileJoinSide``: what an actor without Spark uses). ``place_join_sides`` decides the
+  (``FileJoinSide``: what an actor without Spark uses). The inputs of semi-, anti- and
+  outer joins are always held in memory (their operator, ``KeyedJoinOp``, recomputes
+  whole keys from both sides' rows). ``place_join_sides`` decides the
   placement once, at registration, from the estimated size of each side against a state
   budget, and the decision is recorded with the query so that every later wiring
   (restore, recovery) builds the same operators;
@@ -32,7 +34,7 @@ from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import VersionContext
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.engine.zset import DeltaBatch
-from imp_core.plan.nodes import Aggregate, Join, PlanNode, QueryPlan, Scan
+from imp_core.plan.nodes import Aggregate, Join, OuterJoin, PlanNode, QueryPlan, Scan, SemiJoin
 from imp_core.sketch.partition import PartitionSet
 from imp_core.storage.file_side import FileJoinSide, RowFilter, TableFiles
 
@@ -42,8 +44,9 @@ JoinPlacement = frozenset
 
 
 def join_sides(root: PlanNode) -> Iterator[tuple[str, Join, str, PlanNode]]:
-    """``(side id, join, "left" | "right", input)`` of every equi-join in ``root``, with
-    ids as ``IncrementalQuery`` numbers its operators."""
+    """``(side id, join, "left" | "right", input)`` of every inner equi-join in ``root``,
+    with ids as ``IncrementalQuery`` numbers its operators: the only join inputs that may
+    be probed in the data layer (never a ``SemiJoin``'s or an ``OuterJoin``'s)."""
 
     def walk(node: PlanNode, op_id: str) -> Iterator[tuple[str, Join, str, PlanNode]]:
         for i, child in enumerate(node.children()):
@@ -55,15 +58,23 @@ def join_sides(root: PlanNode) -> Iterator[tuple[str, Join, str, PlanNode]]:
     yield from walk(root, "0")
 
 
+def keyed_join_inputs(root: PlanNode) -> Iterator[PlanNode]:
+    """The inputs of every semi-, anti- and outer join in ``root`` (held in memory)."""
+    for node in root.walk():
+        if isinstance(node, (SemiJoin, OuterJoin)):
+            yield from node.children()
+
+
 def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
                      budget_bytes: int | None) -> JoinPlacement:
-    """The equi-join sides to probe in the data layer so that the sides kept in memory
-    fit ``budget_bytes``: the largest sides go first, until the rest fits (None: keep
-    every side in memory; 0: probe every equi-join side)."""
+    """The inner equi-join sides to probe in the data layer so that the sides kept in
+    memory fit ``budget_bytes``: the largest sides go first, until the rest fits (None:
+    keep every side in memory; 0: probe every equi-join side). The inputs of semi-, anti-
+    and outer joins count against the budget but are never probed."""
     if budget_bytes is None:
         return frozenset()
     sizes = [(side_bytes(child), sid) for sid, _, _, child in join_sides(root)]
-    total = sum(s for s, _ in sizes)
+    total = sum(s for s, _ in sizes) + sum(side_bytes(c) for c in keyed_join_inputs(root))
     probed = []
     for size, sid in sorted(sizes, reverse=True):
         if total <= budget_bytes and budget_bytes > 0:
@@ -201,6 +212,10 @@ def row_bound(node: PlanNode, rows: Mapping[str, int]) -> int:
         return rows[node.table]
     if isinstance(node, Join):
         return row_bound(node.left, rows) * row_bound(node.right, rows)
+    if isinstance(node, OuterJoin):  # the pairs, plus the rows padded on either side
+        left, right = row_bound(node.left, rows), row_bound(node.right, rows)
+        return left * right + left + (right if node.kind == "full" else 0)
+    # SemiJoin: at most its left input's rows, like every single-input node's bound
     children = node.children()
     bound = row_bound(children[0], rows)
     k = getattr(node, "k", None)

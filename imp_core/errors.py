@@ -134,3 +134,41 @@ class InvalidNameError(ImpError):
     """A name (of a query, a table...) that does not follow the naming rules."""
 
     code = "INVALID_ARGUMENT"
+
+
+class PlanTooLargeError(ImpError):
+    """A plan an operator of which would need more memory (its state and the largest
+    batch it materializes) than the registration memory budget allows; refused before
+    anything is built.
+
+    ``operator``: the operator's ``_describe()`` text ("Join ON ..."); ``op_id`` its id
+    in the pipeline ("" when not known); ``bytes`` its estimated need; ``total`` the
+    whole plan's; ``budget`` the limit; ``what`` says what the bytes hold ("materialize
+    ~N joined row pairs"); ``hint`` how to fix it.
+    """
+
+    code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, operator: str, op_id: str, bytes: float, total: float, budget: int,
+                 what: str = "", hint: str = ""):
+        where = f" (operator {op_id})" if op_id else ""
+        what = f" would {what}:" if what else " would need"
+        whole = f" (the whole plan ~{human_bytes(total)})" if total > 1.05 * bytes else ""
+        super().__init__(
+            f"plan too large for memory: {operator}{where}{what} ~{human_bytes(bytes)}"
+            f"{whole}, over the registration memory budget of {human_bytes(budget)} "
+            f"({budget} bytes)" + (f"; {hint}" if hint else ""))
+        self.operator = operator
+        self.op_id = op_id
+        self.bytes = bytes
+        self.total = total
+        self.budget = budget
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes as a short text with a binary unit (``1.5 GiB``)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB" if abs(n) < 1024 else f"{n:.2e} PiB"

@@ -3,14 +3,18 @@
 ``prepare_query`` is the register path shared by the embedded ``Engine``
 (``imp_core.api``), the versioned-store ``Maintainer`` (``imp_core.maintenance``) and the
 service's coordinator (``imp_actors``): it plans the SQL over the tables' schemas, takes
-the partitions given or the SQL's ``-- sketch: table.column`` header, builds the range
+the partitions given or the SQL's ``-- sketch: table.column`` header, estimates the
+memory the plan's operators would need from the tables' statistics and refuses a plan
+beyond the registration memory budget (``imp_core.estimate``), builds the range
 partitions on the tables' current contents, checks every sketch attribute's safety
 (refusing unsafe ones unless forced) and derives the per-table scan specs. The pipeline
 that maintains the prepared query is built by ``imp_core.data_layer``.
 
-Invariants: preparing changes nothing anywhere (a refusal leaves no trace); a
-``PreparedQuery``'s partitions were built on the table versions it records, and its
-verdicts hold for exactly its plan and partitions.
+Invariants: preparing changes nothing anywhere (a refusal leaves no trace); the memory
+check comes before anything is read beyond schemas, versions, statistics and the sketch
+columns the partition build reads anyway (each is read once; no partitions are built for
+a refused plan); a ``PreparedQuery``'s partitions were built on the table versions it
+records, and its verdicts hold for exactly its plan and partitions.
 """
 
 from __future__ import annotations
@@ -19,18 +23,42 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from imp_core.errors import PartitionError
-from imp_core.plan.nodes import QueryPlan
+from imp_core.estimate import (
+    AUTO,
+    SIDE_INDEX_BYTES,
+    ColumnStats,
+    PlanEstimate,
+    TableStats,
+    check_memory,
+    column_stats,
+    estimate_plan,
+    memory_budget,
+)
+from imp_core.plan.nodes import PlanNode, QueryPlan, Scan
 from imp_core.scan_spec import ScanSpec, scan_specs
-from imp_core.sketch.partition import PartitionSet, PartitionSpec, build_partition_set
+from imp_core.sketch.partition import (
+    PartitionSet,
+    PartitionSpec,
+    RangePartition,
+    build_partition_set,
+)
 
 DEFAULT_FRAGMENTS = 64
 
 
 class TableSource(Protocol):
     """What preparing a query reads of the tables: schemas, one column's current values
-    (equi-depth partitions), declared value domains, and the current versions."""
+    (equi-depth partitions), declared value domains, and the current versions.
+
+    A source may also offer ``statistics(table) -> imp_core.estimate.TableStats`` (row
+    count, per-column min/max or distinct counts, read cheaply: ``StoreTables`` reads
+    the Delta log); without it the row count and the statistics of the integer-like
+    columns the plan reads are taken from ``column`` (cheap for in-memory tables such as
+    the ``Engine``'s).
+    """
 
     def catalog(self) -> dict[str, pa.Schema]: ...
 
@@ -52,6 +80,8 @@ class PreparedQuery:
     specs: Mapping[str, ScanSpec] = field(default_factory=dict)
     # the table versions the partitions were built on ({} for unversioned tables)
     versions: Mapping[str, int] = field(default_factory=dict)
+    # the memory estimate the registration guard checked (None: no statistics taken)
+    estimate: PlanEstimate | None = None
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -76,22 +106,41 @@ def partition_specs(sql: str, partitions: Mapping[str, PartitionSpec] | None,
 def prepare_query(sql: str, source: TableSource,
                   partitions: Mapping[str, PartitionSpec] | None = None,
                   fragments: int = DEFAULT_FRAGMENTS, force: bool = False,
-                  pushdown: bool = True) -> PreparedQuery:
-    """Plan, partition and check ``sql`` over ``source``; raises the domain error of the
-    first problem (bad SQL, unknown table or column, bad partition, unsafe attribute).
+                  pushdown: bool = True, memory_budget_bytes: int | None | str = AUTO,
+                  join_state_budget_bytes: int | None = None) -> PreparedQuery:
+    """Plan, check and partition ``sql`` over ``source``; raises the domain error of the
+    first problem (bad SQL, unknown table or column, bad partition, a plan too large for
+    memory, unsafe attribute).
 
     ``pushdown=False`` keeps every selection above its scan (the scan specs carry no
     predicate): deltas then reach the pipeline unfiltered.
+    ``memory_budget_bytes``: the most memory one operator of the plan may need (its
+    state and largest batch, see ``imp_core.estimate``), a byte count, None (no check)
+    or ``"auto"``: ``IMP_REGISTRATION_MEMORY_BYTES``, else half the memory available
+    now; a plan beyond it raises ``PlanTooLargeError`` before partitions are built.
+    ``join_state_budget_bytes``: the caller will probe the largest equi-join sides in
+    the data layer beyond this many bytes (``imp_core.data_layer.place_join_sides``), so
+    the estimate counts no state for those sides (None: every side in memory).
     """
     from imp_core.safety import require_safe
     from imp_core.sql import plan_sql
 
+    budget = memory_budget(memory_budget_bytes)  # a bad setting is refused first
     catalog = source.catalog()
     plan = plan_sql(sql, catalog)
     specs = partition_specs(sql, partitions, fragments)
     tables = sorted(plan.root.tables())
     versions = source.versions(tables)
-    pset = build_partition_set(specs, lambda t: _schema(catalog, t), source.column)
+    reads = _ColumnReads(source)
+    estimate = None
+    if budget is not None:
+        sketch_columns = reads.prefetch(specs, catalog, tables)
+        estimate = estimate_memory(plan.root,
+                                   table_statistics(source, plan.root, sketch_columns),
+                                   specs, fragments, join_state_budget_bytes)
+        check_memory(estimate, budget)
+    pset = build_partition_set(specs, lambda t: _schema(catalog, t), reads.column)
+    reads.clear()
     verdicts = require_safe(plan, [(p.table, p.column) for p in pset.partitions],
                             domains={t: dict(source.domains(t)) for t in tables},
                             force=force,
@@ -99,7 +148,116 @@ def prepare_query(sql: str, source: TableSource,
     scans = scan_specs(plan.root, pset)
     if not pushdown:
         scans = {t: ScanSpec(s.table, s.columns, None, s.partition) for t, s in scans.items()}
-    return PreparedQuery(sql, plan, pset, tuple(verdicts), scans, versions)
+    return PreparedQuery(sql, plan, pset, tuple(verdicts), scans, versions, estimate)
+
+
+def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
+                    specs: Mapping[str, PartitionSpec] | None = None,
+                    fragments: int = DEFAULT_FRAGMENTS,
+                    join_state_budget_bytes: int | None = None) -> PlanEstimate:
+    """``imp_core.estimate.estimate_plan`` of ``root`` for the partitions ``specs``
+    ("table.column" to a spec), with the equi-join sides that ``place_join_sides``
+    would probe under ``join_state_budget_bytes`` keeping no state."""
+    specs = specs or {}
+    sketched = {key.split(".", 1)[0].lower() for key in specs}
+    sizes = [_fragment_count(spec, fragments) for spec in specs.values()]
+    per_table = max(sizes, default=fragments)
+    est = estimate_plan(root, stats, sketched, fragments=per_table)
+    if join_state_budget_bytes is None:
+        return est
+    from imp_core.data_layer import place_join_sides
+
+    sides: dict[int, float] = {}
+    for op in est.operators:
+        sides[id(op.node)] = op.rows * (op.row_bytes + SIDE_INDEX_BYTES)
+    probed = place_join_sides(root, lambda n: int(sides.get(id(n), 0)),
+                              join_state_budget_bytes)
+    return estimate_plan(root, stats, sketched, probed, fragments=per_table)
+
+
+def _fragment_count(spec: Any, fragments: int) -> int:
+    if isinstance(spec, RangePartition):
+        return spec.size
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return spec
+    try:
+        return len(spec) + 1  # explicit split points
+    except TypeError:
+        return fragments
+
+
+def table_statistics(source: TableSource, root: PlanNode,
+                     columns_read: Mapping[tuple[str, str], Any] | None = None,
+                     ) -> dict[str, TableStats]:
+    """Each table ``root`` scans: ``source.statistics`` when the source has it, else the
+    row count and the statistics of the integer-like columns the plan reads, from
+    ``source.column`` (``column_stats``); the columns already read (``columns_read``,
+    the sketch columns: ``(table, column)`` to values) add their exact statistics;
+    declared domains fill the bounds statistics lack."""
+    columns_read = columns_read or {}
+    stats_of = getattr(source, "statistics", None)
+    scanned: dict[str, set[str]] = {}
+    for node in root.walk():
+        if isinstance(node, Scan):
+            scanned.setdefault(node.table, set()).update(node.source_columns)
+    out: dict[str, TableStats] = {}
+    for table, names in sorted(scanned.items()):
+        have = {c: v for (t, c), v in columns_read.items() if t == table}
+        if callable(stats_of):
+            stats = stats_of(table)
+        else:
+            stats = _column_statistics(source, table, sorted(names), have)
+        cols = dict(stats.columns)
+        cols.update({name: column_stats(values) for name, values in have.items()})
+        out[table] = TableStats(stats.rows, cols).with_domains(dict(source.domains(table)))
+    return out
+
+
+def _column_statistics(source: TableSource, table: str, names: list[str],
+                       have: Mapping[str, Any]) -> TableStats:
+    """A table's statistics from its columns (for in-memory sources): the row count and
+    ``column_stats`` of the integer-like columns in ``names``."""
+    schema = _schema(source.catalog(), table)
+    cols: dict[str, ColumnStats] = {}
+    rows = len(next(iter(have.values()))) if have else None
+    for name in names:
+        if name in have or name not in schema.names:
+            continue
+        t = schema.field(name).type
+        if pa.types.is_integer(t) or pa.types.is_date(t):
+            values = source.column(table, name)
+            rows = len(values)
+            cols[name] = column_stats(values)
+    if rows is None:
+        rows = len(source.column(table, schema.names[0]))
+    return TableStats(rows, cols)
+
+
+class _ColumnReads:
+    """The columns the partition build reads (equi-depth partitions), read once: read
+    ahead for the memory estimate's statistics, then handed to the build."""
+
+    def __init__(self, source: TableSource):
+        self.source = source
+        self.kept: dict[tuple[str, str], Any] = {}
+
+    def prefetch(self, specs: Mapping[str, PartitionSpec], catalog: Mapping[str, pa.Schema],
+                 tables: list[str]) -> dict[tuple[str, str], Any]:
+        """Read the columns of ``specs`` the build will read, for ``tables`` only."""
+        for attr, spec in specs.items():
+            table, _, column = attr.lower().partition(".")
+            schema = catalog.get(table)
+            if (isinstance(spec, int) and not isinstance(spec, bool) and table in tables
+                    and schema is not None and column in schema.names):
+                self.kept[(table, column)] = self.source.column(table, column)
+        return dict(self.kept)
+
+    def column(self, table: str, column: str) -> Any:
+        found = self.kept.get((table, column))
+        return found if found is not None else self.source.column(table, column)
+
+    def clear(self) -> None:
+        self.kept.clear()
 
 
 def _schema(catalog: Mapping[str, pa.Schema], table: str) -> pa.Schema:
@@ -140,3 +298,31 @@ class StoreTables:
 
     def domains(self, table: str) -> Mapping[str, tuple[Any, Any]]:
         return dict(self.store.entry(table).domains or {})
+
+    def statistics(self, table: str) -> TableStats:
+        """Row count and per-column min/max at the recorded version, from the Delta
+        log's file statistics (the Parquet footers count the rows of files without)."""
+        from imp_core.storage.snapshots import open_delta
+
+        version = self.versions([table])[table]
+        delta = open_delta(self.store.entry(table), version)
+        actions = pa.table(delta.get_add_actions(flatten=True))
+        names = set(actions.column_names)
+        counts = actions.column("num_records") if "num_records" in names else None
+        if counts is not None and counts.null_count == 0:
+            rows = int(pc.sum(counts).as_py() or 0)
+        else:
+            import pyarrow.dataset as ds
+
+            files = delta.file_uris()
+            rows = ds.dataset(files, format="parquet").count_rows() if files else 0
+        cols: dict[str, ColumnStats] = {}
+        schema = self.catalog().get(table)
+        for name in schema.names if schema is not None else ():
+            lo, hi = f"min.{name}", f"max.{name}"
+            if lo in names and hi in names and actions.num_rows \
+                    and actions.column(lo).null_count == 0 \
+                    and actions.column(hi).null_count == 0:
+                cols[name] = ColumnStats(None, pc.min(actions.column(lo)).as_py(),
+                                         pc.max(actions.column(hi)).as_py())
+        return TableStats(rows, cols)

@@ -37,11 +37,13 @@ from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
+    OuterJoin,
     PlanNode,
     Project,
     QueryPlan,
     Scan,
     Select,
+    SemiJoin,
     TopK,
     arrow_schema,
 )
@@ -191,6 +193,10 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
         return Bag(pa.Table.from_arrays(cols, schema=schema), child.mult, child.ann)
     if isinstance(node, Join):
         return _join(node, schema, tables, partitions)
+    if isinstance(node, SemiJoin):
+        return _semi_join(node, tables, partitions)
+    if isinstance(node, OuterJoin):
+        return _outer_join(node, schema, tables, partitions)
     if isinstance(node, Distinct):
         child = reference_evaluate(node.input, tables, partitions)
         codes, groups = _codes(list(child.data.columns), len(child))
@@ -238,11 +244,15 @@ def _key_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
     return pa.int64()
 
 
-def _join_pairs(node: Join, left: Bag, right: Bag) -> tuple[np.ndarray, np.ndarray]:
+def _join_pairs(node: Join | SemiJoin | OuterJoin, left: Bag,
+                right: Bag) -> tuple[np.ndarray, np.ndarray]:
     """Indices (li, ri) of every pair of rows whose equi-keys are equal and not NULL."""
     nl, nr = len(left), len(right)
     lk, rk, _ = node.equi_keys()
     if not lk:
+        from imp_core.estimate import check_cross_product  # refuses pairs beyond memory
+
+        check_cross_product(node, nl, nr, left.data.nbytes, right.data.nbytes)
         return (np.repeat(np.arange(nl, dtype=np.int64), nr),
                 np.tile(np.arange(nr, dtype=np.int64), nl))
     valid = np.ones(nl + nr, dtype=bool)
@@ -284,6 +294,77 @@ def _join(node: Join, schema: pa.Schema, tables, partitions) -> Bag:
     if residual is not None and len(out):
         out = out.filter(evaluate_predicate(residual, out.data))
     return out
+
+
+def _matching_pairs(node: SemiJoin | OuterJoin, left: Bag,
+                    right: Bag) -> tuple[np.ndarray, np.ndarray]:
+    """The join pairs of ``node`` that satisfy its residual condition too."""
+    li, ri = _join_pairs(node, left, right)
+    _, _, residual = node.equi_keys()
+    if residual is not None and len(li):
+        pairs = pa.Table.from_arrays(
+            list(left.data.take(pa.array(li)).columns)
+            + list(right.data.take(pa.array(ri)).columns),
+            names=list(left.data.column_names) + list(right.data.column_names))
+        ok = evaluate_predicate(residual, pairs)
+        li, ri = li[ok], ri[ok]
+    return li, ri
+
+
+def _semi_join(node: SemiJoin, tables, partitions) -> Bag:
+    """EXISTS / NOT EXISTS / NOT IN: left rows by whether they have a partner. A kept
+    row of a semi-join carries its partners' fragments too; of an anti-join, its own."""
+    left = reference_evaluate(node.left, tables, partitions)
+    right = reference_evaluate(node.right, tables, partitions)
+    li, ri = _matching_pairs(node, left, right)
+    partners = np.bincount(li, minlength=len(left))[:len(left)] if len(li) else \
+        np.zeros(len(left), dtype=np.int64)
+    if not node.anti:
+        lp, lv = _flat(left.ann)
+        rp, rv = _flat(right.ann.take(pa.array(ri, type=pa.int64())))
+        ann = _sets(np.concatenate([lp, li[rp]]), np.concatenate([lv, rv]), len(left))
+        keep = partners > 0
+        return Bag(left.data, left.mult, ann).filter(keep)
+    if not node.null_aware:
+        return left.filter(partners == 0)
+    if int(right.mult.sum()) == 0:
+        return left
+    lk, rk, _ = node.equi_keys()
+    if any(right.data.column(k).null_count for k in rk):
+        return left.filter(np.zeros(len(left), dtype=bool))
+    valid = np.ones(len(left), dtype=bool)
+    for k in lk:
+        valid &= left.data.column(k).is_valid().to_numpy(zero_copy_only=False)
+    return left.filter((partners == 0) & valid)
+
+
+def _outer_join(node: OuterJoin, schema: pa.Schema, tables, partitions) -> Bag:
+    """LEFT / FULL OUTER JOIN: the inner join's pairs plus NULL-padded rows without a
+    partner, each carrying only its own fragments."""
+    left = reference_evaluate(node.left, tables, partitions)
+    right = reference_evaluate(node.right, tables, partitions)
+    li, ri = _matching_pairs(node, left, right)
+    pieces = [(left.take(li), right.take(ri))]
+    lonely = np.setdiff1d(np.arange(len(left)), li)
+    pieces.append((left.take(lonely), None))
+    if node.kind == "full":
+        pieces.append((None, right.take(np.setdiff1d(np.arange(len(right)), ri))))
+    bags = []
+    for lb, rb in pieces:
+        n = len(lb) if lb is not None else len(rb)
+        lcols = list(lb.data.columns) if lb is not None else \
+            [pa.nulls(n, f.type) for f in left.schema]
+        rcols = list(rb.data.columns) if rb is not None else \
+            [pa.nulls(n, f.type) for f in right.schema]
+        data = pa.Table.from_arrays(lcols + rcols, schema=schema)
+        mult = (lb.mult if lb is not None else 1) * (rb.mult if rb is not None else 1)
+        parts = [_flat(b.ann) for b in (lb, rb) if b is not None]
+        ann = _sets(np.concatenate([p for p, _ in parts]),
+                    np.concatenate([v for _, v in parts]), n)
+        bags.append(Bag(data, np.asarray(mult, dtype=np.int64), ann))
+    return Bag(pa.concat_tables([b.data for b in bags]),
+               np.concatenate([b.mult for b in bags]),
+               pa.concat_arrays([b.ann for b in bags]))
 
 
 def _exact(col: pa.Array, dtype: pa.DataType) -> np.ndarray:

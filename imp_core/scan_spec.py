@@ -2,7 +2,8 @@
 
 Invariant: filtering a table's change feed with ``predicate`` (written over the table's
 own column names) and keeping ``columns`` loses nothing the query's scan of that table
-would keep: the predicate is the selection directly above the query's only scan of it.
+would keep: the predicate is the selection directly above the query's only scan of it
+(whatever consumes that selection: any kind of join or aggregation sees the same rows).
 """
 
 from __future__ import annotations

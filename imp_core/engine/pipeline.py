@@ -26,6 +26,7 @@ from imp_core.engine.operators.base import (
     TableDelta,
 )
 from imp_core.engine.operators.join import JoinOp, SideChooser
+from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
@@ -36,11 +37,13 @@ from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
+    OuterJoin,
     PlanNode,
     Project,
     QueryPlan,
     Scan,
     Select,
+    SemiJoin,
     TopK,
     arrow_schema,
 )
@@ -128,6 +131,8 @@ class IncrementalQuery:
             shared = node.left.tables() & node.right.tables() & partitioned
             op = JoinOp(node, op_id, self.options.use_bloom, dedupe_annotations=bool(shared),
                         choose_side=self.join_sides)
+        elif isinstance(node, (SemiJoin, OuterJoin)):
+            op = KeyedJoinOp(node, op_id)
         elif isinstance(node, Aggregate):
             op = AggregateOp(node, op_id, nfrag, self.options.minmax_buffer,
                              self._source_for(node.input))
@@ -179,9 +184,11 @@ class IncrementalQuery:
         return merged
 
     def stats(self) -> list[dict]:
-        """Per operator: calls, rows, seconds, state bytes; for joins also the probes
-        their Bloom filters spared and the kind of each side ("memory" or the data layer
-        that answers its probes)."""
+        """Per operator: calls, rows, seconds, state bytes; for inner joins also the
+        probes their Bloom filters spared and the kind of each side ("memory" or the data
+        layer that answers its probes); for semi-, anti- and outer joins (kind
+        "semi_join", "anti_join", "outer_join") the join type ("semi", "anti", "nai" for
+        NOT IN, "left", "full") and their sides, always "memory"."""
         out = []
         for op in self.operators:
             row = {"op": op.op_id, "kind": op.kind, **asdict(op.stats),
@@ -190,6 +197,9 @@ class IncrementalQuery:
                 sides = (op.left, op.right)
                 row["probes_skipped"] = sum(getattr(s, "probes_skipped", 0) for s in sides)
                 row["sides"] = [getattr(s, "kind", "memory") for s in sides]
+            elif isinstance(op, KeyedJoinOp):
+                row["join_type"] = op.mode
+                row["sides"] = ["memory", "memory"]
             out.append(row)
         return out
 

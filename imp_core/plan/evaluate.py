@@ -203,6 +203,9 @@ class _Evaluator:
 
     def _FuncCall(self, e: FuncCall) -> pa.Array | pa.Scalar:
         args = [self.eval(a) for a in e.args]
+        if e.name in ("upper", "lower", "substring") and (
+                pa.types.is_string_view(args[0].type) or pa.types.is_large_string(args[0].type)):
+            args[0] = _cast(args[0], pa.string())  # the utf8 kernels take plain strings
         if e.name in ("year", "month", "day"):
             return pc.cast(pc.call_function(e.name, [args[0]]), pa.int32())
         if e.name == "abs":

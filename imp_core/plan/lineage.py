@@ -2,18 +2,26 @@
 
 Invariant: ``trace_column(node, c)`` returns ``(scan, source)`` only when every value of
 ``node``'s column ``c`` is the unchanged value of column ``source`` of the table row that
-``scan`` read for that output row (through selections, renaming projections and joins);
-otherwise None.
+``scan`` read for that output row (through selections, renaming projections, inner joins,
+the left input of semi- and anti-joins, whose output columns are the left's, and the
+preserved left input of a LEFT outer join); otherwise None. A column an outer join may
+NULL-pad (the right input of a LEFT join, either input of a FULL join) holds NULL on a
+padded row, where no row of its table was read, so it is traced only with
+``through_padding=True``: then every *non-NULL* value of ``c`` is such a copy (what a
+filter on probe keys needs, as NULL keys never match; not what routing rows by ``c``
+needs).
 """
 
 from __future__ import annotations
 
 from imp_core.plan.expr import ColumnRef
-from imp_core.plan.nodes import Join, PlanNode, Project, Scan, Select
+from imp_core.plan.nodes import Join, OuterJoin, PlanNode, Project, Scan, Select, SemiJoin
 
 
-def trace_column(node: PlanNode, column: str) -> tuple[Scan, str] | None:
-    """The scan and source column that ``node``'s output ``column`` copies unchanged.
+def trace_column(node: PlanNode, column: str,
+                 through_padding: bool = False) -> tuple[Scan, str] | None:
+    """The scan and source column that ``node``'s output ``column`` copies unchanged
+    (with ``through_padding``: copies where it is not NULL-padded by an outer join).
 
     >>> import pyarrow as pa
     >>> from imp_core.plan.nodes import Field
@@ -27,16 +35,22 @@ def trace_column(node: PlanNode, column: str) -> tuple[Scan, str] | None:
                 return node, src
         return None
     if isinstance(node, Select):
-        return trace_column(node.input, column)
+        return trace_column(node.input, column, through_padding)
     if isinstance(node, Project):
         for ne in node.exprs:
             if ne.name == column:
                 if isinstance(ne.expr, ColumnRef):
-                    return trace_column(node.input, ne.expr.name)
+                    return trace_column(node.input, ne.expr.name, through_padding)
                 return None
         return None
-    if isinstance(node, Join):
+    if isinstance(node, SemiJoin):
+        return trace_column(node.left, column, through_padding)
+    if isinstance(node, (Join, OuterJoin)):
         for child in (node.left, node.right):
-            if column in child.column_names:
-                return trace_column(child, column)
+            if column not in child.column_names:
+                continue
+            if isinstance(node, OuterJoin) and not through_padding and \
+                    (node.kind == "full" or child is node.right):
+                return None  # NULL on the rows the outer join pads
+            return trace_column(child, column, through_padding)
     return None

@@ -154,30 +154,106 @@ class Join(PlanNode):
 
     def equi_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], Expr | None]:
         """Split the condition into equi-join column pairs and a residual predicate."""
-        from imp_core.plan.expr import conjoin
-
-        left_names = set(self.left.column_names)
-        right_names = set(self.right.column_names)
-        lk: list[str] = []
-        rk: list[str] = []
-        rest: list[Expr] = []
-        for part in conjuncts(self.condition):
-            from imp_core.plan.expr import BinaryOp
-
-            if (isinstance(part, BinaryOp) and part.op == "="
-                    and isinstance(part.left, ColumnRef) and isinstance(part.right, ColumnRef)):
-                a, b = part.left.name, part.right.name
-                if a in left_names and b in right_names:
-                    lk.append(a), rk.append(b)
-                    continue
-                if b in left_names and a in right_names:
-                    lk.append(b), rk.append(a)
-                    continue
-            rest.append(part)
-        return tuple(lk), tuple(rk), conjoin(rest)
+        return split_equi_keys(self.condition, self.left.column_names,
+                               self.right.column_names)
 
     def _describe(self) -> str:
         return f"Join ON {self.condition}"
+
+
+def split_equi_keys(condition: Expr | None, left_names: tuple[str, ...],
+                    right_names: tuple[str, ...],
+                    ) -> tuple[tuple[str, ...], tuple[str, ...], Expr | None]:
+    """``condition``'s conjuncts ``left = right`` over plain columns as key pairs (left
+    columns, right columns), and the conjunction of the other conjuncts."""
+    from imp_core.plan.expr import BinaryOp, conjoin
+
+    lset, rset = set(left_names), set(right_names)
+    lk: list[str] = []
+    rk: list[str] = []
+    rest: list[Expr] = []
+    for part in conjuncts(condition):
+        if (isinstance(part, BinaryOp) and part.op == "="
+                and isinstance(part.left, ColumnRef) and isinstance(part.right, ColumnRef)):
+            a, b = part.left.name, part.right.name
+            if a in lset and b in rset:
+                lk.append(a), rk.append(b)
+                continue
+            if b in lset and a in rset:
+                lk.append(b), rk.append(a)
+                continue
+        rest.append(part)
+    return tuple(lk), tuple(rk), conjoin(rest)
+
+
+@dataclass(frozen=True)
+class SemiJoin(PlanNode):
+    """The rows of ``left`` that have (``anti`` False: EXISTS / IN) or do not have
+    (``anti`` True: NOT EXISTS / NOT IN) a row of ``right`` satisfying ``condition``.
+
+    Bag semantics: a left row keeps its multiplicity; the right side only decides
+    membership. With ``null_aware`` (NOT IN, ``condition`` is then exactly the key
+    equalities) SQL's three-valued logic applies: a left row is kept only if ``right`` is
+    empty, or its keys are all non-NULL, no right row equals them and no right row has a
+    NULL key. The output schema is ``left``'s.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    condition: Expr | None = None
+    anti: bool = False
+    null_aware: bool = False
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.left, self.right)
+
+    @property
+    def schema(self) -> Schema:
+        return self.left.schema
+
+    def equi_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], Expr | None]:
+        return split_equi_keys(self.condition, self.left.column_names,
+                               self.right.column_names)
+
+    def _describe(self) -> str:
+        kind = ("NullAwareAntiJoin" if self.null_aware else
+                "AntiJoin" if self.anti else "SemiJoin")
+        return f"{kind} ON {self.condition}"
+
+
+OUTER_KINDS = ("left", "full")
+
+
+@dataclass(frozen=True)
+class OuterJoin(PlanNode):
+    """``left`` LEFT or FULL OUTER JOIN ``right`` ON ``condition``: the inner join's rows,
+    plus every left row (and, for ``full``, every right row) without a partner, padded
+    with NULLs on the other side. (RIGHT joins are planned as LEFT joins of the swapped
+    inputs.) The output schema is ``left``'s fields then ``right``'s.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    condition: Expr | None
+    kind: str = "left"
+
+    def __post_init__(self) -> None:
+        if self.kind not in OUTER_KINDS:
+            raise ValueError(f"unknown outer join kind {self.kind!r}")
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.left, self.right)
+
+    @property
+    def schema(self) -> Schema:
+        return self.left.schema + self.right.schema
+
+    def equi_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], Expr | None]:
+        return split_equi_keys(self.condition, self.left.column_names,
+                               self.right.column_names)
+
+    def _describe(self) -> str:
+        return f"{self.kind.capitalize()}OuterJoin ON {self.condition}"
 
 
 @dataclass(frozen=True)

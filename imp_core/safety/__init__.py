@@ -9,7 +9,8 @@ decides this conservatively: "safe" is always really safe, "unsafe" may be a fal
 How it is argued. Annotate every row of every operator's result over D with its
 fragment set A(r) (the engine's semantics: selection and projection keep it, a join
 unions both sides, a group or a DISTINCT row unions all its input rows, top-k keeps its
-k rows; the sketch S is the union over the result). The analysis proves, bottom-up, that
+k rows, a semi-join row adds its partners', an anti-join row and a NULL-padded row keep
+their own; the sketch S is the union over the result). The analysis proves, bottom-up, that
 each operator's result over D_P is, as a bag of values,
 
     the rows r of its result over D with A(r) ⊆ S      ("exact" rows)
@@ -20,9 +21,9 @@ At the root every row has A ⊆ S (that is how S is defined), so no shadow and h
 phantom can exist there, and Q(D_P) = Q(D). A phantom is a group of which D_P holds only
 some tuples: a *partial group*. The rules that keep the invariant, each with why:
 
-1. Scan, selection, projection, join and DISTINCT on untainted columns keep it (a
-   phantom passes a test on untainted columns exactly when its shadow does). So a query
-   built only of these (a monotone query) is safe for any attribute.
+1. Scan, selection, projection, join, semi-join and DISTINCT on untainted columns keep
+   it (a phantom passes a test on untainted columns exactly when its shadow does). So a
+   query built only of these (a monotone query) is safe for any attribute.
 2. Top-k is safe when its input has no tainted column and every operator above it is a
    projection, DISTINCT or aggregation: then all k top tuples reach the result, so they
    are in D_P, and every other tuple of D_P ranks after them as it does in D. A selection,
@@ -52,10 +53,32 @@ some tuples: a *partial group*. The rules that keep the invariant, each with why
 6. These monotonicity facts hold only when the partial group's input is itself exact
    (no tainted input), so an aggregate over possibly partial aggregates is never
    monotone, and grouping on, joining on or filtering on such values is unsafe.
+7. A semi-join (EXISTS, IN) is monotone like a join that keeps the left columns: its
+   condition must not read tainted columns. A kept row carries its partners' fragments,
+   so the attribute of a scan of R on the right flows (rule 4) to the left columns the
+   condition's equalities tie it to, and to none otherwise.
+8. An anti-join (NOT EXISTS, NOT IN) and an outer join are not monotone in their negated
+   or NULL-supplying side: a sketch that drops a row's only partners makes NOT EXISTS true
+   for it, or makes it appear NULL-padded. With an untainted condition, such a side may
+   read R only if (a) its rows carry no provenance of R (it is then the same over D and
+   D_P), or (b) the condition's equalities tie the attribute of each scan of R on it to
+   the attribute of a scan of R on the preserved side that gives every row a tuple (all
+   partners of a row share its fragment, so a row in D_P keeps all of them), or (c) for
+   an outer join, all operators above are projections, DISTINCTs or aggregations (every
+   partner of every row is then in the sketch). NOT IN admits only (a): it also depends
+   on whether the whole subquery result is empty or holds a NULL. An anti-join row
+   carries only its left row's fragments; a NULL-padded column is NULL, not the
+   attribute, so the attribute of the preserved side never flows into the other side's
+   columns.
+9. An aggregation without GROUP BY (a scalar subquery) joined to an input X whose rows
+   each read R, by a join every result row derives from, is exact: a non-empty result
+   carries the one row's fragments, so its whole input is in the sketch; an empty result
+   gives an empty sketch, an empty X over D_P and an empty result there too.
 
-Where it is: the rules in ``rules.py`` (one function per operator), what they know of a
-result in ``facts.py``, the interval analysis in ``intervals.py``, name resolution in
-``names.py``, the text of reasons in ``render.py``, the verdict in ``verdict.py``.
+Where it is: the rules in ``rules.py`` (one function per operator), rules 7 and 8 in
+``negation.py``, rule 9 in ``scalar.py``, what they know of a result in ``facts.py``, the
+interval analysis in ``intervals.py``, name resolution in ``names.py``, the text of
+reasons in ``render.py``, the verdict in ``verdict.py``.
 
 >>> from imp_core.plan.nodes import Aggregate, AggCall, Field, Scan
 >>> import pyarrow as pa
@@ -75,6 +98,7 @@ from imp_core.safety.facts import Context
 from imp_core.safety.intervals import Domains
 from imp_core.safety.names import resolve
 from imp_core.safety.rules import analyze
+from imp_core.safety.scalar import essential_paths
 from imp_core.safety.verdict import SafetyVerdict, Unsafe
 
 __all__ = ["SafetyVerdict", "check_attribute", "require_safe"]
@@ -99,7 +123,7 @@ def check_attribute(
     """
     root = plan.root if isinstance(plan, QueryPlan) else plan
     table, column = resolve(root, table, column, domains, table_columns)
-    ctx = Context(table, column, domains or {})
+    ctx = Context(table, column, domains or {}, essential=essential_paths(root))
     try:
         analyze(root, (), True, ctx)
     except Unsafe as exc:

@@ -6,16 +6,51 @@ differ from its shadow's (a column not in it is equal in both), ``attr`` holds p
 the sketched table the output columns equal to the sketch attribute, and each set in
 ``keys`` is unique over both results. ``Context`` gathers, for one attribute, the notes
 that make up a safe verdict's reason; each note is a reason some operator is safe.
+
+An ``attr`` entry is a statement about every result, over D and over D_P alike: a column
+in ``attr[p]`` equals, in every row, the sketch attribute of each tuple the scan at path
+``p`` contributes to that row's provenance (vacuously true for a row with none, such as
+a NULL-padded row of an outer join). Only scans that contribute provenance have an
+entry: a scan read under NOT EXISTS / NOT IN contributes none. ``optional`` lists the
+scans that may contribute no tuple to a row (the NULL-supplying side of an outer join);
+for the others every row has one, so a row present in D_P has its attribute's fragment
+in the sketch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from imp_core.plan.expr import ColumnRef, Expr, rename_columns
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjuncts, rename_columns
 from imp_core.safety.intervals import UNKNOWN, Domains, Interval, domain_interval
 from imp_core.safety.names import pick
 from imp_core.safety.render import sql_text
+
+Path = tuple[int, ...]  # a node's position: child indices from the root
+
+
+def equalities(pred: Expr | None) -> list[tuple[str, str]]:
+    """The ``x = y`` conjuncts of ``pred`` between plain columns, as name pairs."""
+    return [(p.left.name, p.right.name) for p in conjuncts(pred)
+            if isinstance(p, BinaryOp) and p.op == "="
+            and isinstance(p.left, ColumnRef) and isinstance(p.right, ColumnRef)]
+
+
+def close(attr: dict[Path, frozenset[str]],
+          pairs: list[tuple[str, str]]) -> dict[Path, frozenset[str]]:
+    """Each column set of ``attr`` grown by the columns ``pairs`` make equal to it."""
+    out = {}
+    for path, cols in attr.items():
+        cur = set(cols)
+        changed = bool(cur)
+        while changed:
+            changed = False
+            for a, b in pairs:
+                if (a in cur) != (b in cur):
+                    cur |= {a, b}
+                    changed = True
+        out[path] = frozenset(cur)
+    return out
 
 
 @dataclass(frozen=True)
@@ -54,8 +89,9 @@ class Facts:
     has_table: bool
     # tainted output columns
     tainted: dict[str, Taint] = field(default_factory=dict)
-    # per scan of the sketched table (by its path): output columns equal to its attribute
-    attr: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
+    # per scan of the sketched table (by its path) that contributes provenance: output
+    # columns equal to its attribute (see the module docstring)
+    attr: dict[Path, frozenset[str]] = field(default_factory=dict)
     # sets of output columns unique over the result (over D and over D_P)
     keys: tuple[frozenset[str], ...] = ()
     # display text of output columns (aggregates as ``sum(x)``), for reasons
@@ -64,6 +100,8 @@ class Facts:
     ivals: dict[str, Interval] = field(default_factory=dict)
     # display text of the definition of computed columns, e.g. ``l_price * (1 - l_disc)``
     exprs: dict[str, str] = field(default_factory=dict)
+    # paths in ``attr`` whose scan may contribute no tuple to a row
+    optional: frozenset[Path] = frozenset()
 
     def show(self, col: str) -> str:
         return self.labels.get(col, col)
@@ -74,6 +112,11 @@ class Facts:
         return sql_text(rename_columns(expr, mapping))
 
 
+def tainted_in(expr: Expr, facts: Facts) -> list[str]:
+    """The tainted columns ``expr`` reads, sorted."""
+    return sorted(c for c in expr.columns() if c in facts.tainted)
+
+
 @dataclass
 class Context:
     table: str
@@ -82,6 +125,8 @@ class Context:
     notes: list[str] = field(default_factory=list)
     partial_aggs: dict[int, str] = field(default_factory=dict)  # origin -> description
     inspected: set[int] = field(default_factory=set)
+    # paths of the nodes every root row derives from (``negation.essential_paths``)
+    essential: frozenset[Path] = frozenset()
 
     @property
     def attribute(self) -> str:
@@ -108,7 +153,7 @@ class Context:
                     f"join, grouping or top-k on them), so partial groups never reach it")
         if not notes:
             return (f"safe: the query is monotone in {self.table} (only selection, projection, "
-                    f"join and DISTINCT over it), so the sketch instance, which holds all "
-                    f"provenance, yields exactly the same result")
+                    f"join, semi-join and DISTINCT over it), so the sketch instance, which "
+                    f"holds all provenance, yields exactly the same result")
         return "safe: " + "; ".join(notes)
 

@@ -1,4 +1,6 @@
-"""The per-operator rules of the safety analysis (rules 1 to 6 of the package docstring).
+"""The per-operator rules of the safety analysis (rules 1 to 6 of the package docstring;
+semi-joins, anti-joins and outer joins in ``negation.py``, one-row aggregates in
+``scalar.py``).
 
 ``analyze`` walks a plan bottom-up and returns each operator's ``Facts``, or raises
 ``Unsafe`` at the first operator whose rule fails, with the reason. The facts it returns
@@ -11,48 +13,26 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjuncts, rename_columns
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, rename_columns
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
+    OuterJoin,
     PlanNode,
     Project,
     Scan,
     Select,
+    SemiJoin,
     SortKey,
     TopK,
 )
-from imp_core.safety.facts import Context, Facts, Taint
+from imp_core.safety.facts import Context, Facts, Taint, close, equalities, tainted_in
 from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
+from imp_core.safety.negation import anti_join, outer_join, semi_join
 from imp_core.safety.render import sql_text
+from imp_core.safety.scalar import pin_single_rows
 from imp_core.safety.verdict import Unsafe
-
-
-def _equalities(pred: Expr | None) -> list[tuple[str, str]]:
-    return [(p.left.name, p.right.name) for p in conjuncts(pred)
-            if isinstance(p, BinaryOp) and p.op == "="
-            and isinstance(p.left, ColumnRef) and isinstance(p.right, ColumnRef)]
-
-
-def _close(attr: dict[tuple[int, ...], frozenset[str]],
-           pairs: list[tuple[str, str]]) -> dict[tuple[int, ...], frozenset[str]]:
-    out = {}
-    for path, cols in attr.items():
-        cur = set(cols)
-        changed = bool(cur)
-        while changed:
-            changed = False
-            for a, b in pairs:
-                if (a in cur) != (b in cur):
-                    cur |= {a, b}
-                    changed = True
-        out[path] = frozenset(cur)
-    return out
-
-
-def _tainted_in(expr: Expr, facts: Facts) -> list[str]:
-    return sorted(c for c in expr.columns() if c in facts.tainted)
 
 
 def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context) -> Facts:
@@ -67,7 +47,15 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
     if isinstance(node, Join):
         left = analyze(node.left, path + (0,), False, ctx)
         right = analyze(node.right, path + (1,), False, ctx)
-        return _join(node, left, right, ctx)
+        return _join(node, *pin_single_rows(node, path, left, right, ctx), ctx)
+    if isinstance(node, (SemiJoin, OuterJoin)):
+        left = analyze(node.left, path + (0,), False, ctx)
+        right = analyze(node.right, path + (1,), False, ctx)
+        if isinstance(node, OuterJoin):
+            return outer_join(node, path, left, right, lossless, ctx)
+        if node.anti:
+            return anti_join(node, path, left, right, ctx)
+        return semi_join(node, left, right, ctx)
     if isinstance(node, Aggregate):
         return _aggregate(node, analyze(node.input, path + (0,), lossless, ctx), path, ctx)
     if isinstance(node, Distinct):
@@ -90,7 +78,7 @@ def _scan(node: Scan, path: tuple[int, ...], ctx: Context) -> Facts:
 
 def _check_filter(pred: Expr, facts: Facts, ctx: Context, what: str) -> None:
     """Raise unless a phantom passing ``pred`` implies its shadow passes it."""
-    if not _tainted_in(pred, facts):
+    if not tainted_in(pred, facts):
         return
     if isinstance(pred, BinaryOp) and pred.op in ("and", "or"):
         _check_filter(pred.left, facts, ctx, what)
@@ -103,7 +91,7 @@ def _check_filter(pred: Expr, facts: Facts, ctx: Context, what: str) -> None:
             flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
             op, col, other = flip[op], pred.right, pred.left
         if isinstance(col, ColumnRef) and col.name in facts.tainted \
-                and not _tainted_in(other, facts):
+                and not tainted_in(other, facts):
             taint = facts.tainted[col.name]
             ctx.inspected.add(taint.origin)
             if op in (">", ">=") and taint.shrinks:
@@ -118,7 +106,7 @@ def _check_filter(pred: Expr, facts: Facts, ctx: Context, what: str) -> None:
                 return
             raise Unsafe(f"{what} {text} is not monotone: {_why_not(taint, op)}, so "
                           f"{ctx.partial()} could pass where the complete group fails")
-    for c in _tainted_in(pred, facts):
+    for c in tainted_in(pred, facts):
         ctx.inspected.add(facts.tainted[c].origin)
     raise Unsafe(f"{what} {text} is not monotone: it tests an aggregate of groups that "
                   f"may be partial in the sketch instance other than by 'aggregate > c' "
@@ -141,7 +129,7 @@ def _why_not(taint: Taint, op: str) -> str:
 
 def _select(node: Select, facts: Facts, ctx: Context) -> Facts:
     _check_filter(node.predicate, facts, ctx, "HAVING")
-    return replace(facts, attr=_close(facts.attr, _equalities(node.predicate)))
+    return replace(facts, attr=close(facts.attr, equalities(node.predicate)))
 
 
 def _project(node: Project, facts: Facts) -> Facts:
@@ -167,7 +155,7 @@ def _project(node: Project, facts: Facts) -> Facts:
         exprs[ne.name] = sql_text(rename_columns(e, defs))
         if any(c in facts.tainted for c in e.columns()):
             labels[ne.name] = text
-            src = facts.tainted[_tainted_in(e, facts)[0]]
+            src = facts.tainted[tainted_in(e, facts)[0]]
             tainted[ne.name] = Taint(text, src.origin,
                                       why_not="is an expression over aggregates of possibly "
                                               "partial groups; no monotonicity is known")
@@ -177,7 +165,7 @@ def _project(node: Project, facts: Facts) -> Facts:
             for p, cols in facts.attr.items()}
     keys = tuple(frozenset(renames[c][0] for c in key) for key in facts.keys
                  if all(c in renames for c in key))
-    return Facts(facts.has_table, tainted, attr, keys, labels, ivals, exprs)
+    return Facts(facts.has_table, tainted, attr, keys, labels, ivals, exprs, facts.optional)
 
 
 def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
@@ -187,9 +175,10 @@ def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
                   tuple(a | b for a in left.keys for b in right.keys),
                   {**left.labels, **right.labels},
                   {**left.ivals, **right.ivals},
-                  {**left.exprs, **right.exprs})
+                  {**left.exprs, **right.exprs},
+                  left.optional | right.optional)
     if node.condition is not None:
-        bad = _tainted_in(node.condition, both)
+        bad = tainted_in(node.condition, both)
         if bad:
             taint = both.tainted[bad[0]]
             ctx.inspected.add(taint.origin)
@@ -197,7 +186,7 @@ def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
                           f"which may be computed over {ctx.partial()} in the sketch "
                           f"instance, so a partial group could join where the complete "
                           f"one does not")
-        both.attr = _close(both.attr, _equalities(node.condition))
+        both.attr = close(both.attr, equalities(node.condition))
     return both
 
 
@@ -222,7 +211,7 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
             ivals[a.name] = arg_iv
     keys = (frozenset(node.group_by),)
     attr = {p: cols & frozenset(node.group_by) for p, cols in facts.attr.items()}
-    out = Facts(facts.has_table, {}, attr, keys, labels, ivals, exprs)
+    out = Facts(facts.has_table, {}, attr, keys, labels, ivals, exprs, facts.optional)
     if not facts.has_table:
         return out
     bad_keys = [g for g in node.group_by if g in facts.tainted]

@@ -23,6 +23,12 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   inputs; the output of a join below is joined on the driver from its inputs, which are
   shipped for their own sides anyway. A side served by the data layer (``_data_side``: a
   ``SparkJoinSide``) gets its versions and a Bloom filter of the side's distinct keys.
+- A semi-, anti- or outer join (``KeyedJoinOp``; its sides are always held in memory) is
+  built on the driver like an in-memory join: its state is both inputs' annotated rows
+  (``state_from_sides``) and its output the engine's operator stepped once over them, so
+  every operator above it is stepped by the engine too (``has_stateful``). Spark evaluates
+  such a subtree (``imp_core.spark.compile_joins``) only where the data layer serves a
+  join: the output of a join with a side served by Spark, and a served side's keys.
 - μ's fragment counts and the kept result come from the root's output.
 
 Every state is built through the operators' public methods (``state_from_groups``,
@@ -46,11 +52,21 @@ from imp_core.engine.join_index import SideIndex, key_hashes
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide
 from imp_core.engine.zset import DeltaBatch
-from imp_core.plan.nodes import Aggregate, Distinct, Join, PlanNode, TopK, arrow_schema
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    OuterJoin,
+    PlanNode,
+    SemiJoin,
+    TopK,
+    arrow_schema,
+)
 from imp_core.sketch.partition import PartitionSet
 from imp_core.spark.aggregate_sql import aggregate_sql, arrow_array, group_totals, more_ctes
 from imp_core.spark.compile import (
@@ -101,9 +117,15 @@ def bootstrap_tables(spark: SparkSession, store: Any, pipeline: IncrementalQuery
     return tables, b.stats
 
 
+# nodes whose output the bootstrap rebuilds from their state or steps on the driver: the
+# operators above them are stepped by the engine as well
+_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin)
+
+
 def has_stateful(node: PlanNode) -> bool:
-    """Whether ``node``'s subtree holds an aggregation, DISTINCT or top-k."""
-    return any(isinstance(n, (Aggregate, Distinct, TopK)) for n in node.walk())
+    """Whether ``node``'s subtree holds a stateful operator other than an inner join: an
+    aggregation, DISTINCT, top-k, or a semi-, anti- or outer join."""
+    return any(isinstance(n, _STATEFUL_NODES) for n in node.walk())
 
 
 class _Bootstrap:
@@ -201,6 +223,14 @@ class _Bootstrap:
                                         self._side(op.right, w.children[1]))
             self.stats.sources[op.op_id] = "spark" if not (
                 _in_memory(op.left) and _in_memory(op.right)) else "engine"
+        elif isinstance(op, KeyedJoinOp):
+            # both sides in memory: their rows are the state, the output one engine step
+            left, right = (self.output(c) for c in w.children)
+            state = op.state_from_sides(SideIndex.state_from_rows(left),
+                                        SideIndex.state_from_rows(right))
+            self.outputs[op.op_id] = op.step([left, right]) if len(left) or len(right) \
+                else op.empty()
+            self.stats.sources[op.op_id] = "engine"
         elif has_stateful(w.children[0].node) or (
                 not self.joins_in_spark and _memory_join_below(w.children[0])):
             # above another stateful operator (or joined rows the driver holds anyway):
@@ -284,7 +314,10 @@ def _in_memory(side: object) -> bool:
 
 def _memory_join_below(w) -> bool:
     """Whether the wired subtree ``w`` holds a join with both sides in memory (whose
-    output the bootstrap computes on the driver)."""
+    output the bootstrap computes on the driver): an inner join without a side served by
+    the data layer, or any semi-, anti- or outer join."""
+    if isinstance(w.op, KeyedJoinOp):
+        return True
     if isinstance(w.op, JoinOp) and _in_memory(w.op.left) and _in_memory(w.op.right):
         return True
     return any(_memory_join_below(c) for c in w.children)

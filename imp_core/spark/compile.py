@@ -8,6 +8,9 @@ capture query, its *annotation columns*:
   (offset + local id found by binary search over the split points, NULL -> fragment 0);
 - selection and projection pass annotation columns through unchanged; a join keeps both
   sides' (one column per partitioned ``Scan`` occurrence below it);
+- semi-, anti- (also NOT IN) and outer joins are compiled by ``imp_core.spark.compile_joins``
+  (a semi-join's row adds its partners' fragments, an anti-join's keeps its own, an outer
+  join's NULL-padded row only its own side's);
 - aggregation and DISTINCT replace them with one ``ARRAY<INT>`` column per group: the
   sorted, duplicate-free union of the group's fragments (``collect_set``);
 - top-k orders by its keys, then every other column ascending NULLS FIRST, then the
@@ -29,29 +32,10 @@ API, so the capture SQL then reads temp views ``fragment_view_name(...)`` that
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 from typing import Literal as TypingLiteral
 
-import pyarrow as pa
-
-from imp_core.errors import ImpError
-from imp_core.plan.evaluate import infer_type, literal_type
-from imp_core.plan.expr import (
-    BinaryOp,
-    Case,
-    Cast,
-    ColumnRef,
-    Expr,
-    FuncCall,
-    InList,
-    Like,
-    Literal,
-    UnaryOp,
-)
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -67,6 +51,30 @@ from imp_core.plan.nodes import (
 )
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Range, Sketch
+from imp_core.spark.compile_joins import JoinCompilers
+from imp_core.spark.sql_text import (
+    EMPTY_ANNOTATION,
+    AnnColumn,
+    Relation,
+    SparkCompileError,
+    ann_aggregate,
+    ann_union,
+    quote,
+    spark_type,
+    sql_literal,
+    string_literal,
+    write_expr,
+)
+
+# re-exported: the SQL text helpers other modules take from here
+__all__ = [
+    "ANNOTATION_COLUMN", "ANN_PREFIX", "EMPTY_ANNOTATION", "FID_COLUMN", "FRAGMENTS_COLUMN",
+    "MAX_PREDICATE_RANGES", "AnnotatedRelation", "FragmentIds", "SparkCompileError",
+    "annotated_relation", "annotated_sql", "bounds_array_sql", "capture_sql",
+    "fragment_case", "fragment_view_name", "plain_sql", "predicate_ranges", "quote",
+    "sketch_predicate", "spark_type", "sql_literal", "string_literal", "total_order_sql",
+    "use_sql", "write_expr",
+]
 
 FragmentIds = TypingLiteral["case", "view"]
 
@@ -74,153 +82,6 @@ ANN_PREFIX = "__imp_a"
 FID_COLUMN = "__imp_fid"
 FRAGMENTS_COLUMN = "fragments"
 ANNOTATION_COLUMN = "__imp_ann"
-
-
-class SparkCompileError(ImpError):
-    """A plan or value that has no Spark SQL translation."""
-
-    code = "UNIMPLEMENTED"
-
-
-# -- names and literals ---------------------------------------------------------------------
-def quote(name: str) -> str:
-    """A back-quoted Spark identifier (dots stay part of the name)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def spark_type(t: pa.DataType) -> str:
-    """The Spark SQL type name of an Arrow type."""
-    if pa.types.is_boolean(t):
-        return "BOOLEAN"
-    if pa.types.is_int8(t) or pa.types.is_uint8(t):
-        return "TINYINT" if pa.types.is_int8(t) else "SMALLINT"
-    if pa.types.is_int16(t) or pa.types.is_uint16(t):
-        return "SMALLINT" if pa.types.is_int16(t) else "INT"
-    if pa.types.is_int32(t) or pa.types.is_uint32(t):
-        return "INT" if pa.types.is_int32(t) else "BIGINT"
-    if pa.types.is_int64(t):
-        return "BIGINT"
-    if pa.types.is_float32(t):
-        return "FLOAT"
-    if pa.types.is_float64(t):
-        return "DOUBLE"
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "STRING"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "BINARY"
-    if pa.types.is_date(t):
-        return "DATE"
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
-    raise SparkCompileError(f"no Spark SQL type for Arrow type {t}")
-
-
-def string_literal(s: str) -> str:
-    """A Spark string literal (Spark unescapes backslashes inside literals)."""
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def sql_literal(value: Any, dtype: pa.DataType) -> str:
-    """``value`` as a Spark SQL literal of exactly type ``dtype``."""
-    if value is None:
-        return "NULL" if pa.types.is_null(dtype) else f"CAST(NULL AS {spark_type(dtype)})"
-    if pa.types.is_boolean(dtype):
-        return "TRUE" if value else "FALSE"
-    if pa.types.is_integer(dtype):
-        v = int(value)
-        suffix = {"TINYINT": "Y", "SMALLINT": "S", "INT": "", "BIGINT": "L"}[spark_type(dtype)]
-        if v == -(2**63):
-            return "CAST('-9223372036854775808' AS BIGINT)"
-        text = f"{v}{suffix}"
-        return f"({text})" if v < 0 else text
-    if pa.types.is_floating(dtype):
-        v = float(value)
-        text = "NaN" if math.isnan(v) else repr(v).replace("inf", "Infinity")
-        return f"CAST('{text}' AS {spark_type(dtype)})"
-    if pa.types.is_decimal(dtype):
-        d = decimal.Decimal(value)
-        text = format(d, "f")
-        if literal_type(d) == dtype:  # Spark types 12.50BD as decimal(4, 2), like we do
-            return f"({text}BD)" if d < 0 else f"{text}BD"
-        return f"CAST('{text}' AS {spark_type(dtype)})"
-    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) \
-            or pa.types.is_string_view(dtype):
-        return string_literal(str(value))
-    if pa.types.is_date(dtype):
-        if isinstance(value, dt.datetime):
-            value = value.date()
-        return f"DATE '{value.isoformat()}'"
-    if pa.types.is_timestamp(dtype):
-        kind = "TIMESTAMP" if dtype.tz else "TIMESTAMP_NTZ"
-        return f"{kind} '{value.isoformat(sep=' ')}'"
-    raise SparkCompileError(f"cannot write a literal of type {dtype}")
-
-
-# -- expressions ----------------------------------------------------------------------------
-_FUNCS = {"year": "year", "month": "month", "day": "dayofmonth", "abs": "abs",
-          "upper": "upper", "lower": "lower", "coalesce": "coalesce", "substring": "substring"}
-
-
-class _ExprWriter:
-    """Scalar expressions over one input schema, in Spark SQL with our semantics."""
-
-    def __init__(self, schema: pa.Schema):
-        self.schema = schema
-
-    def type_of(self, e: Expr) -> pa.DataType:
-        return infer_type(e, self.schema)
-
-    def write(self, e: Expr) -> str:
-        if isinstance(e, ColumnRef):
-            return quote(e.name)
-        if isinstance(e, Literal):
-            return sql_literal(e.value, e.dtype)
-        if isinstance(e, BinaryOp):
-            return self._binary(e)
-        if isinstance(e, UnaryOp):
-            x = self.write(e.operand)
-            return {"not": f"(NOT {x})", "neg": f"(- {x})", "is_null": f"({x} IS NULL)",
-                    "is_not_null": f"({x} IS NOT NULL)"}[e.op]
-        if isinstance(e, Case):
-            whens = " ".join(f"WHEN {self.write(c)} THEN {self.write(v)}" for c, v in e.whens)
-            default = "NULL" if e.default is None else self.write(e.default)
-            return f"(CASE {whens} ELSE {default} END)"
-        if isinstance(e, InList):
-            values = ", ".join(self.write(v) for v in e.values)
-            neg = "NOT " if e.negated else ""
-            return f"({self.write(e.operand)} {neg}IN ({values}))"
-        if isinstance(e, Like):
-            neg = "NOT " if e.negated else ""
-            return f"({self.write(e.operand)} {neg}LIKE {string_literal(e.pattern)})"
-        if isinstance(e, FuncCall):
-            return f"{_FUNCS[e.name]}({', '.join(self.write(a) for a in e.args)})"
-        if isinstance(e, Cast):
-            return f"CAST({self.write(e.operand)} AS {spark_type(e.to)})"
-        raise SparkCompileError(f"no Spark SQL translation for {type(e).__name__}")
-
-    def _binary(self, e: BinaryOp) -> str:
-        left, right = self.write(e.left), self.write(e.right)
-        if e.op in ("and", "or"):
-            return f"({left} {e.op.upper()} {right})"
-        if e.op == "/":
-            # ours: double division, NULL when the divisor is zero (Spark ANSI would raise)
-            return (f"(CAST({left} AS DOUBLE) / NULLIF(CAST({right} AS DOUBLE), "
-                    "CAST(0 AS DOUBLE)))")
-        if e.op == "%":
-            lt, rt = self.type_of(e.left), self.type_of(e.right)
-            if pa.types.is_integer(lt) and pa.types.is_integer(rt):
-                return f"({left} % {right})"  # truncated remainder, as Arrow's integer path
-            # ours for non-integers: x - floor(x / y) * y (the sign follows the divisor)
-            return (f"(CAST({left} AS DOUBLE) - FLOOR(CAST({left} AS DOUBLE) / "
-                    f"CAST({right} AS DOUBLE)) * CAST({right} AS DOUBLE))")
-        return f"({left} {e.op} {right})"
-
-
-def write_expr(expr: Expr, schema: pa.Schema) -> str:
-    """Spark SQL text of ``expr`` over rows of ``schema`` (column names back-quoted)."""
-    return _ExprWriter(schema).write(expr)
 
 
 # -- fragment ids ---------------------------------------------------------------------------
@@ -254,35 +115,6 @@ def bounds_array_sql(part: RangePartition, bounds: Sequence[Any] | None = None) 
     return "array(" + ", ".join(sql_literal(b, part.dtype) for b in values) + ")"
 
 
-# -- relations ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Ann:
-    name: str
-    is_set: bool  # ARRAY<INT> (after aggregation) or INT (one base row's fragment)
-
-
-@dataclass(frozen=True)
-class _Rel:
-    name: str  # CTE name
-    ann: tuple[_Ann, ...]
-
-
-def _ann_union(anns: tuple[_Ann, ...]) -> str:
-    """Per-row annotation as a sorted, duplicate-free ARRAY<INT>."""
-    if len(anns) == 1:
-        a = anns[0]
-        return quote(a.name) if a.is_set else f"array({quote(a.name)})"
-    parts = [quote(a.name) if a.is_set else f"array({quote(a.name)})" for a in anns]
-    return f"array_sort(array_distinct(concat({', '.join(parts)})))"
-
-
-def _ann_aggregate(anns: tuple[_Ann, ...]) -> str:
-    """Union of the annotations of a group's rows, sorted: an aggregate expression."""
-    parts = [f"flatten(collect_set({quote(a.name)}))" if a.is_set
-             else f"collect_set({quote(a.name)})" for a in anns]
-    inner = parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
-    return f"array_sort(array_distinct({inner}))"
-
 
 def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
     return (f"{quote(column)} {'DESC' if descending else 'ASC'} "
@@ -292,7 +124,11 @@ def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
 _AGG_SQL = {"sum": "SUM", "count": "COUNT", "avg": "AVG", "min": "MIN", "max": "MAX"}
 
 
-class _Compiler:
+class _Compiler(JoinCompilers):
+    """One compilation: a CTE per plan node (``compile`` dispatches on the node's type to
+    ``_<NodeType>``), with annotation columns when ``partitions`` is given and scans
+    filtered by ``sketch`` when that is given."""
+
     def __init__(self, partitions: PartitionSet | None = None, sketch: Sketch | None = None,
                  fragment_ids: FragmentIds = "case", views: Mapping[str, str] | None = None,
                  fragment_views: Mapping[str, str] | None = None):
@@ -306,16 +142,16 @@ class _Compiler:
         self.ctes: list[tuple[str, str]] = []
         self._anns = 0
 
-    def _cte(self, body: str, ann: tuple[_Ann, ...]) -> _Rel:
+    def _cte(self, body: str, ann: tuple[AnnColumn, ...]) -> Relation:
         name = f"n{len(self.ctes)}"
         self.ctes.append((name, body))
-        return _Rel(name, ann)
+        return Relation(name, ann)
 
-    def _new_ann(self, is_set: bool) -> _Ann:
+    def _new_ann(self, is_set: bool) -> AnnColumn:
         self._anns += 1
-        return _Ann(f"{ANN_PREFIX}{self._anns}", is_set)
+        return AnnColumn(f"{ANN_PREFIX}{self._anns}", is_set)
 
-    def compile(self, node: PlanNode) -> _Rel:
+    def compile(self, node: PlanNode) -> Relation:
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
             raise SparkCompileError(f"no Spark SQL translation for {type(node).__name__}")
@@ -326,11 +162,11 @@ class _Compiler:
         return "WITH " + ",\n".join(parts) + "\n"
 
     # -- operators ----------------------------------------------------------------------
-    def _Scan(self, node: Scan) -> _Rel:
+    def _Scan(self, node: Scan) -> Relation:
         cols = [f"{quote(src)} AS {quote(f.name)}"
                 for src, f in zip(node.source_columns, node.fields)]
         source = quote(self.views.get(node.table, node.table))
-        ann: tuple[_Ann, ...] = ()
+        ann: tuple[AnnColumn, ...] = ()
         found = self.partitions.for_table(node.table) if self.partitions else None
         if found is not None:
             part, offset = found
@@ -348,19 +184,19 @@ class _Compiler:
             where = f"\n  WHERE {sketch_predicate(self.sketch, node.table)}"
         return self._cte(f"SELECT {', '.join(cols)}\n  FROM {source}{where}", ann)
 
-    def _Select(self, node: Select) -> _Rel:
+    def _Select(self, node: Select) -> Relation:
         child = self.compile(node.input)
         pred = write_expr(node.predicate, arrow_schema(node.input.schema))
         return self._cte(f"SELECT * FROM {child.name}\n  WHERE {pred}", child.ann)
 
-    def _Project(self, node: Project) -> _Rel:
+    def _Project(self, node: Project) -> Relation:
         child = self.compile(node.input)
         schema = arrow_schema(node.input.schema)
         cols = [f"{write_expr(e.expr, schema)} AS {quote(e.name)}" for e in node.exprs]
         cols += [quote(a.name) for a in child.ann]
         return self._cte(f"SELECT {', '.join(cols)}\n  FROM {child.name}", child.ann)
 
-    def _Join(self, node: Join) -> _Rel:
+    def _Join(self, node: Join) -> Relation:
         left, right = self.compile(node.left), self.compile(node.right)
         if node.condition is None:
             body = f"SELECT * FROM {left.name} CROSS JOIN {right.name}"
@@ -370,7 +206,7 @@ class _Compiler:
                     f"  ON {write_expr(node.condition, schema)}")
         return self._cte(body, left.ann + right.ann)
 
-    def _Aggregate(self, node: Aggregate) -> _Rel:
+    def _Aggregate(self, node: Aggregate) -> Relation:
         child = self.compile(node.input)
         cols = [quote(g) for g in node.group_by]
         for a in node.aggregates:
@@ -378,10 +214,10 @@ class _Compiler:
                 cols.append(f"COUNT(1) AS {quote(a.name)}")
             else:
                 cols.append(f"{_AGG_SQL[a.func]}({quote(a.arg)}) AS {quote(a.name)}")
-        ann: tuple[_Ann, ...] = ()
+        ann: tuple[AnnColumn, ...] = ()
         if child.ann:
             out = self._new_ann(True)
-            cols.append(f"{_ann_aggregate(child.ann)} AS {quote(out.name)}")
+            cols.append(f"{ann_aggregate(child.ann)} AS {quote(out.name)}")
             ann = (out,)
         body = f"SELECT {', '.join(cols)}\n  FROM {child.name}"
         if node.group_by:
@@ -390,19 +226,19 @@ class _Compiler:
             body += "\n  HAVING COUNT(1) > 0"  # like the paper: no input rows, no group
         return self._cte(body, ann)
 
-    def _Distinct(self, node: Distinct) -> _Rel:
+    def _Distinct(self, node: Distinct) -> Relation:
         child = self.compile(node.input)
         names = [quote(c) for c in node.input.column_names]
         if not child.ann:
             return self._cte(f"SELECT DISTINCT {', '.join(names)}\n  FROM {child.name}", ())
         out = self._new_ann(True)
-        body = (f"SELECT {', '.join(names)}, {_ann_aggregate(child.ann)} AS {quote(out.name)}"
+        body = (f"SELECT {', '.join(names)}, {ann_aggregate(child.ann)} AS {quote(out.name)}"
                 f"\n  FROM {child.name}\n  GROUP BY {', '.join(names)}")
         return self._cte(body, (out,))
 
-    def _TopK(self, node: TopK) -> _Rel:
+    def _TopK(self, node: TopK) -> Relation:
         child = self.compile(node.input)
-        order = total_order_sql(node, _ann_union(child.ann) if child.ann else None)
+        order = total_order_sql(node, ann_union(child.ann) if child.ann else None)
         body = f"SELECT * FROM {child.name}\n  ORDER BY {order}\n  LIMIT {int(node.k)}"
         return self._cte(body, child.ann)
 
@@ -425,7 +261,7 @@ def _root(plan: QueryPlan | PlanNode) -> tuple[PlanNode, tuple[SortKey, ...]]:
     return plan, ()
 
 
-def _final_select(root: PlanNode, rel: _Rel, order_by: tuple[SortKey, ...],
+def _final_select(root: PlanNode, rel: Relation, order_by: tuple[SortKey, ...],
                   extra: str = "") -> str:
     cols = ", ".join(quote(c) for c in root.column_names) + extra
     out = f"SELECT {cols}\nFROM {rel.name}"
@@ -470,7 +306,7 @@ def annotated_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
     c = _Compiler(partitions=partitions, fragment_ids=fragment_ids, views=views,
                   fragment_views=fragment_views)
     rel = c.compile(root)
-    ann = _ann_union(rel.ann) if rel.ann else "CAST(array() AS ARRAY<INT>)"
+    ann = ann_union(rel.ann) if rel.ann else EMPTY_ANNOTATION
     return c.with_clause() + _final_select(root, rel, (), f", {ann} AS {quote(ANNOTATION_COLUMN)}")
 
 
@@ -489,8 +325,8 @@ class AnnotatedRelation:
     def annotation_sql(self) -> str:
         """The row's fragments as one sorted, duplicate-free ``ARRAY<INT>`` expression."""
         if not self.ann:
-            return "CAST(array() AS ARRAY<INT>)"
-        return _ann_union(tuple(_Ann(n, s) for n, s in self.ann))
+            return EMPTY_ANNOTATION
+        return ann_union(tuple(AnnColumn(n, s) for n, s in self.ann))
 
 
 def annotated_relation(node: PlanNode, partitions: PartitionSet,
@@ -514,7 +350,7 @@ def capture_sql(plan: QueryPlan | PlanNode, partitions: PartitionSet,
     rel = c.compile(root)
     if not rel.ann:  # no partitioned table in the query: the sketch is empty
         return f"SELECT CAST(array() AS ARRAY<INT>) AS {FRAGMENTS_COLUMN}"
-    return (c.with_clause() + f"SELECT {_ann_aggregate(rel.ann)} AS {FRAGMENTS_COLUMN}\n"
+    return (c.with_clause() + f"SELECT {ann_aggregate(rel.ann)} AS {FRAGMENTS_COLUMN}\n"
             f"FROM {rel.name}")
 
 

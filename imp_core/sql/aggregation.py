@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from imp_core.plan.expr import ColumnRef, Expr
 from imp_core.plan.nodes import AggCall, NamedExpr
-from imp_core.sql.expressions import map_children
+from imp_core.sql.expressions import DISTINCT_PREFIX, map_children
 
 CallKey = tuple[str, Expr | None]
 
@@ -61,14 +61,28 @@ class Aggregation:
         return tuple(dict.fromkeys(self.groups.values()))
 
     def agg_calls(self) -> tuple[AggCall, ...]:
-        return tuple(AggCall(func, None if arg is None else self.projected[arg], name)
+        """The calls as the Aggregate computes them (a DISTINCT call's function without
+        its prefix: it runs over the DISTINCT rows, see ``distinct_argument``)."""
+        return tuple(AggCall(func.removeprefix(DISTINCT_PREFIX),
+                             None if arg is None else self.projected[arg], name)
                      for (func, arg), name in self.calls.items())
 
-    def over_groups(self, expr: Expr, ungrouped: Callable[[str], Exception]) -> Expr:
+    def distinct_arguments(self) -> tuple[set[str], bool]:
+        """The projected arguments of ``f(DISTINCT x)`` calls, and whether there are
+        calls without DISTINCT too."""
+        args = {self.projected[arg] for (func, arg) in self.calls
+                if func.startswith(DISTINCT_PREFIX) and arg is not None}
+        plain = any(not func.startswith(DISTINCT_PREFIX) for func, _ in self.calls)
+        return args, plain
+
+    def over_groups(self, expr: Expr, ungrouped: Callable[[str], Exception],
+                    passthrough: frozenset[str] = frozenset()) -> Expr:
         """Rewrite a post-aggregation expression onto the Aggregate's output columns:
         group key expressions become their key column; ``ungrouped(column)`` is raised
-        for a column that is neither grouped nor inside an aggregate."""
-        results = set(self.calls.values())
+        for a column that is neither grouped nor inside an aggregate nor one of
+        ``passthrough`` (columns joined to the aggregation's output, e.g. a scalar
+        subquery's value)."""
+        results = set(self.calls.values()) | passthrough
 
         def rewrite(e: Expr) -> Expr:
             if e in self.groups:

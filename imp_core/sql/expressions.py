@@ -347,8 +347,14 @@ def _substring(node: exp.Substring, ctx: BindContext) -> Expr:
 # -- aggregates --------------------------------------------------------------------------
 
 
+DISTINCT_PREFIX = "distinct_"
+
+
 def aggregate_call(node: exp.Expression, ctx: BindContext) -> tuple[str, Expr | None]:
     """``(function, argument)`` of an aggregate call; ``ctx`` binds the argument.
+
+    ``f(DISTINCT x)`` is ``("distinct_f", x)`` (the planner aggregates a DISTINCT of the
+    group keys and ``x``).
 
     ``count(*)`` and ``count(<non-NULL constant>)`` are both ``count_star``.
     """
@@ -357,7 +363,11 @@ def aggregate_call(node: exp.Expression, ctx: BindContext) -> tuple[str, Expr | 
         raise ctx.unsupported(f"aggregate function {node.sql_name().lower()}", node)
     arg = node.this
     if isinstance(arg, exp.Distinct):
-        raise ctx.unsupported(f"{func.upper()}(DISTINCT ...)", node)
+        if len(arg.expressions) != 1:
+            raise ctx.unsupported(f"{func.upper()}(DISTINCT ...) over several columns", node)
+        bound = bind(arg.expressions[0], ctx)
+        # MIN and MAX ignore duplicates anyway; the others aggregate distinct values
+        return (func if func in ("min", "max") else DISTINCT_PREFIX + func), bound
     if node.expressions:
         raise ctx.unsupported(f"{func.upper()} with several arguments", node)
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):

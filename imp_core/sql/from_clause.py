@@ -4,7 +4,7 @@ Invariants: a table is read by a ``Scan`` whose fields are ``"{alias}.{column}"`
 which reads only the columns the query uses (at least one); a subquery is planned
 recursively and seen through a rename-only ``Project`` that names its outputs
 ``"{alias}.{output}"``; aliases are lower-case and unique within one FROM clause; only
-inner and cross joins are accepted.
+inner, cross and LEFT/RIGHT/FULL OUTER joins are accepted.
 """
 
 from __future__ import annotations
@@ -146,17 +146,17 @@ def set_operation_name(node: exp.SetOperation) -> str:
         type(node), "set operation")
 
 
-def check_join(join: exp.Join, text: SqlText) -> None:
-    """Refuse every join but inner and cross joins, naming the kind found."""
+def check_join(join: exp.Join, text: SqlText) -> str:
+    """The kind of ``join``: "inner" (also CROSS and comma), "left", "right" or "full";
+    every other join is refused, naming the kind found."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     method = (join.args.get("method") or "").upper()
     if method:
         raise text.unsupported(f"{method} JOIN", join, method)
-    if side:
-        shown = kind if kind in ("SEMI", "ANTI") else "OUTER"
-        raise text.unsupported(f"{side} {shown} JOIN", join, side)
-    if kind not in _JOIN_OK_KINDS:
+    if side and kind not in ("", "OUTER"):
+        raise text.unsupported(f"{side} {kind} JOIN", join, side)
+    if not side and kind not in _JOIN_OK_KINDS:
         raise text.unsupported(f"{kind} JOIN", join, kind)
     if join.args.get("using"):
         raise text.unsupported("JOIN ... USING", join, "USING")
@@ -164,3 +164,4 @@ def check_join(join: exp.Join, text: SqlText) -> None:
              if v and k not in ("this", "on", "side", "kind", "method", "using")]
     if extra:
         raise text.unsupported(f"join modifier {extra[0].rstrip('_')}", join)
+    return side.lower() or "inner"

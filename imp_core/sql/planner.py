@@ -12,7 +12,11 @@ Invariants of every plan returned by ``plan_sql``:
   and its line/column; text that does not parse raises ``SqlSyntaxError``; sqlglot's
   own exceptions never escape.
 
-See ``imp_core.sql.select_block`` for the shape of the plan of one SELECT.
+Before planning, the parsed text is normalized (``imp_core.sql.normalize``): the views
+of a ``CREATE VIEW ...; SELECT ...; DROP VIEW ...`` script and WITH clauses inlined,
+constants (dates, intervals, literal arithmetic) folded, conjuncts common to all
+branches of an OR factored out. See ``imp_core.sql.select_block`` for the shape of the
+plan of one SELECT.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.sql.from_clause import set_operation_name
+from imp_core.sql.normalize import normalize_statements
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
 from imp_core.sql.text import SqlText
 
@@ -48,9 +53,10 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
             Scan t [t.a, t.b]
     """
     text = SqlText(sql)
-    select = _only_select(_parse(text), text)
+    statements = _parse_statements(text)
     tables = {name.lower(): schema for name, schema in catalog.items()}
     try:
+        select = _only_select(normalize_statements(statements, text), text)
         planned = SelectPlanner(select, text, tables).plan()
     except SqlglotError as error:  # sqlglot's own failures must not escape raw
         raise SqlSyntaxError(str(error)) from None
@@ -98,6 +104,15 @@ def _sketch_entry(entry: str, number: int, line: str) -> tuple[str, str]:
 
 
 def _parse(text: SqlText) -> exp.Expression:
+    """The one statement of ``text`` (several: ``UnsupportedSqlError``)."""
+    statements = _parse_statements(text)
+    if len(statements) > 1:
+        raise text.unsupported("multiple statements", statements[1])
+    return statements[0]
+
+
+def _parse_statements(text: SqlText) -> list[exp.Expression]:
+    """The statements of ``text``, at least one (``SqlSyntaxError`` if it does not parse)."""
     try:
         statements = [s for s in sqlglot.parse(text.sql, read="spark") if s is not None]
     except ParseError as error:
@@ -114,9 +129,7 @@ def _parse(text: SqlText) -> exp.Expression:
         raise SqlSyntaxError(str(error) or type(error).__name__) from None
     if not statements:
         raise SqlSyntaxError("empty query: expected a SELECT statement", 1, 1)
-    if len(statements) > 1:
-        raise text.unsupported("multiple statements", statements[1])
-    return statements[0]
+    return statements
 
 
 def _token_text(match: re.Match[str]) -> str:

@@ -4,14 +4,26 @@
 bag of rows, same provenance): each conjunct moves below a ``Project`` (rewritten over
 the projected expressions), ``Distinct``, an ``Aggregate`` when it reads only group
 keys, or into the side of a ``Join`` it reads (the join condition when it reads both),
-and ends merged into a ``Select`` directly above a ``Scan`` when it gets that far. It
-never crosses a ``TopK`` (which rows make the top k depends on all rows).
+into the left input of a ``SemiJoin`` (whose rows are the left's), and ends merged
+into a ``Select`` directly above a ``Scan`` when it gets that far. It
+never crosses a ``TopK`` (which rows make the top k depends on all rows) nor an
+``OuterJoin`` (filtering an input of an outer join is not filtering its output: rows
+would turn NULL-padded instead of disappearing).
 """
 
 from __future__ import annotations
 
 from imp_core.plan.expr import Expr, conjoin, conjuncts, rename_columns
-from imp_core.plan.nodes import Aggregate, Distinct, Join, PlanNode, Project, Scan, Select
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    PlanNode,
+    Project,
+    Scan,
+    Select,
+    SemiJoin,
+)
 
 
 def push_selection(node: PlanNode, predicate: Expr) -> PlanNode:
@@ -30,6 +42,10 @@ def _push(node: PlanNode, predicate: Expr) -> PlanNode:
         return Aggregate(_push(node.input, predicate), node.group_by, node.aggregates)
     if isinstance(node, Join):
         return _push_join(node, predicate)
+    if isinstance(node, SemiJoin) and predicate.columns() and \
+            predicate.columns() <= set(node.left.column_names):
+        return SemiJoin(_push(node.left, predicate), node.right, node.condition, node.anti,
+                        node.null_aware)
     if isinstance(node, Select):
         if isinstance(node.input, Scan):  # one Select per scan, predicates in arrival order
             return Select(node.input, conjoin([*conjuncts(node.predicate), predicate]))

@@ -27,15 +27,17 @@ from sqlglot import exp
 
 from imp_core.errors import UnknownColumnError, UnsupportedSqlError
 from imp_core.plan.evaluate import aggregate_type, infer_type
-from imp_core.plan.expr import ColumnRef, Expr, Literal, conjoin, conjuncts
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Literal, conjoin, conjuncts
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
     NamedExpr,
+    OuterJoin,
     PlanNode,
     Project,
     Select,
+    SemiJoin,
     SortKey,
     TopK,
     arrow_schema,
@@ -45,6 +47,7 @@ from imp_core.sql.expressions import BindContext, aggregate_call, bind
 from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
 from imp_core.sql.pushdown import push_selection
 from imp_core.sql.scope import Scope
+from imp_core.sql.subqueries import Step, SubqueryPlanner, has_subquery
 from imp_core.sql.text import SqlText
 
 _ALLOWED_CLAUSES = frozenset({"expressions", "distinct", "from_", "joins", "where", "group",
@@ -76,6 +79,7 @@ class _Sourced:
 
     expr: Expr
     node: exp.Expression
+    on: int | None = None  # the FROM item whose JOIN ... ON it comes from (None: WHERE)
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ class SelectPlanner:
         self.scope = Scope([i.source for i in self.items_from], text)
         self.agg: Aggregation | None = None
         self.columns_seen: dict[str, exp.Column] = {}  # field -> first reference
+        self.subqueries = SubqueryPlanner(self)
+        self.where_steps: list[Step] = []  # WHERE conjuncts with subqueries
+        self.having_steps: list[Step] = []  # HAVING conjuncts with subqueries
 
     def plan(self) -> Planned:
         limit, distinct = self._limit(), self._distinct()
@@ -120,8 +127,12 @@ class SelectPlanner:
                          else "ORDER BY expression not in the SELECT list (without LIMIT)")
             raise self.text.unsupported(construct, hidden[0][1].node)
         node = self._from_tree(predicates)
+        for step in self.where_steps:
+            node = step(node)
         if self.agg is not None:
             node = self._aggregate(node, having)
+            for step in self.having_steps:
+                node = step(node)
         names = [i.name for i in items]
         node = self._project(node, list(zip(names, outputs)) + hidden)
         if distinct:
@@ -165,8 +176,9 @@ class SelectPlanner:
         if from_ is None:
             raise self.text.unsupported("SELECT without FROM", self.select, "SELECT")
         nodes = [from_.this]
+        self.join_kinds = ["inner"]  # per FROM item: how it joins the items before it
         for join in self.select.args.get("joins") or []:
-            check_join(join, self.text)
+            self.join_kinds.append(check_join(join, self.text))
             nodes.append(join.this)
         items = [bind_from_item(n, i, self.text, self.catalog, self._plan_subquery)
                  for i, n in enumerate(nodes)]
@@ -180,6 +192,20 @@ class SelectPlanner:
 
     def _plan_subquery(self, select: exp.Select, required: frozenset[str] | None) -> Planned:
         return SelectPlanner(select, self.text, self.catalog, True, required).plan()
+
+    plan_subquery = _plan_subquery
+
+    def bind_with_scope(self, node: exp.Expression, scope: Scope, clause: str,
+                        derived: set[str]) -> Expr:
+        """Bind ``node`` in ``scope`` (this SELECT's items plus derived tables of
+        subqueries named in ``derived``); in HAVING, after aggregation."""
+        if clause != "HAVING":
+            return bind(node, self._context(clause, scope))
+        assert self.agg is not None
+        expr = bind(node, self._context(clause, scope, post=True))
+        passthrough = frozenset(c for c in expr.columns()
+                                if c.split(".", 1)[0] in derived)
+        return self.agg.over_groups(expr, self._ungrouped, passthrough)
 
     def _select_items(self) -> list[_Item]:
         items: list[_Item] = []
@@ -264,11 +290,16 @@ class SelectPlanner:
         for k, join in enumerate(self.select.args.get("joins") or []):
             on = join.args.get("on")
             if on is not None:  # ON sees only the items joined so far
-                out += self._bind_conjuncts(on, self._context("JOIN condition",
-                                                              self.scope.prefix(k + 2)))
+                bound = self._bind_conjuncts(on, self._context("JOIN condition",
+                                                               self.scope.prefix(k + 2)))
+                out += [_Sourced(p.expr, p.node, k + 1) for p in bound]
         where = self.select.args.get("where")
         if where is not None:
-            out += self._bind_conjuncts(where.this, self._context("WHERE"))
+            for part in _split_and(where.this):
+                if has_subquery(part):
+                    self.where_steps.append(self.subqueries.where_step(part))
+                else:
+                    out += self._bind_conjuncts(part, self._context("WHERE"))
         return out
 
     def _bind_conjuncts(self, node: exp.Expression, ctx: BindContext) -> list[_Sourced]:
@@ -326,7 +357,17 @@ class SelectPlanner:
         having = self.select.args.get("having")
         if having is None:
             return None
-        return _Sourced(self._bind_output(having.this, "HAVING", aliases=items), having)
+        plain = []
+        for part in _split_and(having.this):
+            if has_subquery(part):
+                self.having_steps.append(self.subqueries.having_step(part))
+            else:
+                plain.append(part)
+        if not plain:
+            return None
+        condition = having.this if len(plain) == len(_split_and(having.this)) else \
+            exp.and_(*plain, copy=False)
+        return _Sourced(self._bind_output(condition, "HAVING", aliases=items), having)
 
     def _bind_order(self, order: exp.Order | None, items: list[_Item],
                     outputs: list[_Sourced], all_items: list[_Item],
@@ -372,26 +413,97 @@ class SelectPlanner:
     # -- building ------------------------------------------------------------------------
 
     def _from_tree(self, predicates: list[_Sourced]) -> PlanNode:
-        """Left-deep join of the FROM items with each conjunct pushed as low as it goes."""
+        """Left-deep join of the FROM items with each conjunct pushed as low as it goes.
+
+        Outer joins bound the pushing: a WHERE conjunct that reads a NULL-supplying item
+        is applied above the outer join that pads it (below, it would let padded rows
+        through); an ON conjunct of a LEFT join reading only its right item filters that
+        item, any other stays in the join's condition.
+        """
+        if all(kind == "inner" for kind in self.join_kinds):
+            return self._inner_tree(predicates)
         n = len(self.items_from)
         local: list[list[_Sourced]] = [[] for _ in range(n)]
         at_join: list[list[_Sourced]] = [[] for _ in range(n)]
+        after: list[list[_Sourced]] = [[] for _ in range(n)]
         above: list[_Sourced] = []
+        padded_by = self._padded_by()
         for predicate in predicates:
             owners = {self.scope.source_of(c) for c in predicate.expr.columns()}
+            kind = self.join_kinds[predicate.on] if predicate.on is not None else "inner"
+            if kind != "inner":
+                assert predicate.on is not None
+                if kind == "left" and owners == {predicate.on}:
+                    local[predicate.on].append(predicate)
+                else:
+                    at_join[predicate.on].append(predicate)
+                continue
+            padding = max((padded_by[o] for o in owners), default=-1)
             if not owners:
                 above.append(predicate)
+            elif padding >= 0:
+                last = max(owners | {padding})
+                if predicate.on is not None:
+                    at_join[max(last, predicate.on)].append(predicate)
+                else:
+                    after[last].append(predicate)
             elif len(owners) == 1:
                 local[owners.pop()].append(predicate)
             else:
                 at_join[max(owners)].append(predicate)
         leaves = [self._filtered(item.build(self._used_columns(i)), local[i], push=True)
                   for i, item in enumerate(self.items_from)]
-        node = leaves[0]
+        node = self._filtered(leaves[0], after[0])
         for index in range(1, n):
             self._check_conditions(Join(node, leaves[index]), at_join[index])
-            node = Join(node, leaves[index], conjoin([p.expr for p in at_join[index]]))
+            condition = conjoin([p.expr for p in at_join[index]])
+            kind = self.join_kinds[index]
+            if kind == "inner":
+                node = Join(node, leaves[index], condition)
+            elif kind == "right":
+                node = OuterJoin(leaves[index], node, condition, "left")
+            else:
+                node = OuterJoin(node, leaves[index], condition, kind)
+            node = self._filtered(node, after[index])
         return self._filtered(node, above)
+
+    def _inner_tree(self, predicates: list[_Sourced]) -> PlanNode:
+        """Inner joins only: the items joined left-deep in ``_join_order``, each conjunct
+        on one item filtering it, each on several in the condition of the join that adds
+        the last of them, each on none above all."""
+        owners_of = [frozenset(self.scope.source_of(c) for c in p.expr.columns())
+                     for p in predicates]
+        order = _join_order(len(self.items_from), [
+            (owners, _is_equality(p.expr)) for owners, p in zip(owners_of, predicates)])
+        position = {item: k for k, item in enumerate(order)}
+        local: list[list[_Sourced]] = [[] for _ in order]
+        at_join: list[list[_Sourced]] = [[] for _ in order]
+        above: list[_Sourced] = []
+        for owners, predicate in zip(owners_of, predicates):
+            if not owners:
+                above.append(predicate)
+            elif len(owners) == 1:
+                local[next(iter(owners))].append(predicate)
+            else:
+                at_join[max(position[o] for o in owners)].append(predicate)
+        leaves = [self._filtered(self.items_from[i].build(self._used_columns(i)), local[i],
+                                 push=True) for i in order]
+        node = leaves[0]
+        for k in range(1, len(order)):
+            self._check_conditions(Join(node, leaves[k]), at_join[k])
+            node = Join(node, leaves[k], conjoin([p.expr for p in at_join[k]]))
+        return self._filtered(node, above)
+
+    def _padded_by(self) -> list[int]:
+        """Per FROM item, the last outer join that may pad it with NULLs (-1: none)."""
+        padded = [-1] * len(self.items_from)
+        for k, kind in enumerate(self.join_kinds):
+            if kind in ("left", "full"):
+                padded[k] = k
+            if kind in ("right", "full"):
+                for j in range(k):
+                    padded[j] = k
+        return padded
 
     def _used_columns(self, index: int) -> tuple[str, ...]:
         source = self.scope.sources[index]
@@ -423,7 +535,22 @@ class SelectPlanner:
             except TYPE_ERRORS as error:
                 raise self.text.unsupported("aggregate over this type", self.agg.sources[source],
                                             detail=str(error)) from None
-        out: PlanNode = Aggregate(pre, self.agg.group_names(), calls)
+        distinct, plain = self.agg.distinct_arguments()
+        source: PlanNode = pre
+        if distinct:
+            # f(DISTINCT x) GROUP BY g is f(x) over the distinct (g, x) pairs: exact when
+            # every call aggregates the same x with DISTINCT
+            if plain or len(distinct) > 1:
+                first = next(self.agg.sources[k] for k in self.agg.calls
+                             if k[0].startswith("distinct_"))
+                raise self.text.unsupported(
+                    "aggregates with DISTINCT next to other aggregates or over different "
+                    "arguments", first)
+            keep = set(self.agg.group_names()) | distinct
+            kept = tuple(NamedExpr(n.name, ColumnRef(n.name)) for n in projection
+                         if n.name in keep)
+            source = Distinct(pre if len(kept) == len(projection) else Project(pre, kept))
+        out: PlanNode = Aggregate(source, self.agg.group_names(), calls)
         if having is not None:
             self._check_conditions(out, [having])
             out = Select(out, having.expr)
@@ -511,12 +638,41 @@ def _fresh(prefix: str, taken: set[str]) -> str:
     return f"{prefix}{i}"
 
 
+def _is_equality(expr: Expr) -> bool:
+    return isinstance(expr, BinaryOp) and expr.op == "=" and \
+        isinstance(expr.left, ColumnRef) and isinstance(expr.right, ColumnRef)
+
+
+def _join_order(count: int, predicates: list[tuple[frozenset[int], bool]]) -> list[int]:
+    """The order in which to join ``count`` FROM items: the FROM order, except that an
+    item with no condition linking it to the items before it waits until one has (an
+    equality first, then any condition), so that no cross product is built where the
+    WHERE clause joins the items (``FROM part, supplier, lineitem WHERE p = l AND s = l``
+    joins lineitem second). Without any link the next item in FROM order comes next."""
+    def linked(item: int, done: set[int], equality_only: bool) -> bool:
+        return any(item in owners and owners - {item} and owners - {item} <= done
+                   and (equal or not equality_only) for owners, equal in predicates)
+
+    joined = [0] if count else []
+    rest = list(range(1, count))
+    while rest:
+        done = set(joined)
+        pick = next((i for i in rest if linked(i, done, True)), None)
+        if pick is None:
+            pick = next((i for i in rest if linked(i, done, False)), rest[0])
+        joined.append(pick)
+        rest.remove(pick)
+    return joined
+
+
 def _names(node: PlanNode) -> tuple[str, ...]:
     """Output names of ``node`` without running type inference."""
     if isinstance(node, Project):
         return tuple(e.name for e in node.exprs)
-    if isinstance(node, Join):
+    if isinstance(node, (Join, OuterJoin)):
         return _names(node.left) + _names(node.right)
+    if isinstance(node, SemiJoin):
+        return _names(node.left)
     if isinstance(node, Aggregate):
         return node.group_by + tuple(a.name for a in node.aggregates)
     if isinstance(node, (Select, Distinct, TopK)):

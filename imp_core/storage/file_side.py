@@ -12,8 +12,13 @@ versions whose keys are among the probe keys (the key filter only ever removes r
 subtree could not pair: the pairing in ``ProbedSide.probe`` checks the keys again);
 ``row_filter`` (a shard's routing) is applied to every table read, so a sharded query's
 side holds the same rows the shard's own deltas would have built. Key filters pass on
-through the side's own equi-joins (semi-join reduction of the other tables it reads), so
-a side spanning several tables reads of each only rows that can join with a match.
+through the side's own inner equi-joins (semi-join reduction of the other tables it
+reads), so a side spanning several tables reads of each only rows that can join with a
+match. A key column may be traced through the NULL-padded side of an outer join
+(``trace_column(..., through_padding=True)``): filtering that table only turns rows whose
+key is outside the filter into padded rows, whose NULL key matches no probe either. The
+right input of a semi- or anti-join is never filtered (nothing traces into it), so the
+presence, absence and NULLs of partners stay exact.
 """
 
 from __future__ import annotations
@@ -117,7 +122,7 @@ class FileJoinSide(ProbedSide):
             counts[s.table] = counts.get(s.table, 0) + 1
         self._pushdown: dict[str, tuple[str, str]] = {}
         for key in key_columns:
-            found = trace_column(node, key)
+            found = trace_column(node, key, through_padding=True)
             if found is not None and counts[found[0].table] == 1:
                 self._pushdown[key] = (found[0].table, found[1])
         # equi-join conditions inside the side between columns of tables read once:
@@ -126,7 +131,8 @@ class FileJoinSide(ProbedSide):
         for join in (n for n in node.walk() if isinstance(n, Join)):
             left_keys, right_keys, _ = join.equi_keys()
             for lk, rk in zip(left_keys, right_keys):
-                lt, rt = trace_column(join.left, lk), trace_column(join.right, rk)
+                lt = trace_column(join.left, lk, through_padding=True)
+                rt = trace_column(join.right, rk, through_padding=True)
                 if lt is None or rt is None or counts[lt[0].table] != 1 \
                         or counts[rt[0].table] != 1:
                     continue

@@ -153,6 +153,7 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
+    from imp_core.estimate import memory_budget
     from services.config import ServerConfig
     from services.server import serve
 
@@ -161,6 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = ServerConfig.from_args(args)
         config.runtime_config()  # the runtime's IMP_* settings are refused here, not later
+        memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED

@@ -70,6 +70,28 @@ def test_tpch_suite_tiny(spark, results, data_root):
 
 
 @pytest.mark.spark
+def test_tpch_suite_standard_query_batches_its_sketched_table(spark, results, data_root):
+    """A query of the 22 (``h22``: sketch on ``customer.c_custkey`` by its header) is
+    measured with batches of ``customer``, and its sketch checked against FM."""
+    from benchmarks.tpch import run_tpch_bench, sketch_attribute
+
+    table, column = sketch_attribute("h22")
+    out = results / "tpch22.json"
+    run_tpch_bench(sf=0.01, queries=["h22"], delta_sizes=[10], fragments=20, repeats=1,
+                   feed_repeats=1, data_root=data_root, progress=False, out=out)
+    report = _check_report(out, "tpch")
+    assert report["failed"] == []
+    (q,) = report["queries"]
+    assert q["query"] == "h22" and q["sketch"] == f"{table}.{column}"
+    assert q["sketch_ok"] is True
+    if table != "lineitem":  # the header names another table (customer, today)
+        assert report["setup"][f"{table}_rows"] > 0
+    assert {(r["kind"], r["sketch_ok"]) for r in report["results"]} == {
+        (k, True) for k in ("insert", "delete", "mixed")}
+    assert all(r["imp_feed_ms"] is not None for r in report["results"])
+
+
+@pytest.mark.spark
 def test_micro_suite_tiny(spark, results, data_root):
     from benchmarks.micro import run_micro_bench
 

@@ -6,6 +6,7 @@ its status code, leaving the service's state unchanged."""
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 
@@ -372,6 +373,26 @@ def test_error_status_and_nothing_changed(svc, client, case):
     assert text in info.value.message
     assert "Traceback" not in info.value.message
     assert svc.state() == before
+
+
+def test_a_plan_too_large_for_memory_is_refused_naming_the_operator(svc, client,
+                                                                   monkeypatch):
+    # 3000 x 3000 pairs of a join without an equi-join condition, against a 64 MiB budget
+    monkeypatch.setenv("IMP_REGISTRATION_MEMORY_BYTES", str(64 << 20))
+    before = svc.state()
+    with pytest.raises(RemoteError) as info:
+        client.register("huge", "SELECT count(*) AS n FROM t1000g JOIN t5000g "
+                        "ON t1000g.b < t5000g.c", partitions={"t1000g.a": 8})
+    err = info.value
+    assert err.code == "RESOURCE_EXHAUSTED", err
+    assert "Join ON (`t1000g.b` < `t5000g.c`)" in err.message
+    # about 3000 x 3000 (earlier tests of this module change the tables' sizes a little)
+    pairs = re.search(r"~([\d,]+) joined row pairs", err.message)
+    assert pairs and 8e6 < int(pairs.group(1).replace(",", "")) < 1e7, err.message
+    assert "64.0 MiB" in err.message
+    assert "Traceback" not in err.message
+    assert svc.state() == before
+    assert "huge" not in [q.name for q in client.queries()]
 
 
 def test_malformed_sql_carries_its_position(client):

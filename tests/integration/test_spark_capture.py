@@ -25,7 +25,8 @@ from imp_core.workloads.queries import list_queries, load_query
 
 pytestmark = pytest.mark.spark
 
-QUERIES = list_queries()
+# the paper's workloads and the 22 TPC-H queries as written (subqueries, outer joins)
+QUERIES = list_queries() + list_queries("tpch22")
 
 
 @pytest.fixture(scope="module")

@@ -18,17 +18,18 @@ from imp_core.workloads import queries, schemas, synthetic, tpch
 
 
 def test_every_query_file_loads_with_a_sketch_header():
-    all_queries = queries.list_queries()
+    all_queries = [q for s in queries.SUITES for q in queries.list_queries(s)]
     by_suite = {s: [q.name for q in queries.list_queries(s)] for s in queries.SUITES}
     assert len(by_suite["tpch"]) == 12
     assert by_suite["crimes"] == ["cq1", "cq2"]
+    assert by_suite["tpch22"] == [f"h{i:02d}" for i in range(1, 23)]
     assert "q_having_2" in by_suite["synthetic"]
     assert by_suite["synthetic"].index("q_having_2") < by_suite["synthetic"].index("q_having_10")
-    assert len(all_queries) == sum(len(v) for v in by_suite.values())
+    assert len(queries.list_queries()) == sum(len(by_suite[s]) for s in queries.DEFAULT_SUITES)
     assert len({q.name for q in all_queries}) == len(all_queries), "names must be unique"
     for q in all_queries:
         assert q.sketch, q.name
-        assert q.sql and not q.sql.lstrip().startswith("--"), q.name
+        assert q.sql and not q.sql.lstrip().lower().startswith("-- sketch"), q.name
         for table, column in q.sketch:
             assert column in schemas.TABLES[table].schema.names, (q.name, table, column)
             assert table in q.sql, q.name

@@ -3,10 +3,11 @@
 Group ids, row order and how a Z-set is split into rows are arbitrary, so state is keyed
 by content: an aggregation's groups by their key tuples (CNT, non-NULL counts, exact sums,
 F_g as {fragment: count}, min/max multisets and completeness), top-k entries and in-memory
-join sides as consolidated counters, a Spark-served join side by its versions, μ's counts
-and the result. With a bounded min/max buffer m only the m best values are compared: a
-buffer may hold more than m values (values better than its worst are always admitted) and
-still be the same state as far as results and refills go.
+join sides (also of semi-, anti- and outer joins) as consolidated counters, a
+Spark-served join side by its versions, μ's counts and the result. With a bounded
+min/max buffer m only the m best values are compared: a buffer may hold more than m
+values (values better than its worst are always admitted) and still be the same state as
+far as results and refills go.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
@@ -38,7 +40,7 @@ def canonical_state(pipeline, tables: Mapping[str, pa.Table] | None = None,
         elif isinstance(op, TopKOp):
             out[op.op_id] = (batch_from_arrow(state[op.ENTRIES.name]).to_counter(),
                              state[op.META.name].column("complete")[0].as_py())
-        elif isinstance(op, JoinOp):
+        elif isinstance(op, (JoinOp, KeyedJoinOp)):
             out[op.op_id] = tuple(_side(state[name]) for name in op.STATE.names())
     merge = grouped[IncrementalQuery.MERGE][MergeOp.COUNTS.name]
     out["merge"] = merge.column("count").to_pylist()

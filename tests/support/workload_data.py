@@ -21,9 +21,15 @@ TPCH_ORDERS = 400
 
 
 @functools.cache
-def tpch_tables() -> dict[str, pa.Table]:
+def tpch_full_tables() -> dict[str, pa.Table]:
+    """All of TPC-H at SF 0.01 (15,000 orders, about 60,000 lineitems)."""
     out = Path(tempfile.gettempdir()) / "imp-test-tpch-sf0.01"
-    tables = load_tpch_tables(generate_tpch(0.01, out, progress=False))
+    return load_tpch_tables(generate_tpch(0.01, out, progress=False))
+
+
+@functools.cache
+def tpch_tables() -> dict[str, pa.Table]:
+    tables = dict(tpch_full_tables())
     orders = tables["orders"].sort_by("o_orderkey").slice(0, TPCH_ORDERS)
     keys = orders.column("o_orderkey")
     tables["orders"] = orders

@@ -1,0 +1,781 @@
+"""Size estimates of a plan before it is built, and the memory guard of registration.
+
+``estimate_plan`` walks a plan bottom-up from each scanned table's row count (and, where
+the caller has them cheaply, per-column distinct counts and min/max: Delta log or
+Parquet statistics, declared value domains) and estimates, per operator, its output rows
+and the memory the incremental engine (``imp_core.engine``) would use for it:
+
+- ``state_bytes``: what the operator keeps between batches. An inner ``Join`` keeps both
+  inputs' rows (a ``SideIndex`` each: the rows, weight, annotation, key index and Bloom
+  filter), except an equi-join side probed in the data layer (``probed``: side ids as
+  ``imp_core.data_layer.join_sides`` names them); ``SemiJoin`` / ``OuterJoin`` keep both
+  inputs' rows (``KeyedJoinOp``); ``Aggregate`` / ``Distinct`` one entry per group plus
+  its fragment counts and min/max multisets; ``TopK`` its buffer (every input row when
+  unbounded). Scans, selections and projections keep nothing.
+- ``work_bytes``: the largest batch a join materializes at once, which is all of its
+  pairs when the whole input arrives in one batch (the bootstrap batch, the reference
+  evaluator): the key-matched pairs of an equi-join, *every* pair of a join without
+  equi-join keys (a cross product; its residual condition is evaluated on the pairs).
+
+An operator's footprint is its state plus its largest batch (the root's also the kept
+query result). ``check_memory`` refuses a plan one operator of which exceeds a budget,
+naming the operator with the largest footprint; ``PlanEstimate.peak_bytes`` (every
+operator's state, the result and the largest batch) is reported with it, not checked:
+an honest plan's total at a large scale may exceed the budget that a cross product
+exceeds by orders of magnitude, and a query's large equi-join sides may be probed in
+the data layer instead of held.
+
+Rules (textbook defaults; the point is to catch orders of magnitude, e.g. a cross
+product of two large inputs, not precision):
+
+- selectivity: ``col = literal`` 1/distinct(col), else 0.1; ``<>`` the complement;
+  ranges over a column with a known min/max interpolate (all range conjuncts on one
+  column together), else 1/3 each; ``IN`` n·(equality); ``LIKE`` 0.1; ``IS NULL`` 0.05;
+  ``col = col`` 1/max(distinct), else 0.1; AND multiplies, OR adds (s1 + s2 - s1·s2),
+  NOT complements; anything else 1/3. Interpolated ranges are never below 1%.
+- distinct counts: from statistics, else ``max - min + 1`` for integer-like columns with
+  a known min/max, capped by the rows; through operators, never above the output rows.
+  Each column also has a domain: its distinct count at the scan, or, when unknown, the
+  scanned table's rows (as if it were that table's key).
+- equi-join output: |L|·|R| / max(distinct(left keys), distinct(right keys)), where the
+  distinct count of several key columns is the product of theirs, capped by the rows. A
+  key pair shares the smaller of the two columns' domains (the referenced key's, for a
+  foreign key) and a column of unknown distinct count takes that whole domain: without
+  statistics a foreign-key join yields about the referencing (larger) side, times the
+  share of the referenced side its filters keep. A residual condition multiplies by its
+  selectivity; a join without equi keys yields |L|·|R|·selectivity.
+- semi-join: |L|·min(1, distinct(R keys) / distinct(L keys)) (0.5 when unknown);
+  anti-join: the rest of |L|; left outer join: max(inner, |L|); full: max(inner, |L|+|R|).
+- groups: min(input rows, product of the group columns' distinct counts), an unknown
+  column counting ``UNKNOWN_GROUPS``; no group-by column: one group.
+- row bytes: the Arrow widths of the schema (``VAR_WIDTH`` bytes for a string value),
+  plus the weight (8), the annotation offset (8) and 4 per fragment id a row carries.
+
+Invariants: estimating reads nothing but the statistics it is given; it never raises
+for a plan of the supported node types, and every estimate is finite and >= 0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Collection, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp_core.errors import PlanTooLargeError, human_bytes
+from imp_core.plan.expr import (
+    BinaryOp,
+    Cast,
+    ColumnRef,
+    Expr,
+    InList,
+    Like,
+    Literal,
+    UnaryOp,
+    conjuncts,
+)
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    OuterJoin,
+    PlanNode,
+    Project,
+    Scan,
+    Select,
+    SemiJoin,
+    TopK,
+)
+
+# -- the budget -------------------------------------------------------------------------
+ENV_BUDGET = "IMP_REGISTRATION_MEMORY_BYTES"
+BUDGET_FRACTION = 0.5  # of the memory available when the query is registered
+FALLBACK_MEMORY = 8 << 30  # assumed available when the machine's memory cannot be read
+AUTO = "auto"
+
+# -- the rules' constants ---------------------------------------------------------------
+EQ_SEL = 0.1
+RANGE_SEL = 1 / 3
+LIKE_SEL = 0.1
+NULL_SEL = 0.05
+MIN_RANGE_SEL = 0.01
+SEMI_SEL = 0.5
+UNKNOWN_GROUPS = 200  # distinct values of a group column without statistics
+VAR_WIDTH = 24  # bytes of one string / binary value: 4-byte offset + 20 bytes of text
+ROW_OVERHEAD = 16  # weight (int64) and annotation offset (int64) per row of a batch
+FRAGMENT_BYTES = 4  # one fragment id of an annotation
+SIDE_INDEX_BYTES = 18  # per stored join row: sorted key, permutation, Bloom filter bits
+PAIR_BYTES = 16  # per join pair: the two int64 row indices
+GROUP_BYTES = 256  # per group: dict entry, key tuple, sketch bitmap, counters
+GROUP_VALUE_BYTES = 64  # per group and key column or aggregate: a Python value and arrays
+FRAGMENT_COUNT_BYTES = 16  # per (group, fragment) count
+SORTED_ENTRY_BYTES = 128  # per entry of a sorted multiset (min/max values, top-k map)
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """What is known of one column: distinct values, smallest and largest (None:
+    unknown). ``low``/``high`` are Python values of the column's type."""
+
+    distinct: int | None = None
+    low: Any = None
+    high: Any = None
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A table's row count and what is known of its columns (by source column name)."""
+
+    rows: int
+    columns: Mapping[str, ColumnStats] = field(default_factory=dict)
+
+    def with_domains(self, domains: Mapping[str, tuple[Any, Any]]) -> TableStats:
+        """These statistics, with declared value domains filling unknown bounds."""
+        cols = dict(self.columns)
+        for name, (low, high) in domains.items():
+            cur = cols.get(name, ColumnStats())
+            cols[name] = ColumnStats(cur.distinct,
+                                     cur.low if cur.low is not None else low,
+                                     cur.high if cur.high is not None else high)
+        return TableStats(self.rows, cols)
+
+
+@dataclass(frozen=True)
+class OperatorEstimate:
+    """One operator's estimate; ``op_id`` numbers operators as ``IncrementalQuery``
+    does ("0" the root, "0.1" its second child, ...)."""
+
+    op_id: str
+    node: PlanNode
+    rows: float  # output rows
+    row_bytes: int  # bytes of one output row in a batch
+    state_bytes: float = 0.0  # kept between batches
+    work_bytes: float = 0.0  # the largest batch materialized at once (joins: all pairs)
+    pairs: float = 0.0  # joins: the pairs materialized before the residual condition
+
+    @property
+    def footprint(self) -> float:
+        return self.state_bytes + self.work_bytes
+
+    @property
+    def description(self) -> str:
+        return self.node._describe()
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """Every operator's estimate, children before parents (the root last)."""
+
+    operators: tuple[OperatorEstimate, ...]
+    result_bytes: float = 0.0  # the kept query result (``EngineOptions.keep_result``)
+
+    @property
+    def root(self) -> OperatorEstimate:
+        return self.operators[-1]
+
+    def footprint(self, op: OperatorEstimate) -> float:
+        """What ``op`` needs at once: its state and largest batch (the root: plus the
+        kept result)."""
+        return op.footprint + (self.result_bytes if op is self.root else 0.0)
+
+    @property
+    def state_bytes(self) -> float:
+        """Everything the pipeline keeps between batches (every operator, the result)."""
+        return sum(o.state_bytes for o in self.operators) + self.result_bytes
+
+    @property
+    def peak_bytes(self) -> float:
+        """All state, plus the largest batch any operator materializes at once."""
+        return self.state_bytes + max((o.work_bytes for o in self.operators), default=0.0)
+
+    def largest(self) -> OperatorEstimate:
+        """The operator with the largest footprint (the first of equals, bottom-up)."""
+        return max(self.operators, key=self.footprint)
+
+    def by_id(self, op_id: str) -> OperatorEstimate:
+        for o in self.operators:
+            if o.op_id == op_id:
+                return o
+        raise KeyError(op_id)
+
+    def explain(self) -> str:
+        """One line per operator, indented as ``PlanNode.explain``."""
+        lines = []
+        for o in sorted(self.operators, key=lambda o: [int(p) for p in o.op_id.split(".")]):
+            pad = "  " * o.op_id.count(".")
+            lines.append(f"{pad}{o.description}  [rows ~{_count(o.rows)}, state "
+                         f"~{human_bytes(o.state_bytes)}, batch ~{human_bytes(o.work_bytes)}]")
+        return "\n".join(lines)
+
+
+# -- statistics of a column at hand ----------------------------------------------------
+MAX_DISTINCT_RANGE = 1 << 28  # the widest integer range whose distinct values are counted
+
+
+def column_stats(values: pa.Array | pa.ChunkedArray) -> ColumnStats:
+    """A column's min/max and, for integer-like values whose range is narrow enough
+    (at most ``MAX_DISTINCT_RANGE`` wide and 64 times the values, or 65536), its exact
+    distinct count (one pass marking a bitmap of the range: linear, no sort, no
+    hashing); None for what is not computed."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    dtype = values.type
+    try:
+        bounds = pc.min_max(values)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return ColumnStats()
+    if low is None or not _int_like(dtype) or pa.types.is_boolean(dtype):
+        return ColumnStats(None, low, high)
+    ints = [pc.drop_null(c) for c in chunks]
+    if pa.types.is_date(dtype):
+        ints = [c.cast(pa.int32() if pa.types.is_date32(dtype) else pa.int64()) for c in ints]
+    lo = min((int(pc.min(c).as_py()) for c in ints if len(c)), default=0)
+    hi = max((int(pc.max(c).as_py()) for c in ints if len(c)), default=-1)
+    rows = sum(len(c) for c in ints)
+    if hi < lo or hi - lo >= min(MAX_DISTINCT_RANGE, max(64 * rows, 1 << 16)):
+        return ColumnStats(None, low, high)
+    seen = np.zeros(hi - lo + 1, dtype=np.bool_)
+    block = np.empty(1 << 20, dtype=np.int64)
+    for c in ints:
+        arr = c.to_numpy(zero_copy_only=False)
+        for start in range(0, len(arr), len(block)):  # offsets in small blocks: no copy
+            part = arr[start:start + len(block)].astype(np.int64, copy=False)
+            np.subtract(part, lo, out=block[:len(part)])
+            seen[block[:len(part)]] = True
+    return ColumnStats(int(np.count_nonzero(seen)), low, high)
+
+
+# -- estimating -------------------------------------------------------------------------
+@dataclass
+class _Col:
+    """A column's estimated distinct values (None: unknown), the distinct values of its
+    domain (known, or guessed: the rows of the relation it came from) and bounds."""
+
+    distinct: float | None = None
+    domain: float = math.inf
+    low: Any = None
+    high: Any = None
+
+    def bounded(self, rows: float) -> _Col:
+        return _Col(None if self.distinct is None else min(self.distinct, rows),
+                    self.domain, self.low, self.high)
+
+    def guess(self, rows: float, domain: float) -> float:
+        """The distinct values; when unknown, all of ``domain`` (at most ``rows``)."""
+        return min(self.distinct if self.distinct is not None else domain, rows)
+
+
+@dataclass
+class _Rel:
+    """A node's estimated output: rows, per-column statistics, fragment ids per row."""
+
+    rows: float
+    cols: dict[str, _Col]
+    ids: int  # fragment ids per row's annotation
+
+
+def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
+                  sketched: Collection[str] = (), probed: Collection[str] = (),
+                  fragments: int = 64, minmax_buffer: int | None = None,
+                  topk_buffer: int | None = None, keep_result: bool = True) -> PlanEstimate:
+    """Estimate ``root`` from ``stats`` (every scanned table's, by table name).
+
+    ``sketched``: the partitioned tables (their rows carry a fragment id each);
+    ``probed``: equi-join sides kept in the data layer (``"<op id>:left"``/``":right"``);
+    ``fragments``: fragments per sketched table; the buffers as in ``EngineOptions``.
+    """
+    out: list[OperatorEstimate] = []
+    ctx = _Context(stats, frozenset(sketched), frozenset(probed), max(fragments, 1),
+                   minmax_buffer, topk_buffer, out)
+    rel = ctx.visit(root, "0")
+    result = rel.rows * out[-1].row_bytes if keep_result else 0.0
+    return PlanEstimate(tuple(out), result)
+
+
+@dataclass
+class _Context:
+    stats: Mapping[str, TableStats]
+    sketched: frozenset[str]
+    probed: frozenset[str]
+    fragments: int
+    minmax_buffer: int | None
+    topk_buffer: int | None
+    out: list[OperatorEstimate]
+
+    def visit(self, node: PlanNode, op_id: str) -> _Rel:
+        kids = [self.visit(c, f"{op_id}.{i}") for i, c in enumerate(node.children())]
+        rel, state, work, pairs = self._estimate(node, op_id, kids)
+        self.out.append(OperatorEstimate(op_id, node, _finite(rel.rows),
+                                         row_bytes(node.schema, rel.ids),
+                                         _finite(state), _finite(work), _finite(pairs)))
+        return rel
+
+    def _estimate(self, node: PlanNode, op_id: str,
+                  kids: list[_Rel]) -> tuple[_Rel, float, float, float]:
+        if isinstance(node, Scan):
+            return self._scan(node), 0.0, 0.0, 0.0
+        if isinstance(node, Select):
+            child = kids[0]
+            rows = child.rows * selectivity(node.predicate, child)
+            return _shrink(child, rows), 0.0, 0.0, 0.0
+        if isinstance(node, Project):
+            child = kids[0]
+            cols = {e.name: _project_col(e.expr, child) for e in node.exprs}
+            return _Rel(child.rows, cols, child.ids), 0.0, 0.0, 0.0
+        if isinstance(node, (Join, SemiJoin, OuterJoin)):
+            return self._join(node, op_id, kids[0], kids[1])
+        if isinstance(node, (Aggregate, Distinct)):
+            return self._group(node, kids[0])
+        if isinstance(node, TopK):
+            child = kids[0]
+            kept = child.rows if self.topk_buffer is None else \
+                min(child.rows, max(self.topk_buffer, node.k))
+            entry = row_bytes(node.input.schema, child.ids) + SORTED_ENTRY_BYTES
+            return _shrink(child, min(child.rows, node.k)), kept * entry, 0.0, 0.0
+        # an unknown node type: its input's size, no state
+        child = kids[0] if kids else _Rel(0.0, {}, 0)
+        return _Rel(child.rows, {}, child.ids), 0.0, 0.0, 0.0
+
+    def _scan(self, node: Scan) -> _Rel:
+        table = self.stats.get(node.table)
+        rows = float(table.rows) if table is not None else 0.0
+        cols: dict[str, _Col] = {}
+        for src, f in zip(node.source_columns, node.fields):
+            cs = table.columns.get(src) if table is not None else None
+            distinct = _distinct(cs, f.dtype, rows)
+            cols[f.name] = _Col(distinct, distinct if distinct is not None else rows,
+                                cs.low if cs else None, cs.high if cs else None)
+        return _Rel(rows, cols, 1 if node.table in self.sketched else 0)
+
+    def _join(self, node: Join | SemiJoin | OuterJoin, op_id: str, left: _Rel,
+              right: _Rel) -> tuple[_Rel, float, float, float]:
+        lk, rk, residual = node.equi_keys()
+        both = _Rel(0.0, {**left.cols, **right.cols}, left.ids + right.ids)
+        dl, dr, domains = _key_distinct(left, lk, right, rk)
+        if lk:
+            denom = max(dl, dr)
+            pairs = left.rows * right.rows / denom if denom > 0 else 0.0
+        else:
+            pairs = left.rows * right.rows
+        inner = pairs * (selectivity(residual, both) if residual is not None else 1.0)
+        lbytes = row_bytes(node.left.schema, left.ids)
+        rbytes = row_bytes(node.right.schema, right.ids)
+        work = pairs * (lbytes + rbytes + PAIR_BYTES)
+        state = 0.0
+        for side, rel, nbytes in (("left", left, lbytes), ("right", right, rbytes)):
+            if not (isinstance(node, Join) and lk and f"{op_id}:{side}" in self.probed):
+                state += rel.rows * (nbytes + SIDE_INDEX_BYTES)
+        if isinstance(node, SemiJoin):
+            if lk:
+                frac = min(1.0, dr / dl) if dl > 0 else SEMI_SEL
+            else:
+                frac = min(1.0, right.rows * (selectivity(residual, both)
+                                             if residual is not None else 1.0))
+            rows = left.rows * ((1.0 - frac) if node.anti else frac)
+            kept = _shrink(left, rows)
+            if not node.anti:
+                kept.ids = left.ids + right.ids
+            return kept, state, work, pairs
+        if isinstance(node, OuterJoin):
+            rows = max(inner, left.rows) if node.kind == "left" else \
+                max(inner, left.rows + right.rows)
+        else:
+            rows = inner
+        out = _shrink(both, rows)
+        for a, b, domain in zip(lk, rk, domains):  # equal keys share what is known
+            ca, cb = out.cols[a], out.cols[b]
+            known = [c.distinct for c in (ca, cb) if c.distinct is not None]
+            ca.distinct = cb.distinct = min(known) if known else None
+            ca.domain = cb.domain = domain
+        return out, state, work, pairs
+
+    def _group(self, node: Aggregate | Distinct,
+               child: _Rel) -> tuple[_Rel, float, float, float]:
+        keys = node.group_by if isinstance(node, Aggregate) else node.input.column_names
+        aggs = node.aggregates if isinstance(node, Aggregate) else ()
+        if not keys:
+            groups = min(child.rows, 1.0)
+        else:
+            product = 1.0
+            for k in keys:
+                c = child.cols.get(k)
+                product *= c.distinct if c is not None and c.distinct is not None \
+                    else UNKNOWN_GROUPS
+            groups = min(child.rows, product)
+        ids_in = child.rows * child.ids
+        frag_pairs = min(ids_in, groups * self.fragments * max(child.ids, 1))
+        state = (groups * (GROUP_BYTES + GROUP_VALUE_BYTES * (len(keys) + len(aggs)))
+                 + frag_pairs * FRAGMENT_COUNT_BYTES)
+        for a in aggs:
+            if a.func in ("min", "max"):
+                kept = child.rows if self.minmax_buffer is None else \
+                    min(child.rows, groups * self.minmax_buffer)
+                state += kept * SORTED_ENTRY_BYTES
+        ids = min(self.fragments * max(child.ids, 1),
+                  math.ceil(ids_in / groups) if groups else 0)
+        cols = {k: child.cols.get(k, _Col(domain=child.rows)).bounded(groups) for k in keys}
+        for a in aggs:
+            cols[a.name] = _Col(domain=groups)
+        return _Rel(groups, cols, int(ids)), state, 0.0, 0.0
+
+
+def _finite(x: float) -> float:
+    if x != x or x < 0:  # NaN or negative
+        return 0.0
+    return min(float(x), 1e300)
+
+
+def _shrink(rel: _Rel, rows: float) -> _Rel:
+    return _Rel(rows, {n: c.bounded(rows) for n, c in rel.cols.items()}, rel.ids)
+
+
+def _project_col(expr: Expr, child: _Rel) -> _Col:
+    while isinstance(expr, Cast):
+        expr = expr.operand
+    if isinstance(expr, ColumnRef):
+        return child.cols.get(expr.name, _Col(domain=child.rows)).bounded(child.rows)
+    if isinstance(expr, Literal):
+        return _Col(1.0, 1.0, expr.value, expr.value)
+    return _Col(domain=child.rows)
+
+
+def _int_like(dtype: pa.DataType) -> bool:
+    return (pa.types.is_integer(dtype) or pa.types.is_date(dtype)
+            or pa.types.is_boolean(dtype))
+
+
+def _distinct(cs: ColumnStats | None, dtype: pa.DataType, rows: float) -> float | None:
+    if cs is None:
+        return None
+    if cs.distinct is not None:
+        return float(min(cs.distinct, rows))
+    if pa.types.is_boolean(dtype):
+        return min(2.0, rows)
+    if _int_like(dtype):
+        lo, hi = _number(cs.low), _number(cs.high)
+        if lo is not None and hi is not None and hi >= lo:
+            return min(hi - lo + 1, rows)
+    return None
+
+
+def _key_distinct(left: _Rel, lk: tuple[str, ...], right: _Rel, rk: tuple[str, ...]
+                  ) -> tuple[float, float, list[float]]:
+    """Distinct values of each side's key columns together, and each key pair's shared
+    domain: the smaller of the two sides' domains (the referenced key's, for a foreign
+    key). A column's unknown distinct count is taken as the shared domain (a column
+    without statistics guesses its relation's rows as its domain, so the referenced
+    side's smaller domain wins: a foreign-key join yields about the referencing side)."""
+    domains: list[float] = []
+    lv: dict[str, float] = {}
+    rv: dict[str, float] = {}
+    for a, b in zip(lk, rk):
+        ca = left.cols.get(a, _Col(domain=left.rows))
+        cb = right.cols.get(b, _Col(domain=right.rows))
+        domain = min(ca.domain, cb.domain)
+        domains.append(domain)
+        lv[a] = min(lv.get(a, math.inf), ca.guess(left.rows, domain))
+        rv[b] = min(rv.get(b, math.inf), cb.guess(right.rows, domain))
+    return (min(math.prod(max(v, 1.0) for v in lv.values()), left.rows),
+            min(math.prod(max(v, 1.0) for v in rv.values()), right.rows), domains)
+
+
+def _number(value: Any) -> float | None:
+    """A comparable number for interpolation (dates as day numbers), or None."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float, Decimal)):
+        return float(value)
+    if isinstance(value, dt.datetime):
+        return value.timestamp() / 86400.0
+    if isinstance(value, dt.date):
+        return float(value.toordinal())
+    return None
+
+
+# -- selectivity ------------------------------------------------------------------------
+def selectivity(predicate: Expr | None, rel: _Rel) -> float:
+    """The estimated fraction of ``rel``'s rows that satisfy ``predicate`` (see the
+    module's rules); 1.0 for None."""
+    if predicate is None:
+        return 1.0
+    return min(1.0, max(0.0, _sel(predicate, rel)))
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "<>": "<>"}
+
+
+def _sel(e: Expr, rel: _Rel) -> float:
+    if isinstance(e, BinaryOp) and e.op == "and":
+        return _and(conjuncts(e), rel)
+    if isinstance(e, BinaryOp) and e.op == "or":
+        a, b = _sel(e.left, rel), _sel(e.right, rel)
+        return a + b - a * b
+    if isinstance(e, UnaryOp):
+        if e.op == "not":
+            return 1.0 - _sel(e.operand, rel)
+        if e.op == "is_null":
+            return NULL_SEL
+        if e.op == "is_not_null":
+            return 1.0 - NULL_SEL
+        return RANGE_SEL
+    if isinstance(e, Literal):
+        return 1.0 if e.value is True else 0.0 if e.value in (False, None) else RANGE_SEL
+    if isinstance(e, InList):
+        s = min(1.0, len(e.values) * _eq_sel(_column(e.operand), rel))
+        return 1.0 - s if e.negated else s
+    if isinstance(e, Like):
+        return 1.0 - LIKE_SEL if e.negated else LIKE_SEL
+    if isinstance(e, BinaryOp) and e.op in _FLIP:
+        left, right = _column(e.left), _column(e.right)
+        if left is not None and right is not None:
+            if e.op == "=":
+                return _eq_cols(left, right, rel)
+            return 1.0 - _eq_cols(left, right, rel) if e.op == "<>" else RANGE_SEL
+        col = left if left is not None else right
+        if e.op == "=":
+            return _eq_sel(col, rel)
+        if e.op == "<>":
+            return 1.0 - _eq_sel(col, rel)
+        bound = _range_bound(e)
+        if bound is not None:
+            return _range_sel(rel, bound[0], [bound])
+        return RANGE_SEL
+    return RANGE_SEL
+
+
+def _and(parts: list[Expr], rel: _Rel) -> float:
+    """Conjuncts multiply, except that range bounds on one column combine into one
+    interval first."""
+    ranges: dict[str, list[tuple[str, str, Any]]] = {}
+    s = 1.0
+    for part in parts:
+        bound = _range_bound(part)
+        if bound is not None:
+            ranges.setdefault(bound[0], []).append(bound)
+        else:
+            s *= _sel(part, rel)
+    for name, bounds in ranges.items():
+        s *= _range_sel(rel, name, bounds)
+    return s
+
+
+def _column(e: Expr) -> str | None:
+    while isinstance(e, Cast):
+        e = e.operand
+    return e.name if isinstance(e, ColumnRef) else None
+
+
+def _literal(e: Expr) -> Any:
+    while isinstance(e, Cast):
+        e = e.operand
+    return e.value if isinstance(e, Literal) else None
+
+
+def _range_bound(e: Expr) -> tuple[str, str, Any] | None:
+    """``(column, op, value)`` of ``column op literal`` (or ``literal op column``, the
+    operator flipped) for a range comparison, else None."""
+    if not (isinstance(e, BinaryOp) and e.op in ("<", "<=", ">", ">=")):
+        return None
+    col, value = _column(e.left), _literal(e.right)
+    if col is not None and value is not None:
+        return col, e.op, value
+    col, value = _column(e.right), _literal(e.left)
+    if col is not None and value is not None:
+        return col, _FLIP[e.op], value
+    return None
+
+
+def _range_sel(rel: _Rel, name: str, bounds: list[tuple[str, str, Any]]) -> float:
+    c = rel.cols.get(name)
+    lo = _number(c.low) if c else None
+    hi = _number(c.high) if c else None
+    values = [_number(v) for _, _, v in bounds]
+    if lo is None or hi is None or hi <= lo or any(v is None for v in values):
+        return RANGE_SEL ** len(bounds)
+    a, b = lo, hi
+    for (_, op, _), v in zip(bounds, values):
+        assert v is not None
+        if op in (">", ">="):
+            a = max(a, v)
+        else:
+            b = min(b, v)
+    return max(MIN_RANGE_SEL, min(1.0, (b - a) / (hi - lo)))
+
+
+def _eq_sel(name: str | None, rel: _Rel) -> float:
+    c = rel.cols.get(name) if name is not None else None
+    if c is not None and c.distinct is not None and c.distinct >= 1:
+        return 1.0 / c.distinct
+    return EQ_SEL
+
+
+def _eq_cols(a: str, b: str, rel: _Rel) -> float:
+    ca, cb = rel.cols.get(a), rel.cols.get(b)
+    known = [c.distinct for c in (ca, cb) if c is not None and c.distinct is not None]
+    return 1.0 / max(known) if known and max(known) >= 1 else EQ_SEL
+
+
+# -- row widths -------------------------------------------------------------------------
+def value_bytes(dtype: pa.DataType) -> int:
+    """Bytes of one value of ``dtype`` in an Arrow array (strings: ``VAR_WIDTH``)."""
+    if pa.types.is_boolean(dtype):
+        return 1
+    if (pa.types.is_string(dtype) or pa.types.is_binary(dtype)
+            or pa.types.is_large_string(dtype) or pa.types.is_large_binary(dtype)):
+        return VAR_WIDTH
+    if pa.types.is_string_view(dtype) or pa.types.is_binary_view(dtype):
+        return 16 + VAR_WIDTH // 2
+    try:
+        width = dtype.bit_width
+    except ValueError:
+        return 32  # nested and other variable-width types
+    return max(1, width // 8)
+
+
+def row_bytes(schema: Any, fragment_ids: int = 1) -> int:
+    """Bytes of one row of a batch of ``schema`` (plan ``Field``s or an Arrow schema):
+    its values, weight, annotation offset and ``fragment_ids`` fragment ids."""
+    types = [f.dtype if hasattr(f, "dtype") else f.type for f in schema]
+    return sum(value_bytes(t) for t in types) + ROW_OVERHEAD + FRAGMENT_BYTES * fragment_ids
+
+
+# -- the guard --------------------------------------------------------------------------
+def check_memory(estimate: PlanEstimate, budget_bytes: int | None) -> None:
+    """Raise ``PlanTooLargeError`` if an operator's footprint (its state and largest
+    batch; the root's also the kept result) exceeds ``budget_bytes`` (None: no limit),
+    naming the operator with the largest footprint."""
+    if budget_bytes is None:
+        return
+    op = estimate.largest()
+    need = estimate.footprint(op)
+    if need <= budget_bytes:
+        return
+    raise PlanTooLargeError(op.description, op.op_id, need, estimate.peak_bytes,
+                            budget_bytes, _what(op), _hint(op.node))
+
+
+def _what(op: OperatorEstimate) -> str:
+    if op.pairs and op.work_bytes >= op.state_bytes:
+        return f"materialize ~{_count(op.pairs)} joined row pairs"
+    if op.state_bytes >= op.work_bytes:
+        return f"keep state for ~{_count(op.rows)} output rows"
+    return f"produce ~{_count(op.rows)} rows"
+
+
+def _hint(node: PlanNode) -> str:
+    raise_it = f"raise the budget ({ENV_BUDGET} or memory_budget_bytes)"
+    if isinstance(node, (Join, SemiJoin, OuterJoin)) and not node.equi_keys()[0]:
+        return ("a join without an equi-join condition pairs every row of one side with "
+                "every row of the other: add a condition equating a column of each side "
+                "(a key equated inside every OR branch can be factored out of the OR), "
+                f"or {raise_it}")
+    return f"filter the inputs further, or {raise_it}"
+
+
+def check_cross_product(node: PlanNode, left_rows: int, right_rows: int,
+                        left_bytes: int, right_bytes: int,
+                        budget_bytes: int | None | str = AUTO) -> None:
+    """Raise ``PlanTooLargeError`` before materializing every pair of a cross product
+    whose pairs (two indices each, then both sides' rows taken) exceed the budget
+    (``AUTO``: ``memory_budget()``). ``*_bytes``: each side's total bytes."""
+    pairs = left_rows * right_rows
+    need = pairs * PAIR_BYTES + right_rows * left_bytes + left_rows * right_bytes
+    if need <= 64 << 20:  # never worth a look at the machine
+        return
+    budget = memory_budget(budget_bytes)
+    if budget is None or need <= budget:
+        return
+    raise PlanTooLargeError(node._describe(), "", float(need), float(need), budget,
+                            f"materialize {_count(pairs)} joined row pairs", _hint(node))
+
+
+# -- the budget -------------------------------------------------------------------------
+def parse_budget(raw: str, name: str = ENV_BUDGET) -> int | None:
+    """A budget setting: a byte count > 0, optionally with a K/M/G/T suffix (powers of
+    1024, e.g. ``8G``, ``512MiB``), or ``none`` / ``off`` (no limit). A bad value raises
+    ``ValueError`` naming ``name``."""
+    text = raw.strip().lower().replace("_", "")
+    if text in ("none", "off"):
+        return None
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    body = text.removesuffix("ib").removesuffix("b")
+    unit = body[-1:] if body[-1:] in units else ""
+    number = body[:len(body) - len(unit)].strip()
+    value = -1
+    if number.isdigit():
+        value = int(number) * units[unit]
+    if value <= 0:
+        raise ValueError(f"{name} must be a byte count > 0 (e.g. 8589934592 or 8G) or "
+                         f"'none', not {raw!r}")
+    return value
+
+
+def available_memory_bytes() -> int | None:
+    """The memory available to this process now: the system's available memory
+    (``MemAvailable``), lowered to the room left under a cgroup memory limit; None when
+    neither can be read."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not found:
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    for limit_file, usage_file in (
+            ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+             "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file) as f:
+                limit_text = f.read().strip()
+            with open(usage_file) as f:
+                usage = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit_text.isdigit() and int(limit_text) < (1 << 60):
+            found.append(max(0, int(limit_text) - usage))
+        break
+    return min(found) if found else None
+
+
+def default_memory_budget() -> int:
+    """``BUDGET_FRACTION`` of the memory available now (``FALLBACK_MEMORY`` when it
+    cannot be read)."""
+    available = available_memory_bytes()
+    return int(BUDGET_FRACTION * (available if available is not None else FALLBACK_MEMORY))
+
+
+def memory_budget(value: int | None | str = AUTO,
+                  env: Mapping[str, str] | None = None) -> int | None:
+    """The registration memory budget in bytes (None: no limit). ``value``: a byte
+    count, None, or ``AUTO``: ``IMP_REGISTRATION_MEMORY_BYTES`` if set (see
+    ``parse_budget``), else ``default_memory_budget()``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value != AUTO:
+            return parse_budget(value, "memory_budget_bytes")
+        raw = (os.environ if env is None else env).get(ENV_BUDGET, "").strip()
+        return parse_budget(raw) if raw else default_memory_budget()
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"memory_budget_bytes must be a byte count > 0, None or "
+                         f"{AUTO!r}, not {value!r}")
+    return value
+
+
+# -- formatting -------------------------------------------------------------------------
+def _count(n: float) -> str:
+    return f"{n:,.0f}" if n < 1e15 else f"{n:.2e}"

@@ -1,0 +1,232 @@
+"""Spark SQL text shared by the plan compilers (``compile``, ``compile_joins``).
+
+- names and literals: ``quote`` (back-quoted identifiers, dots stay part of the name),
+  ``spark_type``, ``sql_literal`` (a literal of exactly the given Arrow type);
+- scalar expressions: ``write_expr`` keeps the semantics of ``imp_core.plan.evaluate``
+  (``/`` divides doubles and yields NULL for a zero divisor, ``%`` of non-integers follows
+  the divisor's sign, literals keep their exact types);
+- annotation columns of a compiled relation (``AnnColumn``, ``Relation``): a row's
+  fragments are the union of its annotation columns, each an ``INT`` (one base row's
+  fragment id, never NULL on a real row) or an ``ARRAY<INT>`` (sorted, duplicate-free);
+  ``ann_union`` (per row), ``ann_aggregate`` (per group) and ``ann_union_padded`` (per
+  row, an absent side of an outer join's NULL-padded row counting as no fragments).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from imp_core.errors import ImpError
+from imp_core.plan.evaluate import infer_type, literal_type
+from imp_core.plan.expr import (
+    BinaryOp,
+    Case,
+    Cast,
+    ColumnRef,
+    Expr,
+    FuncCall,
+    InList,
+    Like,
+    Literal,
+    UnaryOp,
+)
+
+EMPTY_ANNOTATION = "CAST(array() AS ARRAY<INT>)"
+
+
+class SparkCompileError(ImpError):
+    """A plan or value that has no Spark SQL translation."""
+
+    code = "UNIMPLEMENTED"
+
+
+# -- names and literals ---------------------------------------------------------------------
+def quote(name: str) -> str:
+    """A back-quoted Spark identifier (dots stay part of the name)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def spark_type(t: pa.DataType) -> str:
+    """The Spark SQL type name of an Arrow type."""
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_int8(t) or pa.types.is_uint8(t):
+        return "TINYINT" if pa.types.is_int8(t) else "SMALLINT"
+    if pa.types.is_int16(t) or pa.types.is_uint16(t):
+        return "SMALLINT" if pa.types.is_int16(t) else "INT"
+    if pa.types.is_int32(t) or pa.types.is_uint32(t):
+        return "INT" if pa.types.is_int32(t) else "BIGINT"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "STRING"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "BINARY"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
+    raise SparkCompileError(f"no Spark SQL type for Arrow type {t}")
+
+
+def string_literal(s: str) -> str:
+    """A Spark string literal (Spark unescapes backslashes inside literals)."""
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sql_literal(value: Any, dtype: pa.DataType) -> str:
+    """``value`` as a Spark SQL literal of exactly type ``dtype``."""
+    if value is None:
+        return "NULL" if pa.types.is_null(dtype) else f"CAST(NULL AS {spark_type(dtype)})"
+    if pa.types.is_boolean(dtype):
+        return "TRUE" if value else "FALSE"
+    if pa.types.is_integer(dtype):
+        v = int(value)
+        suffix = {"TINYINT": "Y", "SMALLINT": "S", "INT": "", "BIGINT": "L"}[spark_type(dtype)]
+        if v == -(2**63):
+            return "CAST('-9223372036854775808' AS BIGINT)"
+        text = f"{v}{suffix}"
+        return f"({text})" if v < 0 else text
+    if pa.types.is_floating(dtype):
+        v = float(value)
+        text = "NaN" if math.isnan(v) else repr(v).replace("inf", "Infinity")
+        return f"CAST('{text}' AS {spark_type(dtype)})"
+    if pa.types.is_decimal(dtype):
+        d = decimal.Decimal(value)
+        text = format(d, "f")
+        if literal_type(d) == dtype:  # Spark types 12.50BD as decimal(4, 2), like we do
+            return f"({text}BD)" if d < 0 else f"{text}BD"
+        return f"CAST('{text}' AS {spark_type(dtype)})"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) \
+            or pa.types.is_string_view(dtype):
+        return string_literal(str(value))
+    if pa.types.is_date(dtype):
+        if isinstance(value, dt.datetime):
+            value = value.date()
+        return f"DATE '{value.isoformat()}'"
+    if pa.types.is_timestamp(dtype):
+        kind = "TIMESTAMP" if dtype.tz else "TIMESTAMP_NTZ"
+        return f"{kind} '{value.isoformat(sep=' ')}'"
+    raise SparkCompileError(f"cannot write a literal of type {dtype}")
+
+
+# -- expressions ----------------------------------------------------------------------------
+_FUNCS = {"year": "year", "month": "month", "day": "dayofmonth", "abs": "abs",
+          "upper": "upper", "lower": "lower", "coalesce": "coalesce", "substring": "substring"}
+
+
+class _ExprWriter:
+    """Scalar expressions over one input schema, in Spark SQL with our semantics."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+
+    def type_of(self, e: Expr) -> pa.DataType:
+        return infer_type(e, self.schema)
+
+    def write(self, e: Expr) -> str:
+        if isinstance(e, ColumnRef):
+            return quote(e.name)
+        if isinstance(e, Literal):
+            return sql_literal(e.value, e.dtype)
+        if isinstance(e, BinaryOp):
+            return self._binary(e)
+        if isinstance(e, UnaryOp):
+            x = self.write(e.operand)
+            return {"not": f"(NOT {x})", "neg": f"(- {x})", "is_null": f"({x} IS NULL)",
+                    "is_not_null": f"({x} IS NOT NULL)"}[e.op]
+        if isinstance(e, Case):
+            whens = " ".join(f"WHEN {self.write(c)} THEN {self.write(v)}" for c, v in e.whens)
+            default = "NULL" if e.default is None else self.write(e.default)
+            return f"(CASE {whens} ELSE {default} END)"
+        if isinstance(e, InList):
+            values = ", ".join(self.write(v) for v in e.values)
+            neg = "NOT " if e.negated else ""
+            return f"({self.write(e.operand)} {neg}IN ({values}))"
+        if isinstance(e, Like):
+            neg = "NOT " if e.negated else ""
+            return f"({self.write(e.operand)} {neg}LIKE {string_literal(e.pattern)})"
+        if isinstance(e, FuncCall):
+            return f"{_FUNCS[e.name]}({', '.join(self.write(a) for a in e.args)})"
+        if isinstance(e, Cast):
+            return f"CAST({self.write(e.operand)} AS {spark_type(e.to)})"
+        raise SparkCompileError(f"no Spark SQL translation for {type(e).__name__}")
+
+    def _binary(self, e: BinaryOp) -> str:
+        left, right = self.write(e.left), self.write(e.right)
+        if e.op in ("and", "or"):
+            return f"({left} {e.op.upper()} {right})"
+        if e.op == "/":
+            # ours: double division, NULL when the divisor is zero (Spark ANSI would raise)
+            return (f"(CAST({left} AS DOUBLE) / NULLIF(CAST({right} AS DOUBLE), "
+                    "CAST(0 AS DOUBLE)))")
+        if e.op == "%":
+            lt, rt = self.type_of(e.left), self.type_of(e.right)
+            if pa.types.is_integer(lt) and pa.types.is_integer(rt):
+                return f"({left} % {right})"  # truncated remainder, as Arrow's integer path
+            # ours for non-integers: x - floor(x / y) * y (the sign follows the divisor)
+            return (f"(CAST({left} AS DOUBLE) - FLOOR(CAST({left} AS DOUBLE) / "
+                    f"CAST({right} AS DOUBLE)) * CAST({right} AS DOUBLE))")
+        return f"({left} {e.op} {right})"
+
+
+def write_expr(expr: Expr, schema: pa.Schema) -> str:
+    """Spark SQL text of ``expr`` over rows of ``schema`` (column names back-quoted)."""
+    return _ExprWriter(schema).write(expr)
+
+
+# -- annotation columns ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class AnnColumn:
+    """One annotation column of a compiled relation."""
+
+    name: str
+    is_set: bool  # ARRAY<INT> (after aggregation) or INT (one base row's fragment)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A compiled plan node: the CTE ``name`` with the node's columns plus ``ann``."""
+
+    name: str  # CTE name
+    ann: tuple[AnnColumn, ...]
+
+
+def ann_union(anns: tuple[AnnColumn, ...]) -> str:
+    """Per-row annotation as a sorted, duplicate-free ARRAY<INT>."""
+    if len(anns) == 1:
+        a = anns[0]
+        return quote(a.name) if a.is_set else f"array({quote(a.name)})"
+    parts = [quote(a.name) if a.is_set else f"array({quote(a.name)})" for a in anns]
+    return f"array_sort(array_distinct(concat({', '.join(parts)})))"
+
+
+def ann_aggregate(anns: tuple[AnnColumn, ...]) -> str:
+    """Union of the annotations of a group's rows, sorted: an aggregate expression."""
+    parts = [f"flatten(collect_set({quote(a.name)}))" if a.is_set
+             else f"collect_set({quote(a.name)})" for a in anns]
+    inner = parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
+    return f"array_sort(array_distinct({inner}))"
+
+
+def ann_union_padded(anns: tuple[AnnColumn, ...]) -> str:
+    """Per-row annotation like ``ann_union``, where a NULL annotation column (the absent
+    side of an outer join's NULL-padded row) contributes no fragments: never NULL and
+    never holding a NULL id."""
+    parts = [f"coalesce({quote(a.name)}, {EMPTY_ANNOTATION})" if a.is_set
+             else f"IF({quote(a.name)} IS NULL, {EMPTY_ANNOTATION}, array({quote(a.name)}))"
+             for a in anns]
+    inner = parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
+    return f"array_sort(array_distinct({inner}))"

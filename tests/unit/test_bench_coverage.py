@@ -1,0 +1,80 @@
+"""``imp bench coverage`` (``benchmarks.coverage``): counts registered and refused query
+files by construct, through the embedded engine (no Spark, no Ray)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workload_data import tpch_tables
+
+from benchmarks.coverage import STATUSES, UNSAFE, format_table, run_coverage
+from imp_core.workloads.queries import list_queries
+from services.cli.main import main
+
+FILES = {
+    "a_good.sql": "-- sketch: lineitem.l_orderkey\n"
+                  "SELECT l_returnflag, sum(l_quantity) AS q FROM lineitem "
+                  "GROUP BY l_returnflag",
+    "b_window.sql": "-- sketch: lineitem.l_orderkey\n"
+                    "SELECT l_orderkey, row_number() OVER (ORDER BY l_orderkey) AS r "
+                    "FROM lineitem",
+    "c_unsafe.sql": "-- sketch: lineitem.l_orderkey\n"
+                    "SELECT l_returnflag, sum(l_quantity) AS q FROM lineitem "
+                    "GROUP BY l_returnflag HAVING sum(l_quantity) < 100000",
+}
+
+
+def _folder(tmp_path: Path) -> Path:
+    for name, sql in FILES.items():
+        (tmp_path / name).write_text(sql + "\n")
+    (tmp_path / "notes.txt").write_text("not a query")
+    return tmp_path
+
+
+def test_coverage_counts_registered_and_refused_by_construct(tmp_path):
+    report = run_coverage(folder=_folder(tmp_path), tables=tpch_tables(), progress=False)
+    rows = {r["name"]: r for r in report["results"]}
+    assert list(rows) == ["a_good", "b_window", "c_unsafe"]
+    assert rows["a_good"]["status"] == "registered" and rows["a_good"]["error"] is None
+    assert rows["a_good"]["sketch"] == ["lineitem.l_orderkey"]
+    assert rows["b_window"]["status"] == "refused"
+    assert rows["b_window"]["error"] == "UnsupportedSqlError"
+    assert rows["b_window"]["construct"] == "window function"
+    assert rows["c_unsafe"]["status"] == "refused"
+    assert rows["c_unsafe"]["error"] == "UnsafeSketchError"
+    assert rows["c_unsafe"]["construct"] == UNSAFE
+    assert "HAVING" in rows["c_unsafe"]["reason"]
+    assert all(r["seconds"] >= 0 for r in rows.values())
+    assert report["summary"] == {"total": 3, "registered": 1, "refused": 2, "errors": 0,
+                                 "refused_by_construct": {UNSAFE: 1, "window function": 1},
+                                 "errors_by_construct": {}}
+    text = format_table(report)
+    assert "1 of 3 registered" in text and "window function" in text
+
+
+def test_coverage_over_the_tpch22_suite_counts_22_files():
+    report = run_coverage(tables=tpch_tables(), progress=False)
+    rows = report["results"]
+    assert [r["name"] for r in rows] == [q.name for q in list_queries("tpch22")]
+    summary = report["summary"]
+    assert summary["total"] == 22
+    assert summary["registered"] + summary["refused"] + summary["errors"] == 22
+    assert sum(summary["refused_by_construct"].values()) == summary["refused"]
+    assert all(r["status"] in STATUSES for r in rows)
+    assert report["parameters"]["suite"] == "tpch22"
+
+
+def test_cli_bench_coverage_json_prints_only_json(tmp_path, capsys, monkeypatch):
+    import benchmarks.coverage as coverage
+
+    monkeypatch.setattr(coverage, "tpch_tables", lambda *a, **k: tpch_tables())
+    out = tmp_path / "coverage.json"
+    folder = tmp_path / "queries"
+    folder.mkdir()
+    code = main(["bench", "coverage", "--folder", str(_folder(folder)), "--json",
+                 "--out", str(out)])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)  # stdout is JSON only
+    assert printed["summary"]["total"] == 3 and printed["summary"]["registered"] == 1
+    assert json.loads(out.read_text())["summary"] == printed["summary"]

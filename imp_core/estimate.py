@@ -59,16 +59,21 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Collection, Mapping
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from imp_core.errors import PlanTooLargeError, human_bytes
+from imp_core.memory_budget import (  # noqa: F401 - re-exported
+    AUTO,
+    ENV_BUDGET,
+    available_memory_bytes,
+    default_memory_budget,
+    memory_budget,
+    parse_budget,
+)
 from imp_core.plan.expr import (
     BinaryOp,
     Cast,
@@ -92,12 +97,12 @@ from imp_core.plan.nodes import (
     SemiJoin,
     TopK,
 )
-
-# -- the budget -------------------------------------------------------------------------
-ENV_BUDGET = "IMP_REGISTRATION_MEMORY_BYTES"
-BUDGET_FRACTION = 0.5  # of the memory available when the query is registered
-FALLBACK_MEMORY = 8 << 30  # assumed available when the machine's memory cannot be read
-AUTO = "auto"
+from imp_core.table_stats import (  # noqa: F401 - ColumnStats etc. are re-exported
+    ColumnStats,
+    TableStats,
+    column_stats,
+    int_like,
+)
 
 # -- the rules' constants ---------------------------------------------------------------
 EQ_SEL = 0.1
@@ -116,34 +121,6 @@ GROUP_BYTES = 256  # per group: dict entry, key tuple, sketch bitmap, counters
 GROUP_VALUE_BYTES = 64  # per group and key column or aggregate: a Python value and arrays
 FRAGMENT_COUNT_BYTES = 16  # per (group, fragment) count
 SORTED_ENTRY_BYTES = 128  # per entry of a sorted multiset (min/max values, top-k map)
-
-
-@dataclass(frozen=True)
-class ColumnStats:
-    """What is known of one column: distinct values, smallest and largest (None:
-    unknown). ``low``/``high`` are Python values of the column's type."""
-
-    distinct: int | None = None
-    low: Any = None
-    high: Any = None
-
-
-@dataclass(frozen=True)
-class TableStats:
-    """A table's row count and what is known of its columns (by source column name)."""
-
-    rows: int
-    columns: Mapping[str, ColumnStats] = field(default_factory=dict)
-
-    def with_domains(self, domains: Mapping[str, tuple[Any, Any]]) -> TableStats:
-        """These statistics, with declared value domains filling unknown bounds."""
-        cols = dict(self.columns)
-        for name, (low, high) in domains.items():
-            cur = cols.get(name, ColumnStats())
-            cols[name] = ColumnStats(cur.distinct,
-                                     cur.low if cur.low is not None else low,
-                                     cur.high if cur.high is not None else high)
-        return TableStats(self.rows, cols)
 
 
 @dataclass(frozen=True)
@@ -212,43 +189,6 @@ class PlanEstimate:
             lines.append(f"{pad}{o.description}  [rows ~{_count(o.rows)}, state "
                          f"~{human_bytes(o.state_bytes)}, batch ~{human_bytes(o.work_bytes)}]")
         return "\n".join(lines)
-
-
-# -- statistics of a column at hand ----------------------------------------------------
-MAX_DISTINCT_RANGE = 1 << 28  # the widest integer range whose distinct values are counted
-
-
-def column_stats(values: pa.Array | pa.ChunkedArray) -> ColumnStats:
-    """A column's min/max and, for integer-like values whose range is narrow enough
-    (at most ``MAX_DISTINCT_RANGE`` wide and 64 times the values, or 65536), its exact
-    distinct count (one pass marking a bitmap of the range: linear, no sort, no
-    hashing); None for what is not computed."""
-    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-    dtype = values.type
-    try:
-        bounds = pc.min_max(values)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-        return ColumnStats()
-    if low is None or not _int_like(dtype) or pa.types.is_boolean(dtype):
-        return ColumnStats(None, low, high)
-    ints = [pc.drop_null(c) for c in chunks]
-    if pa.types.is_date(dtype):
-        ints = [c.cast(pa.int32() if pa.types.is_date32(dtype) else pa.int64()) for c in ints]
-    lo = min((int(pc.min(c).as_py()) for c in ints if len(c)), default=0)
-    hi = max((int(pc.max(c).as_py()) for c in ints if len(c)), default=-1)
-    rows = sum(len(c) for c in ints)
-    if hi < lo or hi - lo >= min(MAX_DISTINCT_RANGE, max(64 * rows, 1 << 16)):
-        return ColumnStats(None, low, high)
-    seen = np.zeros(hi - lo + 1, dtype=np.bool_)
-    block = np.empty(1 << 20, dtype=np.int64)
-    for c in ints:
-        arr = c.to_numpy(zero_copy_only=False)
-        for start in range(0, len(arr), len(block)):  # offsets in small blocks: no copy
-            part = arr[start:start + len(block)].astype(np.int64, copy=False)
-            np.subtract(part, lo, out=block[:len(part)])
-            seen[block[:len(part)]] = True
-    return ColumnStats(int(np.count_nonzero(seen)), low, high)
 
 
 # -- estimating -------------------------------------------------------------------------
@@ -445,11 +385,6 @@ def _project_col(expr: Expr, child: _Rel) -> _Col:
     return _Col(domain=child.rows)
 
 
-def _int_like(dtype: pa.DataType) -> bool:
-    return (pa.types.is_integer(dtype) or pa.types.is_date(dtype)
-            or pa.types.is_boolean(dtype))
-
-
 def _distinct(cs: ColumnStats | None, dtype: pa.DataType, rows: float) -> float | None:
     if cs is None:
         return None
@@ -457,7 +392,7 @@ def _distinct(cs: ColumnStats | None, dtype: pa.DataType, rows: float) -> float 
         return float(min(cs.distinct, rows))
     if pa.types.is_boolean(dtype):
         return min(2.0, rows)
-    if _int_like(dtype):
+    if int_like(dtype):
         lo, hi = _number(cs.low), _number(cs.high)
         if lo is not None and hi is not None and hi >= lo:
             return min(hi - lo + 1, rows)
@@ -693,87 +628,6 @@ def check_cross_product(node: PlanNode, left_rows: int, right_rows: int,
         return
     raise PlanTooLargeError(node._describe(), "", float(need), float(need), budget,
                             f"materialize {_count(pairs)} joined row pairs", _hint(node))
-
-
-# -- the budget -------------------------------------------------------------------------
-def parse_budget(raw: str, name: str = ENV_BUDGET) -> int | None:
-    """A budget setting: a byte count > 0, optionally with a K/M/G/T suffix (powers of
-    1024, e.g. ``8G``, ``512MiB``), or ``none`` / ``off`` (no limit). A bad value raises
-    ``ValueError`` naming ``name``."""
-    text = raw.strip().lower().replace("_", "")
-    if text in ("none", "off"):
-        return None
-    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    body = text.removesuffix("ib").removesuffix("b")
-    unit = body[-1:] if body[-1:] in units else ""
-    number = body[:len(body) - len(unit)].strip()
-    value = -1
-    if number.isdigit():
-        value = int(number) * units[unit]
-    if value <= 0:
-        raise ValueError(f"{name} must be a byte count > 0 (e.g. 8589934592 or 8G) or "
-                         f"'none', not {raw!r}")
-    return value
-
-
-def available_memory_bytes() -> int | None:
-    """The memory available to this process now: the system's available memory
-    (``MemAvailable``), lowered to the room left under a cgroup memory limit; None when
-    neither can be read."""
-    found: list[int] = []
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    if not found:
-        try:
-            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):
-            pass
-    for limit_file, usage_file in (
-            ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-            ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-             "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            with open(limit_file) as f:
-                limit_text = f.read().strip()
-            with open(usage_file) as f:
-                usage = int(f.read().strip())
-        except (OSError, ValueError):
-            continue
-        if limit_text.isdigit() and int(limit_text) < (1 << 60):
-            found.append(max(0, int(limit_text) - usage))
-        break
-    return min(found) if found else None
-
-
-def default_memory_budget() -> int:
-    """``BUDGET_FRACTION`` of the memory available now (``FALLBACK_MEMORY`` when it
-    cannot be read)."""
-    available = available_memory_bytes()
-    return int(BUDGET_FRACTION * (available if available is not None else FALLBACK_MEMORY))
-
-
-def memory_budget(value: int | None | str = AUTO,
-                  env: Mapping[str, str] | None = None) -> int | None:
-    """The registration memory budget in bytes (None: no limit). ``value``: a byte
-    count, None, or ``AUTO``: ``IMP_REGISTRATION_MEMORY_BYTES`` if set (see
-    ``parse_budget``), else ``default_memory_budget()``."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if value != AUTO:
-            return parse_budget(value, "memory_budget_bytes")
-        raw = (os.environ if env is None else env).get(ENV_BUDGET, "").strip()
-        return parse_budget(raw) if raw else default_memory_budget()
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"memory_budget_bytes must be a byte count > 0, None or "
-                         f"{AUTO!r}, not {value!r}")
-    return value
 
 
 # -- formatting -------------------------------------------------------------------------

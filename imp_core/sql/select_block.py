@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from imp_core.errors import UnknownColumnError, UnsupportedSqlError
 from imp_core.plan.evaluate import aggregate_type, infer_type
-from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Literal, conjoin, conjuncts
+from imp_core.plan.expr import ColumnRef, Expr, Literal, conjoin, conjuncts
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -45,6 +45,8 @@ from imp_core.plan.nodes import (
 from imp_core.sql.aggregation import Aggregation
 from imp_core.sql.expressions import BindContext, aggregate_call, bind
 from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
+from imp_core.sql.join_tree import FromTree
+from imp_core.sql.join_tree import Sourced as _Sourced
 from imp_core.sql.pushdown import push_selection
 from imp_core.sql.scope import Scope
 from imp_core.sql.subqueries import Step, SubqueryPlanner, has_subquery
@@ -74,15 +76,6 @@ TYPE_ERRORS = (pa.ArrowException, TypeError, ValueError, ArithmeticError, KeyErr
 
 
 @dataclass(frozen=True)
-class _Sourced:
-    """A bound expression and the SQL it came from (for messages)."""
-
-    expr: Expr
-    node: exp.Expression
-    on: int | None = None  # the FROM item whose JOIN ... ON it comes from (None: WHERE)
-
-
-@dataclass(frozen=True)
 class _Item:
     """One SELECT-list entry (after ``*`` expansion)."""
 
@@ -90,7 +83,7 @@ class _Item:
     node: exp.Expression  # without its alias
 
 
-class SelectPlanner:
+class SelectPlanner(FromTree):
     """Plans one SELECT. For a ``nested`` one (a subquery in FROM), ``required`` (lower-case
     output names, None for all) prunes SELECT items that the enclosing query never reads."""
 
@@ -412,99 +405,6 @@ class SelectPlanner:
 
     # -- building ------------------------------------------------------------------------
 
-    def _from_tree(self, predicates: list[_Sourced]) -> PlanNode:
-        """Left-deep join of the FROM items with each conjunct pushed as low as it goes.
-
-        Outer joins bound the pushing: a WHERE conjunct that reads a NULL-supplying item
-        is applied above the outer join that pads it (below, it would let padded rows
-        through); an ON conjunct of a LEFT join reading only its right item filters that
-        item, any other stays in the join's condition.
-        """
-        if all(kind == "inner" for kind in self.join_kinds):
-            return self._inner_tree(predicates)
-        n = len(self.items_from)
-        local: list[list[_Sourced]] = [[] for _ in range(n)]
-        at_join: list[list[_Sourced]] = [[] for _ in range(n)]
-        after: list[list[_Sourced]] = [[] for _ in range(n)]
-        above: list[_Sourced] = []
-        padded_by = self._padded_by()
-        for predicate in predicates:
-            owners = {self.scope.source_of(c) for c in predicate.expr.columns()}
-            kind = self.join_kinds[predicate.on] if predicate.on is not None else "inner"
-            if kind != "inner":
-                assert predicate.on is not None
-                if kind == "left" and owners == {predicate.on}:
-                    local[predicate.on].append(predicate)
-                else:
-                    at_join[predicate.on].append(predicate)
-                continue
-            padding = max((padded_by[o] for o in owners), default=-1)
-            if not owners:
-                above.append(predicate)
-            elif padding >= 0:
-                last = max(owners | {padding})
-                if predicate.on is not None:
-                    at_join[max(last, predicate.on)].append(predicate)
-                else:
-                    after[last].append(predicate)
-            elif len(owners) == 1:
-                local[owners.pop()].append(predicate)
-            else:
-                at_join[max(owners)].append(predicate)
-        leaves = [self._filtered(item.build(self._used_columns(i)), local[i], push=True)
-                  for i, item in enumerate(self.items_from)]
-        node = self._filtered(leaves[0], after[0])
-        for index in range(1, n):
-            self._check_conditions(Join(node, leaves[index]), at_join[index])
-            condition = conjoin([p.expr for p in at_join[index]])
-            kind = self.join_kinds[index]
-            if kind == "inner":
-                node = Join(node, leaves[index], condition)
-            elif kind == "right":
-                node = OuterJoin(leaves[index], node, condition, "left")
-            else:
-                node = OuterJoin(node, leaves[index], condition, kind)
-            node = self._filtered(node, after[index])
-        return self._filtered(node, above)
-
-    def _inner_tree(self, predicates: list[_Sourced]) -> PlanNode:
-        """Inner joins only: the items joined left-deep in ``_join_order``, each conjunct
-        on one item filtering it, each on several in the condition of the join that adds
-        the last of them, each on none above all."""
-        owners_of = [frozenset(self.scope.source_of(c) for c in p.expr.columns())
-                     for p in predicates]
-        order = _join_order(len(self.items_from), [
-            (owners, _is_equality(p.expr)) for owners, p in zip(owners_of, predicates)])
-        position = {item: k for k, item in enumerate(order)}
-        local: list[list[_Sourced]] = [[] for _ in order]
-        at_join: list[list[_Sourced]] = [[] for _ in order]
-        above: list[_Sourced] = []
-        for owners, predicate in zip(owners_of, predicates):
-            if not owners:
-                above.append(predicate)
-            elif len(owners) == 1:
-                local[next(iter(owners))].append(predicate)
-            else:
-                at_join[max(position[o] for o in owners)].append(predicate)
-        leaves = [self._filtered(self.items_from[i].build(self._used_columns(i)), local[i],
-                                 push=True) for i in order]
-        node = leaves[0]
-        for k in range(1, len(order)):
-            self._check_conditions(Join(node, leaves[k]), at_join[k])
-            node = Join(node, leaves[k], conjoin([p.expr for p in at_join[k]]))
-        return self._filtered(node, above)
-
-    def _padded_by(self) -> list[int]:
-        """Per FROM item, the last outer join that may pad it with NULLs (-1: none)."""
-        padded = [-1] * len(self.items_from)
-        for k, kind in enumerate(self.join_kinds):
-            if kind in ("left", "full"):
-                padded[k] = k
-            if kind in ("right", "full"):
-                for j in range(k):
-                    padded[j] = k
-        return padded
-
     def _used_columns(self, index: int) -> tuple[str, ...]:
         source = self.scope.sources[index]
         used = {f for f, i in self.scope.used.items() if i == index}
@@ -636,33 +536,6 @@ def _fresh(prefix: str, taken: set[str]) -> str:
         i += 1
     taken.add(f"{prefix}{i}")
     return f"{prefix}{i}"
-
-
-def _is_equality(expr: Expr) -> bool:
-    return isinstance(expr, BinaryOp) and expr.op == "=" and \
-        isinstance(expr.left, ColumnRef) and isinstance(expr.right, ColumnRef)
-
-
-def _join_order(count: int, predicates: list[tuple[frozenset[int], bool]]) -> list[int]:
-    """The order in which to join ``count`` FROM items: the FROM order, except that an
-    item with no condition linking it to the items before it waits until one has (an
-    equality first, then any condition), so that no cross product is built where the
-    WHERE clause joins the items (``FROM part, supplier, lineitem WHERE p = l AND s = l``
-    joins lineitem second). Without any link the next item in FROM order comes next."""
-    def linked(item: int, done: set[int], equality_only: bool) -> bool:
-        return any(item in owners and owners - {item} and owners - {item} <= done
-                   and (equal or not equality_only) for owners, equal in predicates)
-
-    joined = [0] if count else []
-    rest = list(range(1, count))
-    while rest:
-        done = set(joined)
-        pick = next((i for i in rest if linked(i, done, True)), None)
-        if pick is None:
-            pick = next((i for i in rest if linked(i, done, False)), rest[0])
-        joined.append(pick)
-        rest.remove(pick)
-    return joined
 
 
 def _names(node: PlanNode) -> tuple[str, ...]:

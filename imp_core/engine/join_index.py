@@ -4,7 +4,8 @@
 provider (e.g. a lookup in the database holding the table) implements ``JoinSide``.
 Invariants: ``contents()`` equals the integral of all deltas applied so far (as a
 Z-set: rows may repeat, and deletions are kept as negative rows until compaction);
-the sorted key index always covers exactly ``contents()``. A side's state is one Arrow
+a probe finds exactly the rows of ``contents()`` with the probe's keys (the main part
+through its sorted index, the rows applied since through theirs). A side's state is one Arrow
 table in its provider's own layout (``SideIndex``: the annotated rows, ``state_schema``).
 """
 
@@ -81,7 +82,17 @@ class JoinSide(Protocol):
 
 
 class SideIndex:
-    """In-memory join side: rows + a sorted index on the key hash + a Bloom filter."""
+    """In-memory join side: rows + a sorted index on the key hash + a Bloom filter.
+
+    The rows are a large *main* part, indexed once, and a small *pending* part of the
+    deltas applied since (indexed on its own, cheaply): a probe searches both, so a step
+    costs about its delta's size, not the side's. The pending part is merged into the
+    main one when it outgrows ``1/8`` of it (``MERGE_FRACTION``), which keeps the merges'
+    cost amortized over the steps.
+    """
+
+    MERGE_FRACTION = 8
+    MIN_PENDING = 4096  # rows pending before a merge is worth its copy
 
     def __init__(self, schema: pa.Schema, key_columns: tuple[str, ...], use_bloom: bool = True):
         self.schema = schema
@@ -91,8 +102,9 @@ class SideIndex:
         self._pending: list[DeltaBatch] = []
         self._pending_bytes = 0  # bytes of the pending parts (nbytes is asked per batch)
         self._pending_rows = 0
-        self._sorted: np.ndarray | None = None
+        self._sorted: np.ndarray | None = None  # the main part's index
         self._perm: np.ndarray | None = None
+        self._recent: tuple[np.ndarray, np.ndarray, DeltaBatch] | None = None  # pending's
         self.bloom: BloomFilter | None = None
         self.probes_skipped = 0
 
@@ -103,7 +115,9 @@ class SideIndex:
         self._pending.append(delta)
         self._pending_bytes += _batch_bytes(delta)
         self._pending_rows += len(delta)
-        self._sorted = None
+        self._recent = None
+        if self._pending_rows >= max(self.MIN_PENDING, len(self._main) // self.MERGE_FRACTION):
+            self._merge()
         if self.use_bloom:
             if self.bloom is None or self.bloom.saturated():
                 self._rebuild_bloom(extra=len(delta))
@@ -118,18 +132,25 @@ class SideIndex:
         keys, valid, _ = key_hashes(data.data, self.key_columns)
         self.bloom.add(keys[valid & (data.weights > 0)])
 
+    def _merge(self) -> None:
+        """Fold the pending part into the main one (its index is rebuilt when needed)."""
+        if not self._pending:
+            return
+        merged = DeltaBatch.concat([self._main, *self._pending], self.schema)
+        neg = int((merged.weights < 0).sum())
+        if neg and 4 * neg >= len(merged):
+            merged = merged.consolidate()
+        if any(c.num_chunks > 1 for c in merged.data.columns):
+            # one chunk per column: a probe's take() over many chunks costs about as
+            # much as copying the side, on every probe
+            merged = merged.with_data(merged.data.combine_chunks())
+        self._main, self._pending = merged, []
+        self._pending_bytes = self._pending_rows = 0
+        self._sorted = self._perm = None
+        self._recent = None
+
     def contents(self) -> DeltaBatch:
-        if self._pending:
-            merged = DeltaBatch.concat([self._main, *self._pending], self.schema)
-            neg = int((merged.weights < 0).sum())
-            if neg and 4 * neg >= len(merged):
-                merged = merged.consolidate()
-            if any(c.num_chunks > 1 for c in merged.data.columns):
-                # one chunk per column: a probe's take() over many chunks costs about as
-                # much as copying the side, on every probe
-                merged = merged.with_data(merged.data.combine_chunks())
-            self._main, self._pending = merged, []
-            self._pending_bytes = self._pending_rows = 0
+        self._merge()
         return self._main
 
     def __len__(self) -> int:
@@ -137,15 +158,17 @@ class SideIndex:
 
     # -- lookups ------------------------------------------------------------------------
     def _index(self) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
-        data = self.contents()
+        """The main part's index: (sorted key hashes, their rows, the rows)."""
         if self._sorted is None:
-            keys, valid, _ = key_hashes(data.data, self.key_columns)
-            rows = np.flatnonzero(valid)
-            order = np.argsort(keys[rows], kind="stable")
-            self._perm = rows[order]
-            self._sorted = keys[self._perm]
+            self._sorted, self._perm = _sorted_index(self._main, self.key_columns)
         assert self._perm is not None
-        return self._sorted, self._perm, data
+        return self._sorted, self._perm, self._main
+
+    def _pending_index(self) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
+        if self._recent is None:
+            rows = DeltaBatch.concat(self._pending, self.schema)
+            self._recent = (*_sorted_index(rows, self.key_columns), rows)
+        return self._recent
 
     def bloom_filter(self, delta: DeltaBatch, keys: np.ndarray) -> np.ndarray:
         """Mask of delta rows that may have a partner here."""
@@ -164,18 +187,14 @@ class SideIndex:
             candidates = candidates[hit]
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
-        sorted_keys, perm, data = self._index()
-        k = pkeys[candidates]
-        lo = np.searchsorted(sorted_keys, k, side="left")
-        hi = np.searchsorted(sorted_keys, k, side="right")
-        counts = hi - lo
-        total = int(counts.sum())
-        probe_idx = np.repeat(candidates, counts)
-        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-        side_rows = perm[starts + np.arange(total, dtype=np.int64)]
-        matched = data.take(side_rows)
-        if not exact:
-            ok = np.ones(total, dtype=bool)
+        parts = [self._index()] if len(self._main) else []
+        if self._pending:
+            parts.append(self._pending_index())
+        found = [_search(pkeys, candidates, *part) for part in parts]
+        probe_idx = np.concatenate([f[0] for f in found])
+        matched = DeltaBatch.concat([f[1] for f in found], self.schema)
+        if not exact and len(probe_idx):
+            ok = np.ones(len(probe_idx), dtype=bool)
             left = delta.data.take(probe_idx)
             for a, b in zip(keys, self.key_columns):
                 lc, rc = left.column(a), matched.data.column(b)
@@ -204,7 +223,8 @@ class SideIndex:
         self._main = batch_from_arrow(table)
         self._pending = []
         self._pending_bytes = self._pending_rows = 0
-        self._sorted = None
+        self._sorted = self._perm = None
+        self._recent = None
         self.bloom = None
         if self.use_bloom:
             self._rebuild_bloom()
@@ -213,6 +233,29 @@ class SideIndex:
         # the stored parts' sizes: merging them here would copy the whole side on every
         # call (callers ask after each batch)
         return _batch_bytes(self._main) + self._pending_bytes
+
+
+def _sorted_index(rows: DeltaBatch, key_columns: tuple[str, ...]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(key hashes in ascending order, the row of each) over the rows with non-NULL keys."""
+    keys, valid, _ = key_hashes(rows.data, key_columns)
+    order_rows = np.flatnonzero(valid)
+    perm = order_rows[np.argsort(keys[order_rows], kind="stable")]
+    return keys[perm], perm
+
+
+def _search(pkeys: np.ndarray, candidates: np.ndarray, sorted_keys: np.ndarray,
+            perm: np.ndarray, data: DeltaBatch) -> tuple[np.ndarray, DeltaBatch]:
+    """The (probe row, stored row) pairs of equal key hashes in one indexed part."""
+    k = pkeys[candidates]
+    lo = np.searchsorted(sorted_keys, k, side="left")
+    hi = np.searchsorted(sorted_keys, k, side="right")
+    counts = hi - lo
+    total = int(counts.sum())
+    probe_idx = np.repeat(candidates, counts)
+    starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    side_rows = perm[starts + np.arange(total, dtype=np.int64)]
+    return probe_idx, data.take(side_rows)
 
 
 def _batch_bytes(b: DeltaBatch) -> int:

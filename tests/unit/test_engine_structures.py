@@ -329,3 +329,48 @@ def test_sketch_rejects_foreign_ids():
     ps = PartitionSet((RangePartition.from_bounds("t", "v", pa.int64(), [1]),))
     with pytest.raises(ValueError):
         Sketch(ps, BitMap([2]))
+
+
+@pytest.mark.parametrize("min_pending", [1, 3, 4096])
+def test_side_index_probes_main_and_pending_parts_alike(monkeypatch, min_pending):
+    """Probes find exactly the applied rows with the probe's keys, whether they sit in the
+    indexed main part or among the deltas applied since (merged at any threshold)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from imp_core.engine.annotation import Annotation
+    from imp_core.engine.join_index import SideIndex
+    from imp_core.engine.zset import DeltaBatch
+
+    monkeypatch.setattr(SideIndex, "MIN_PENDING", min_pending)
+    rng = np.random.default_rng(min_pending)
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    side = SideIndex(schema, ("k",))
+    applied: list[tuple[int, int, int]] = []
+    live: list[tuple[int, int]] = []
+    for step in range(40):
+        n = int(rng.integers(1, 6))
+        keys = rng.integers(0, 8, n).tolist()
+        values = (np.arange(n) + 100 * step).tolist()
+        weights = [1] * n
+        for _ in range(int(rng.integers(0, 3))):  # deletions of stored rows
+            if live:
+                k, v = live.pop(int(rng.integers(len(live))))
+                keys.append(k), values.append(v), weights.append(-1)
+        live += list(zip(keys[:n], values[:n]))
+        rows = pa.table({"k": keys, "v": values}, schema=schema)
+        side.apply(DeltaBatch(rows, np.array(weights, np.int64),
+                              Annotation.singletons(np.array(keys))))
+        applied += list(zip(keys, values, weights))
+        probe_keys = rng.integers(0, 9, 3)
+        probe = DeltaBatch(pa.table({"k": probe_keys}), np.ones(3, np.int64),
+                           Annotation.empty(3))
+        idx, matched = side.probe(probe, ("k",))
+        got = sorted(zip(idx.tolist(), matched.data.column("v").to_pylist(),
+                         matched.weights.tolist()))
+        want = sorted((i, v, w) for i, p in enumerate(probe_keys.tolist())
+                      for k, v, w in applied if k == p)
+        assert Counter((i, v) for i, v, w in got for _ in range(w) if w > 0) - Counter(
+            (i, v) for i, v, w in got for _ in range(-w) if w < 0) == Counter(
+            (i, v) for i, v, w in want for _ in range(w) if w > 0) - Counter(
+            (i, v) for i, v, w in want for _ in range(-w) if w < 0)

@@ -31,6 +31,8 @@ QUERIES = [
                    "AND s.e > r.c)"),
     ("exists_uncorrelated", "SELECT a FROM r WHERE EXISTS (SELECT * FROM s WHERE e > 3)"),
     ("in", "SELECT a, c FROM r WHERE b IN (SELECT e FROM s WHERE d > 0)"),
+    # the subquery's own c, not the outer one: uncorrelated although the names agree
+    ("in_same_names", "SELECT a FROM r WHERE c IN (SELECT c FROM s WHERE c > 1)"),
     ("in_correlated", "SELECT a FROM r WHERE b IN (SELECT e FROM s WHERE s.d = r.c)"),
     ("not_in", "SELECT a, b FROM r WHERE b NOT IN (SELECT e FROM s)"),
     ("not_in_filtered", "SELECT a FROM r WHERE c NOT IN (SELECT d FROM s WHERE e >= 2)"),

@@ -87,12 +87,15 @@ class SideIndex:
     The rows are a large *main* part, indexed once, and a small *pending* part of the
     deltas applied since (indexed on its own, cheaply): a probe searches both, so a step
     costs about its delta's size, not the side's. The pending part is merged into the
-    main one when it outgrows ``1/8`` of it (``MERGE_FRACTION``), which keeps the merges'
-    cost amortized over the steps.
+    main one when it outgrows ``1/8`` of it (``MERGE_FRACTION``) or ``MAX_PENDING`` rows,
+    which keeps the merges' cost amortized over the steps.
     """
 
     MERGE_FRACTION = 8
     MIN_PENDING = 4096  # rows pending before a merge is worth its copy
+    # the pending part is indexed anew after each apply, so it stays small even beside
+    # a large main part (a merge re-indexes the main part: rare at this size)
+    MAX_PENDING = 32768
 
     def __init__(self, schema: pa.Schema, key_columns: tuple[str, ...], use_bloom: bool = True):
         self.schema = schema
@@ -116,7 +119,8 @@ class SideIndex:
         self._pending_bytes += _batch_bytes(delta)
         self._pending_rows += len(delta)
         self._recent = None
-        if self._pending_rows >= max(self.MIN_PENDING, len(self._main) // self.MERGE_FRACTION):
+        limit = min(len(self._main) // self.MERGE_FRACTION, self.MAX_PENDING)
+        if self._pending_rows >= max(self.MIN_PENDING, limit):
             self._merge()
         if self.use_bloom:
             if self.bloom is None or self.bloom.saturated():

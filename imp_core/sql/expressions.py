@@ -78,6 +78,15 @@ class BindContext:
         return self.text.unsupported(construct, node, keyword, detail)
 
 
+def split_and(node: exp.Expression) -> list[exp.Expression]:
+    """The conjuncts of ``node`` (parentheses and nested ANDs flattened)."""
+    if isinstance(node, exp.Paren):
+        return split_and(node.this)
+    if isinstance(node, exp.And):
+        return split_and(node.this) + split_and(node.expression)
+    return [node]
+
+
 def bind(node: exp.Expression, ctx: BindContext) -> Expr:
     """The ``imp_core.plan.expr`` equivalent of ``node``."""
     handler = _HANDLERS.get(type(node))

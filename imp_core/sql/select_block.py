@@ -43,7 +43,7 @@ from imp_core.plan.nodes import (
     arrow_schema,
 )
 from imp_core.sql.aggregation import Aggregation
-from imp_core.sql.expressions import BindContext, aggregate_call, bind
+from imp_core.sql.expressions import BindContext, aggregate_call, bind, split_and
 from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
 from imp_core.sql.join_tree import FromTree
 from imp_core.sql.join_tree import Sourced as _Sourced
@@ -288,7 +288,7 @@ class SelectPlanner(FromTree):
                 out += [_Sourced(p.expr, p.node, k + 1) for p in bound]
         where = self.select.args.get("where")
         if where is not None:
-            for part in _split_and(where.this):
+            for part in split_and(where.this):
                 if has_subquery(part):
                     self.where_steps.append(self.subqueries.where_step(part))
                 else:
@@ -296,7 +296,7 @@ class SelectPlanner(FromTree):
         return out
 
     def _bind_conjuncts(self, node: exp.Expression, ctx: BindContext) -> list[_Sourced]:
-        return [_Sourced(expr, part) for part in _split_and(node)
+        return [_Sourced(expr, part) for part in split_and(node)
                 for expr in conjuncts(bind(part, ctx)) if expr != _TRUE]
 
     def _bind_groups(self, items: list[_Item]) -> None:
@@ -351,14 +351,14 @@ class SelectPlanner(FromTree):
         if having is None:
             return None
         plain = []
-        for part in _split_and(having.this):
+        for part in split_and(having.this):
             if has_subquery(part):
                 self.having_steps.append(self.subqueries.having_step(part))
             else:
                 plain.append(part)
         if not plain:
             return None
-        condition = having.this if len(plain) == len(_split_and(having.this)) else \
+        condition = having.this if len(plain) == len(split_and(having.this)) else \
             exp.and_(*plain, copy=False)
         return _Sourced(self._bind_output(condition, "HAVING", aliases=items), having)
 
@@ -493,13 +493,6 @@ def _check_clauses(select: exp.Select, text: SqlText) -> None:
             node = value[0]
         raise text.unsupported(construct, node, keyword)
 
-
-def _split_and(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Paren):
-        return _split_and(node.this)
-    if isinstance(node, exp.And):
-        return _split_and(node.this) + _split_and(node.expression)
-    return [node]
 
 
 def _has_aggregate(node: exp.Expression) -> bool:

@@ -36,6 +36,7 @@ from sqlglot import exp
 from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr
 from imp_core.plan.nodes import Join, PlanNode, Select, SemiJoin
+from imp_core.sql.expressions import split_and
 from imp_core.sql.from_clause import Planned, bind_from_item
 from imp_core.sql.scope import Scope
 from imp_core.sql.text import SqlText
@@ -256,7 +257,7 @@ class SubqueryPlanner:
         where = sub.args.get("where")
         kept: list[exp.Expression] = []
         correlated: list[exp.Expression] = []
-        for part in _split_and(where.this) if where is not None else []:
+        for part in split_and(where.this) if where is not None else []:
             (correlated if self._outer_columns(part) else kept).append(part)
         if correlated:
             sub.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
@@ -361,10 +362,3 @@ def _inner_names(sub: exp.Select, catalog) -> tuple[set[str], set[str]]:
             columns |= {c.name.lower() for c in item.args["alias"].columns}
     return aliases, columns
 
-
-def _split_and(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Paren):
-        return _split_and(node.this)
-    if isinstance(node, exp.And):
-        return _split_and(node.this) + _split_and(node.expression)
-    return [node]

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 from imp_actors.config import Eager
 from imp_actors.context import RuntimeContext
@@ -41,6 +43,25 @@ class ControlLoop:
         self._last_poll = 0.0
         self._seen_versions: dict[str, int] = {}
         self._seen_lock = threading.Lock()
+        # tables with a commit of the service's own in flight: the poller leaves their new
+        # versions to that commit, which accounts them (and reports what it triggered)
+        self._own_commits: dict[str, int] = {}
+
+    @contextmanager
+    def own_commit(self, table: str) -> Iterator[None]:
+        """Wraps a commit by the service itself, so the poller does not account its
+        version as another writer's before the committer does."""
+        with self._seen_lock:
+            self._own_commits[table] = self._own_commits.get(table, 0) + 1
+        try:
+            yield
+        finally:
+            with self._seen_lock:
+                left = self._own_commits[table] - 1
+                if left:
+                    self._own_commits[table] = left
+                else:
+                    del self._own_commits[table]
 
     # -- running ------------------------------------------------------------------------
     def start(self) -> None:
@@ -95,6 +116,8 @@ class ControlLoop:
             except ImpError:
                 continue
             with self._seen_lock:
+                if t in self._own_commits:
+                    continue  # the committer accounts it (a later poll sees the rest)
                 seen = self._seen_versions.get(t)
                 if seen is None:
                     self._seen_versions[t] = latest

@@ -166,8 +166,9 @@ class Coordinator:
         """Commit deletions (and updates' old rows) and insertions (and updates' new rows)
         as one table version. A refused batch commits nothing."""
         table = table.lower()
-        version, n_ins, n_del = self.writer.commit(table, inserts, deletes, updates)
-        maintained = self.loop.note_commit(table, version, n_ins + n_del)
+        with self.loop.own_commit(table):
+            version, n_ins, n_del = self.writer.commit(table, inserts, deletes, updates)
+            maintained = self.loop.note_commit(table, version, n_ins + n_del)
         return UpdateResult(table, version, n_ins, n_del, tuple(maintained))
 
     # -- registration ---------------------------------------------------------------------

@@ -559,6 +559,32 @@ def test_wait_idle_waits_for_scheduled_maintenance(root):
         assert c.counters["eager_batches"] == 1
 
 
+def test_a_poll_between_commit_and_accounting_leaves_the_commit_to_its_writer(root):
+    """The poller may look at the table right after the service's own commit and before
+    that commit is accounted: it must leave the version to the committer, so the update
+    reports the eager query it triggered (the poller taking it made ``maintained`` empty)."""
+    with Coordinator(make_config(root)) as c:
+        c.register(workload_spec("e", "q_having_2", strategy=Eager(batch_tuples=1,
+                                                                   max_delay_s=None)))
+        c.loop.poll()  # the poller has seen the table's current version
+        commit = c.writer.commit
+        polled = []
+
+        def commit_then_poll(*args, **kwargs):
+            out = commit(*args, **kwargs)
+            polled.append(c.loop.poll())  # the poller's turn falls in the window
+            return out
+
+        c.writer.commit = commit_then_poll
+        ins, dels = random_batch(c.store, "t5000g", np.random.default_rng(14), 10, 10**7)
+        res = c.apply_update("t5000g", inserts=ins, deletes=dels)
+        assert polled == [{}] and res.maintained == ("e",)
+        assert c.wait_idle(["e"], timeout=30.0)
+        assert c.info("e").versions["t5000g"] == res.version
+        assert c.loop.poll() == {}  # and no later poll accounts it again
+        assert c.counters["external_versions"] == 0
+
+
 @pytest.mark.parametrize("raw,want", [("1048576", 1 << 20), ("0", 0), ("none", None),
                                       (" Off ", None)])
 def test_join_state_budget_from_the_environment(monkeypatch, raw, want):

@@ -128,6 +128,26 @@ class Annotation:
         result = Annotation(offsets, out)
         return result.deduplicated() if dedupe else result
 
+    def with_shared(self, shared: np.ndarray) -> Annotation:
+        """Every row's ids ∪ ``shared`` (distinct ids), without sorting the rows: the
+        shared ids first, then the row's own ids that are not among them."""
+        shared = np.unique(np.asarray(shared, dtype=np.int32))
+        m, n = len(shared), len(self)
+        if m == 0:
+            return self
+        own = ~np.isin(self.values, shared, assume_unique=False)
+        rows = self.row_ids()[own]
+        extra = np.bincount(rows, minlength=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(extra + m, out=offsets[1:])
+        out = np.empty(int(offsets[-1]), dtype=np.int32)
+        starts = offsets[:-1]
+        out[(starts[:, None] + np.arange(m)[None, :]).ravel()] = np.tile(shared, n)
+        first = np.cumsum(extra) - extra  # each row's first position among the own ids
+        rank = np.arange(len(rows)) - first[rows]
+        out[starts[rows] + m + rank] = self.values[own]
+        return Annotation(offsets, out)
+
     def deduplicated(self) -> Annotation:
         """Drop repeated ids within a row (only self-joins of a partitioned table need it)."""
         if len(self.values) == 0:

@@ -28,6 +28,7 @@ from imp_core.engine.operators.base import (
 from imp_core.engine.operators.join import JoinOp, SideChooser
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
+from imp_core.engine.operators.scalar_filter import ScalarFilterOp, scalar_filter_parts
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
 from imp_core.engine.state import StateTable, StateTables, group_state, state_key
@@ -116,9 +117,18 @@ class IncrementalQuery:
         return lambda: self.source(node)
 
     def _wire(self, node: PlanNode, op_id: str) -> _Wired:
+        op: Operator
+        scalar = scalar_filter_parts(node)
+        if scalar is not None:
+            # π σ (L × S) is one operator; its inputs keep the ids of their plan paths
+            left, right, _ = scalar
+            children = [self._wire(left, f"{op_id}.0.0.0"), self._wire(right, f"{op_id}.0.0.1")]
+            assert isinstance(node, Project)
+            op = ScalarFilterOp(node, op_id)
+            self.operators.append(op)
+            return _Wired(op, children, node.tables(), node)
         children = [self._wire(c, f"{op_id}.{i}") for i, c in enumerate(node.children())]
         nfrag = self.partitions.size
-        op: Operator
         if isinstance(node, Scan):
             op = ScanOp(node, op_id, self.partitions)
             self.scans.setdefault(node.table, []).append(op)

@@ -23,8 +23,9 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   inputs; the output of a join below is joined on the driver from its inputs, which are
   shipped for their own sides anyway. A side served by the data layer (``_data_side``: a
   ``SparkJoinSide``) gets its versions and a Bloom filter of the side's distinct keys.
-- A semi-, anti- or outer join (``KeyedJoinOp``; its sides are always held in memory) is
-  built on the driver like an in-memory join: its state is both inputs' annotated rows
+- A semi-, anti- or outer join (``KeyedJoinOp``; its sides are always held in memory),
+  and a comparison with a scalar subquery's value (``ScalarFilterOp``), is built on the
+  driver like an in-memory join: its state is both inputs' annotated rows
   (``state_from_sides``) and its output the engine's operator stepped once over them, so
   every operator above it is stepped by the engine too (``has_stateful``). Spark evaluates
   such a subtree (``imp_core.spark.compile_joins``) only where the data layer serves a
@@ -53,6 +54,7 @@ from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
+from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide
@@ -223,7 +225,7 @@ class _Bootstrap:
                                         self._side(op.right, w.children[1]))
             self.stats.sources[op.op_id] = "spark" if not (
                 _in_memory(op.left) and _in_memory(op.right)) else "engine"
-        elif isinstance(op, KeyedJoinOp):
+        elif isinstance(op, (KeyedJoinOp, ScalarFilterOp)):
             # both sides in memory: their rows are the state, the output one engine step
             left, right = (self.output(c) for c in w.children)
             state = op.state_from_sides(SideIndex.state_from_rows(left),
@@ -316,7 +318,7 @@ def _memory_join_below(w) -> bool:
     """Whether the wired subtree ``w`` holds a join with both sides in memory (whose
     output the bootstrap computes on the driver): an inner join without a side served by
     the data layer, or any semi-, anti- or outer join."""
-    if isinstance(w.op, KeyedJoinOp):
+    if isinstance(w.op, (KeyedJoinOp, ScalarFilterOp)):
         return True
     if isinstance(w.op, JoinOp) and _in_memory(w.op.left) and _in_memory(w.op.right):
         return True

@@ -14,7 +14,8 @@ Each conjunct holding a subquery becomes a step applied to the plan of the FROM 
 - a scalar subquery ``(SELECT agg ...)`` inside a comparison: an aggregate without GROUP
   BY. Uncorrelated, it is one row joined to every row (no condition); correlated by
   equalities ``inner = outer``, it is grouped on the inner sides (outputs ``_k<j>``) and
-  joined on them. The comparison is then a selection on ``__sq<i>._v``. A missing group
+  joined on them. The comparison is then a selection on ``__sq<i>._v``, and a projection
+  drops the subquery's columns again. A missing group
   (or an empty uncorrelated input) drops the outer row, as SQL's NULL comparison does;
   so a scalar subquery must sit where NULL rejects the row (an operand of a comparison
   conjunct), and one whose value over no rows is not NULL (a COUNT, correlated or not)
@@ -35,7 +36,7 @@ from sqlglot import exp
 
 from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr
-from imp_core.plan.nodes import Join, PlanNode, Select, SemiJoin
+from imp_core.plan.nodes import Join, NamedExpr, PlanNode, Project, Select, SemiJoin
 from imp_core.sql.expressions import split_and
 from imp_core.sql.from_clause import Planned, bind_from_item
 from imp_core.sql.scope import Scope
@@ -175,9 +176,14 @@ class SubqueryPlanner:
                                                {d.alias for d, _ in joins})
 
         def step(outer: PlanNode) -> PlanNode:
+            joined = outer
             for derived, condition in joins:
-                outer = Join(outer, derived.node, condition)
-            return Select(outer, predicate)
+                joined = Join(joined, derived.node, condition)
+            # the subqueries' values are not the outer query's columns: projecting them
+            # away keeps a changed value from changing every outer row downstream
+            # (the engine maintains this shape as one operator, ``ScalarFilterOp``)
+            return Project(Select(joined, predicate),
+                           tuple(NamedExpr(n, ColumnRef(n)) for n in outer.column_names))
 
         return step
 

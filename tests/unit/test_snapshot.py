@@ -1,9 +1,10 @@
 """Operator state snapshots: round trips mid-stream, damaged bytes, foreign snapshots.
 
-For every stateful operator (aggregation incl. bounded min/max, DISTINCT, join, top-k)
-a pipeline is snapshotted in the middle of a random batch sequence and restored into a
-fresh pipeline built from the same plan; both then take the same further batches and
-must agree with each other and with the reference after every batch.
+For every stateful operator (aggregation incl. bounded min/max, DISTINCT, join, top-k,
+comparison with a scalar subquery) a pipeline is snapshotted in the middle of a random
+batch sequence and restored into a fresh pipeline built from the same plan; both then
+take the same further batches and must agree with each other and with the reference
+after every batch.
 """
 
 from __future__ import annotations
@@ -87,6 +88,17 @@ def _topk_agg_plan():
     return TopK(agg, (SortKey("s", True),), 2)
 
 
+def _scalar_filter_plan():
+    # TPC-H q11's shape: groups compared with the total of the same table
+    groups = Aggregate(scan("r", ("a", "b", "c"), alias="r1"), ("r1.b",),
+                       (AggCall("sum", "r1.c", "g"),))
+    total = Project(Aggregate(scan("r", ("a", "c"), alias="r2"), (),
+                              (AggCall("sum", "r2.c", "t"),)), (NamedExpr("v", col("t")),))
+    return Project(Select(Join(groups, total, None), op(">", op("*", col("g"), lit(3)),
+                                                         col("v"))),
+                   (NamedExpr("r1.b", col("r1.b")), NamedExpr("g", col("g"))))
+
+
 CASES = {
     "aggregate": (_agg_plan, ("r",), EngineOptions()),
     "aggregate_minmax_buffer": (_having_plan, ("r",), EngineOptions(minmax_buffer=2)),
@@ -97,6 +109,7 @@ CASES = {
     "topk": (_topk_plan, ("r",), EngineOptions()),
     "topk_buffer": (_topk_plan, ("r",), EngineOptions(topk_buffer=4)),
     "topk_over_aggregate_buffer": (_topk_agg_plan, ("r",), EngineOptions(topk_buffer=3)),
+    "scalar_filter": (_scalar_filter_plan, ("r",), EngineOptions()),
 }
 
 

@@ -1,0 +1,175 @@
+"""Incremental comparison with a scalar subquery's value: π_L σ_p (L × S), as one operator.
+
+An uncorrelated scalar subquery is planned as a cross product of the outer rows L with
+the subquery's one-row aggregate S, a selection ``p`` comparing them and a projection
+back onto L's columns (``imp_core.sql.subqueries``). Maintained as three operators, a
+changed subquery value changes every joined row, so each step would re-emit all of L
+(twice, with the old and the new value) with S's whole annotation on every row. This
+operator maintains the three together and emits only what changes.
+
+Delta rule, with ``out(L, S) = Σ_{l∈L, s∈S} w_l·w_s·p(l, s) · (π(l), P_l ∪ P_s)``:
+
+    Δout = out(ΔL, S_new) + [out(L_old, S_new) − out(L_old, S_old)]
+
+The bracket is zero unless ΔS holds rows. Otherwise the rows of S_old and S_new are
+grouped by annotation: within a group of annotation A, each stored row l gets the
+multiplicity ``Σ_{s∈S_new∩A} w_s·p(l, s) − Σ_{s∈S_old∩A} w_s·p(l, s)``, and only rows
+whose multiplicity is not zero are emitted, with annotation ``P_l ∪ A``. When the
+subquery's value moves but its annotation stays (the common case), that is exactly the
+rows whose comparison flips; when the annotation changes, every passing row is emitted
+again (its provenance changed).
+
+Lineage: an output row carries its outer row's fragments and those of the subquery row
+it was compared with (the inner join's rule, section 5.2.4, then selection and
+projection, which keep annotations).
+
+State: both inputs' annotated rows, each in a ``SideIndex`` without keys (the state
+tables ``left`` and ``right``, the layout of the joins' sides). S is small: the planner
+produces this shape only over an aggregate without GROUP BY (``scalar_filter_parts``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from imp_core.engine.join_index import SideIndex
+from imp_core.engine.operators.base import Operator
+from imp_core.engine.state import StateLayout, StateTable
+from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.evaluate import evaluate_predicate
+from imp_core.plan.expr import ColumnRef, Expr
+from imp_core.plan.nodes import Aggregate, Join, PlanNode, Project, Select, arrow_schema
+
+
+def at_most_one_row(node: PlanNode) -> bool:
+    """Whether ``node`` yields at most one row whatever its input: an aggregate without
+    GROUP BY, under projections and selections only."""
+    while isinstance(node, (Project, Select)):
+        node = node.input
+    return isinstance(node, Aggregate) and not node.group_by
+
+
+def scalar_filter_parts(node: PlanNode) -> tuple[PlanNode, PlanNode, Expr] | None:
+    """(L, S, p) when ``node`` is ``π σ_p (L × S)`` with S at most one row and the
+    projection naming only L's columns; else None."""
+    if not (isinstance(node, Project) and node.is_rename_only()
+            and isinstance(node.input, Select) and isinstance(node.input.input, Join)):
+        return None
+    join = node.input.input
+    if join.condition is not None or not at_most_one_row(join.right):
+        return None
+    left_names = set(join.left.column_names)
+    if not all(isinstance(e.expr, ColumnRef) and e.expr.name in left_names
+               for e in node.exprs):
+        return None
+    return join.left, join.right, node.input.predicate
+
+
+class ScalarFilterOp(Operator):
+    """``π σ_p (L × S)`` for a one-row S; see the module doc."""
+
+    kind = "scalar_filter"
+    stateful = True
+    LEFT: ClassVar[StateTable] = StateTable("left", "the outer input's annotated rows")
+    RIGHT: ClassVar[StateTable] = StateTable("right", "the subquery's annotated row")
+    STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
+
+    def __init__(self, node: Project, op_id: str):
+        super().__init__(node, op_id)
+        parts = scalar_filter_parts(node)
+        if parts is None:
+            raise TypeError("ScalarFilterOp needs π σ (L × S) with S at most one row")
+        self.left_node, self.right_node, self.predicate = parts
+        self.left_schema = arrow_schema(self.left_node.schema)
+        self.right_schema = arrow_schema(self.right_node.schema)
+        self.columns = [e.expr.name for e in node.exprs if isinstance(e.expr, ColumnRef)]
+        self.left = SideIndex(self.left_schema, (), use_bloom=False)
+        self.right = SideIndex(self.right_schema, (), use_bloom=False)
+
+    # -- the rule -----------------------------------------------------------------------
+    def _passing(self, rows: DeltaBatch, s: DeltaBatch, i: int) -> np.ndarray:
+        """Whether ``p(l, s_i)`` holds, for every row l of ``rows``."""
+        n = len(rows)
+        pick = np.zeros(n, dtype=np.int64)
+        data = rows.data
+        for name in s.data.column_names:
+            data = data.append_column(name, s.data.column(name).take(pa.array(pick + i)))
+        return evaluate_predicate(self.predicate, data)
+
+    def _emit(self, rows: DeltaBatch, weights: np.ndarray, shared: np.ndarray) -> DeltaBatch:
+        keep = np.flatnonzero(weights)
+        if len(keep) == 0:
+            return self.empty()
+        rows = rows.take(keep)
+        data = pa.Table.from_arrays([rows.data.column(c) for c in self.columns],
+                                    schema=self.output_schema)
+        return DeltaBatch(data, weights[keep].astype(np.int64),
+                          rows.annotation.with_shared(shared))
+
+    def _against(self, rows: DeltaBatch, s: DeltaBatch) -> list[DeltaBatch]:
+        """out(rows, s) for consolidated ``s``: one batch per row of s."""
+        parts = []
+        for i in range(len(s)):
+            mult = self._passing(rows, s, i) * rows.weights * int(s.weights[i])
+            parts.append(self._emit(rows, mult, s.annotation.row(i)))
+        return parts
+
+    def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
+        dl, ds = inputs
+        parts: list[DeltaBatch] = []
+        if len(ds):
+            s_old = self.right.contents().consolidate()
+            self.right.apply(ds)
+            s_new = self.right.contents().consolidate()
+            stored = self.left.contents()
+            if len(stored):
+                parts += self._changed(stored, s_old, s_new)
+        else:
+            s_new = self.right.contents().consolidate()
+        if len(dl):
+            parts += self._against(dl, s_new)
+            self.left.apply(dl)
+        return DeltaBatch.concat(parts, self.output_schema)
+
+    def _changed(self, stored: DeltaBatch, s_old: DeltaBatch,
+                 s_new: DeltaBatch) -> list[DeltaBatch]:
+        """out(L_old, S_new) − out(L_old, S_old), grouped by the subquery rows' annotation."""
+        groups: dict[tuple[int, ...], list[tuple[DeltaBatch, int, int]]] = {}
+        for s, sign in ((s_old, -1), (s_new, 1)):
+            for i, ids in enumerate(s.annotation.row_sets()):
+                groups.setdefault(ids, []).append((s, i, sign))
+        parts = []
+        for ids, members in groups.items():
+            mult = np.zeros(len(stored), dtype=np.int64)
+            for s, i, sign in members:
+                mult += self._passing(stored, s, i) * (sign * int(s.weights[i]))
+            parts.append(self._emit(stored, mult * stored.weights,
+                                    np.asarray(ids, dtype=np.int32)))
+        return parts
+
+    # -- state ------------------------------------------------------------------------
+    def side_inputs(self) -> dict[str, PlanNode]:
+        """Each side's state table name with the plan input whose rows that side holds."""
+        return {self.LEFT.name: self.left_node, self.RIGHT.name: self.right_node}
+
+    def state_schemas(self) -> dict[str, pa.Schema | None]:
+        return {self.LEFT.name: self.left.state_schema(),
+                self.RIGHT.name: self.right.state_schema()}
+
+    def state_from_sides(self, left: pa.Table, right: pa.Table) -> dict[str, pa.Table]:
+        """The state made of both inputs' rows (``SideIndex.state_from_rows``)."""
+        return {self.LEFT.name: left, self.RIGHT.name: right}
+
+    def snapshot(self) -> dict[str, pa.Table]:
+        return self.state_from_sides(self.left.snapshot(), self.right.snapshot())
+
+    def restore(self, state: dict[str, pa.Table]) -> None:
+        self.left.restore(state[self.LEFT.name])
+        self.right.restore(state[self.RIGHT.name])
+
+    def state_bytes(self) -> int:
+        return self.left.nbytes() + self.right.nbytes()
+

@@ -16,18 +16,17 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.join_index import JoinSide, SideIndex
-from imp_core.engine.operators.base import Operator
+from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.nodes import Join, PlanNode, arrow_schema
+from imp_core.plan.nodes import Join, arrow_schema
 
 SideChooser = Callable[[Join, str], "JoinSide | None"]
 
 
-class JoinOp(Operator):
+class JoinOp(TwoSidedOp):
     kind = "join"
-    stateful = True
     LEFT: ClassVar[StateTable] = StateTable(
         "left", "the left side's state in its provider's layout (``SideIndex``: its rows)")
     RIGHT: ClassVar[StateTable] = StateTable(
@@ -90,35 +89,3 @@ class JoinOp(Operator):
             parts.append(self._delta_right(dr))  # L_new ⋈ ΔR = L_old ⋈ ΔR + ΔL ⋈ ΔR
             self.right.apply(dr)
         return DeltaBatch.concat(parts, self.output_schema)
-
-    # -- state ------------------------------------------------------------------------
-    def side_inputs(self) -> dict[str, PlanNode]:
-        """Each side's state table name with the plan input whose rows that side holds."""
-        node = self.node
-        assert isinstance(node, Join)
-        return {self.LEFT.name: node.left, self.RIGHT.name: node.right}
-
-    def state_schemas(self) -> dict[str, pa.Schema | None]:
-        return {self.LEFT.name: _side_schema(self.left),
-                self.RIGHT.name: _side_schema(self.right)}
-
-    def state_from_sides(self, left: pa.Table, right: pa.Table) -> dict[str, pa.Table]:
-        """The state made of the sides' states (each in its provider's layout, e.g.
-        ``SideIndex.state_from_rows``)."""
-        return {self.LEFT.name: left, self.RIGHT.name: right}
-
-    def snapshot(self) -> dict[str, pa.Table]:
-        return self.state_from_sides(self.left.snapshot(), self.right.snapshot())
-
-    def restore(self, state: dict[str, pa.Table]) -> None:
-        self.left.restore(state[self.LEFT.name])
-        self.right.restore(state[self.RIGHT.name])
-
-    def state_bytes(self) -> int:
-        return self.left.nbytes() + self.right.nbytes()
-
-
-def _side_schema(side: JoinSide) -> pa.Schema | None:
-    """The schema of a side's state table, when its provider declares one."""
-    declared = getattr(side, "state_schema", None)
-    return declared() if callable(declared) else None

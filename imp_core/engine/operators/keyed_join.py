@@ -39,18 +39,17 @@ import pyarrow.compute as pc
 
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.join_index import SideIndex, key_hashes
-from imp_core.engine.operators.base import Operator
+from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.nodes import OuterJoin, PlanNode, SemiJoin, arrow_schema
+from imp_core.plan.nodes import OuterJoin, SemiJoin, arrow_schema
 
 
-class KeyedJoinOp(Operator):
+class KeyedJoinOp(TwoSidedOp):
     """Semi-join, anti-join (also NOT IN) and LEFT/FULL outer join; see the module doc."""
 
     kind = "keyed_join"
-    stateful = True
     LEFT: ClassVar[StateTable] = StateTable("left", "the left input's annotated rows")
     RIGHT: ClassVar[StateTable] = StateTable("right", "the right input's annotated rows")
     STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
@@ -223,28 +222,9 @@ class KeyedJoinOp(Operator):
         return lrows.consolidate(), rrows.consolidate()
 
     # -- state ------------------------------------------------------------------------
-    def side_inputs(self) -> dict[str, PlanNode]:
-        node = self.node
-        assert isinstance(node, (SemiJoin, OuterJoin))
-        return {self.LEFT.name: node.left, self.RIGHT.name: node.right}
-
-    def state_schemas(self) -> dict[str, pa.Schema | None]:
-        return {self.LEFT.name: self.left.state_schema(),
-                self.RIGHT.name: self.right.state_schema()}
-
-    def state_from_sides(self, left: pa.Table, right: pa.Table) -> dict[str, pa.Table]:
-        return {self.LEFT.name: left, self.RIGHT.name: right}
-
-    def snapshot(self) -> dict[str, pa.Table]:
-        return self.state_from_sides(self.left.snapshot(), self.right.snapshot())
-
     def restore(self, state: dict[str, pa.Table]) -> None:
-        self.left.restore(state[self.LEFT.name])
-        self.right.restore(state[self.RIGHT.name])
+        super().restore(state)
         self._right_facts = None
-
-    def state_bytes(self) -> int:
-        return self.left.nbytes() + self.right.nbytes()
 
 
 def equal_key_pairs(left: pa.Table, left_keys: tuple[str, ...], right: pa.Table,

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.join_index import SideIndex
-from imp_core.engine.operators.base import Operator
+from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
@@ -68,11 +68,10 @@ def scalar_filter_parts(node: PlanNode) -> tuple[PlanNode, PlanNode, Expr] | Non
     return join.left, join.right, node.input.predicate
 
 
-class ScalarFilterOp(Operator):
+class ScalarFilterOp(TwoSidedOp):
     """``π σ_p (L × S)`` for a one-row S; see the module doc."""
 
     kind = "scalar_filter"
-    stateful = True
     LEFT: ClassVar[StateTable] = StateTable("left", "the outer input's annotated rows")
     RIGHT: ClassVar[StateTable] = StateTable("right", "the subquery's annotated row")
     STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
@@ -151,25 +150,5 @@ class ScalarFilterOp(Operator):
         return parts
 
     # -- state ------------------------------------------------------------------------
-    def side_inputs(self) -> dict[str, PlanNode]:
-        """Each side's state table name with the plan input whose rows that side holds."""
-        return {self.LEFT.name: self.left_node, self.RIGHT.name: self.right_node}
-
-    def state_schemas(self) -> dict[str, pa.Schema | None]:
-        return {self.LEFT.name: self.left.state_schema(),
-                self.RIGHT.name: self.right.state_schema()}
-
-    def state_from_sides(self, left: pa.Table, right: pa.Table) -> dict[str, pa.Table]:
-        """The state made of both inputs' rows (``SideIndex.state_from_rows``)."""
-        return {self.LEFT.name: left, self.RIGHT.name: right}
-
-    def snapshot(self) -> dict[str, pa.Table]:
-        return self.state_from_sides(self.left.snapshot(), self.right.snapshot())
-
-    def restore(self, state: dict[str, pa.Table]) -> None:
-        self.left.restore(state[self.LEFT.name])
-        self.right.restore(state[self.RIGHT.name])
-
-    def state_bytes(self) -> int:
-        return self.left.nbytes() + self.right.nbytes()
-
+    def side_nodes(self) -> tuple[PlanNode, PlanNode]:
+        return self.left_node, self.right_node

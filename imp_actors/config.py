@@ -107,6 +107,7 @@ class RuntimeConfig:
     # filtered by the join keys) instead. None: every input in memory. Decided once at
     # registration for single-shard queries (a sharded query keeps its inputs).
     join_state_budget_bytes: int | None = 256 << 20
+    max_shards: int = 16  # shards of one query (each is an actor, ~170 MB of memory)
 
     @property
     def tables_dir(self) -> str:
@@ -137,6 +138,8 @@ class RuntimeConfig:
             changes["backend"] = env["IMP_BACKEND"]
         if env.get("IMP_JOIN_STATE_BUDGET_BYTES"):
             changes["join_state_budget_bytes"] = _budget(env["IMP_JOIN_STATE_BUDGET_BYTES"])
+        if env.get("IMP_MAX_SHARDS"):
+            changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):
             changes["eviction"] = replace(cfg.eviction,
                                           max_live_actors=int(env["IMP_MAX_LIVE_ACTORS"]))
@@ -155,6 +158,16 @@ def _budget(raw: str) -> int | None:
     if value < 0:
         raise ValueError(f"IMP_JOIN_STATE_BUDGET_BYTES must be a byte count >= 0 or 'none', "
                          f"not {raw!r}")
+    return value
+
+
+def _positive(raw: str, name: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, not {raw!r}")
     return value
 
 

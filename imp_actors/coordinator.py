@@ -41,7 +41,7 @@ from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.handles import Pending, T, WorkerHandle, gather, make_backend
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.maintenance import Maintenance
-from imp_actors.registration import Registration
+from imp_actors.registration import Registration, check_shards
 from imp_actors.registry import Registry
 from imp_actors.shards import ShardManager
 from imp_actors.spark_work import SparkWork
@@ -283,8 +283,7 @@ class Coordinator:
 
     def scale(self, name: str, shards: int) -> QueryInfo:
         """Split the query's state over ``shards`` actors (see ``StateManager.rescale``)."""
-        if shards < 1:
-            raise PartitionError("a query needs at least one shard")
+        check_shards(shards, self.ctx.config)
         self.state.rescale(self._get(name), shards)
         return self.info(name)
 

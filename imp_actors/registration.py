@@ -18,7 +18,7 @@ import dataclasses
 import re
 from typing import Callable
 
-from imp_actors.config import strategy_to_json
+from imp_actors.config import RuntimeConfig, strategy_to_json
 from imp_actors.context import RuntimeContext
 from imp_actors.history import SketchHistory
 from imp_actors.lifecycle import QueryRuntime, QueryState
@@ -28,7 +28,12 @@ from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
 from imp_actors.types import QuerySpec
 from imp_core.data_layer import DataLayer
-from imp_core.errors import InvalidNameError, PartitionError, UnknownQueryError
+from imp_core.errors import (
+    InvalidNameError,
+    PartitionError,
+    RequestLimitError,
+    UnknownQueryError,
+)
 from imp_core.plan.nodes import QueryPlan
 from imp_core.prepare import PreparedQuery, StoreTables, prepare_query
 from imp_core.scan_spec import scan_specs
@@ -61,12 +66,26 @@ def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[st
     return tuple(sorted(placement))
 
 
-def check_request(spec: QuerySpec) -> None:
+def check_request(spec: QuerySpec, config: RuntimeConfig) -> None:
     if not _NAME.match(spec.name or ""):
         raise InvalidNameError(f"query name {spec.name!r} must start with a letter and hold "
                                "only letters, digits, '_', '.', '-' (at most 64)")
-    if spec.shards < 1:
+    check_shards(spec.shards, config)
+
+
+def check_shards(shards: int, config: RuntimeConfig) -> None:
+    """A shard count the runtime can hold: at least one, at most ``max_shards``, and no
+    more than the live actors allowed (a query's shards are live together)."""
+    if shards < 1:
         raise PartitionError("a query needs at least one shard")
+    if shards > config.max_shards:
+        raise RequestLimitError(f"{shards:,} shards asked for, the limit per query is "
+                                f"{config.max_shards} (IMP_MAX_SHARDS)")
+    live = config.eviction.max_live_actors
+    if live is not None and shards > live:
+        raise RequestLimitError(f"{shards:,} shards asked for, more than the {live} live "
+                                "actors allowed (IMP_MAX_LIVE_ACTORS): the query could "
+                                "never be live")
 
 
 class Registration:
@@ -79,7 +98,7 @@ class Registration:
 
     def register(self, spec: QuerySpec) -> QueryRuntime:
         ctx = self.ctx
-        check_request(spec)
+        check_request(spec, ctx.config)
         ctx.queries.check_free(spec.name)
         prepared = prepare(spec, ctx, self.catalog())
         plan, pset = prepared.plan, prepared.partitions

@@ -136,6 +136,13 @@ class InvalidNameError(ImpError):
     code = "INVALID_ARGUMENT"
 
 
+class RequestLimitError(ImpError):
+    """A request beyond a configured limit (fragments, shards, ...): refused before any
+    work starts; the message names the limit and its setting."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
 class PlanTooLargeError(ImpError):
     """A plan an operator of which would need more memory (its state and the largest
     batch it materializes) than the registration memory budget allows; refused before

@@ -37,12 +37,12 @@ from imp_core.estimate import (
     estimate_plan,
     memory_budget,
 )
+from imp_core.limits import check_fragments, requested_fragments
 from imp_core.plan.nodes import PlanNode, QueryPlan, Scan
 from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import (
     PartitionSet,
     PartitionSpec,
-    RangePartition,
     build_partition_set,
 )
 
@@ -129,6 +129,7 @@ def prepare_query(sql: str, source: TableSource,
     catalog = source.catalog()
     plan = plan_sql(sql, catalog)
     specs = partition_specs(sql, partitions, fragments)
+    check_fragments(specs)  # before any value is read or any range chosen
     tables = sorted(plan.root.tables())
     versions = source.versions(tables)
     reads = _ColumnReads(source)
@@ -160,7 +161,7 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
     would probe under ``join_state_budget_bytes`` keeping no state."""
     specs = specs or {}
     sketched = {key.split(".", 1)[0].lower() for key in specs}
-    sizes = [_fragment_count(spec, fragments) for spec in specs.values()]
+    sizes = [requested_fragments(spec) for spec in specs.values()]
     per_table = max(sizes, default=fragments)
     est = estimate_plan(root, stats, sketched, fragments=per_table)
     if join_state_budget_bytes is None:
@@ -173,17 +174,6 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
     probed = place_join_sides(root, lambda n: int(sides.get(id(n), 0)),
                               join_state_budget_bytes)
     return estimate_plan(root, stats, sketched, probed, fragments=per_table)
-
-
-def _fragment_count(spec: Any, fragments: int) -> int:
-    if isinstance(spec, RangePartition):
-        return spec.size
-    if isinstance(spec, int) and not isinstance(spec, bool):
-        return spec
-    try:
-        return len(spec) + 1  # explicit split points
-    except TypeError:
-        return fragments
 
 
 def table_statistics(source: TableSource, root: PlanNode,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import grpc
 
-from imp_core.errors import ImpError
+from imp_core.errors import ImpError, RequestLimitError
 
 
 class BadRequestError(ImpError):
@@ -20,11 +20,9 @@ class BadRequestError(ImpError):
     code = "INVALID_ARGUMENT"
 
 
-class LimitExceededError(ImpError):
+class LimitExceededError(RequestLimitError):
     """A request exceeds a configured limit of the server (SQL length, batch size,
     registrations per client, concurrent watches, result size)."""
-
-    code = "RESOURCE_EXHAUSTED"
 
 
 def status_of(code: str | None) -> grpc.StatusCode:

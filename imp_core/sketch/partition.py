@@ -66,7 +66,13 @@ class RangePartition:
     _sorted_bounds: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        arr = pa.array(list(self.bounds), type=self.dtype)
+        try:  # a safe cast: 1.5 is no int64 split point, nor "x" an integer one
+            arr = pa.array(list(self.bounds)).cast(self.dtype, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                TypeError, ValueError, OverflowError) as exc:
+            raise PartitionError(f"split points of {self.table}.{self.column} must be "
+                                 f"values of its type {self.dtype}: {exc}") from None
+        object.__setattr__(self, "bounds", tuple(arr.to_pylist()))
         if arr.null_count:
             raise PartitionError("partition bounds must not be NULL")
         keys = _sortable(arr, self.dtype)

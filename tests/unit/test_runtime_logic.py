@@ -28,7 +28,9 @@ from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import (
     ImpError,
+    PartitionError,
     QueryExistsError,
+    RequestLimitError,
     SchemaMismatchError,
     SnapshotError,
     SqlSyntaxError,
@@ -597,3 +599,71 @@ def test_bad_join_state_budget_is_refused_with_its_name(monkeypatch, raw):
     monkeypatch.setenv("IMP_JOIN_STATE_BUDGET_BYTES", raw)
     with pytest.raises(ValueError, match="IMP_JOIN_STATE_BUDGET_BYTES"):
         RuntimeConfig.from_env()
+
+
+# -- request bounds (issue 13, P1 and P2) ---------------------------------------------------------
+def test_shards_are_bounded_before_any_actor_starts(root):
+    """``shards: 100000`` once spawned actors past every cap; now the count is checked
+    first: at the limit it registers, beyond it (or beyond the live-actor cap) it is
+    refused with the setting's name and nothing is registered or started."""
+    cfg = make_config(root, max_shards=2,
+                      eviction=EvictionPolicy(max_live_actors=3, idle_seconds=None))
+    with Coordinator(cfg) as c:
+        c.register(workload_spec("at", "q_having_2", shards=2))
+        assert len(c.placement("at")) == 2
+        for shards, setting in ((3, "IMP_MAX_SHARDS"), (100_000, "IMP_MAX_SHARDS")):
+            with pytest.raises(RequestLimitError, match=setting) as err:
+                c.register(workload_spec("beyond", "q_having_2", shards=shards))
+            assert err.value.code == "RESOURCE_EXHAUSTED"
+            with pytest.raises(RequestLimitError, match=setting):
+                c.scale("at", shards)
+        assert [i.name for i in c.queries()] == ["at"] and len(c.placement("at")) == 2
+        assert c.stats()["live_actors"] == 2
+    cfg = make_config(root, max_shards=8,
+                      eviction=EvictionPolicy(max_live_actors=3, idle_seconds=None))
+    with Coordinator(cfg) as c:
+        with pytest.raises(RequestLimitError, match="IMP_MAX_LIVE_ACTORS"):
+            c.register(workload_spec("wide", "q_having_2", shards=4))
+        assert [i.name for i in c.queries()] == ["at"]
+
+
+def test_max_shards_from_the_environment(monkeypatch):
+    monkeypatch.setenv("IMP_MAX_SHARDS", "4")
+    assert RuntimeConfig.from_env().max_shards == 4
+    monkeypatch.setenv("IMP_MAX_SHARDS", "0")
+    with pytest.raises(ValueError, match="IMP_MAX_SHARDS"):
+        RuntimeConfig.from_env()
+
+
+def test_fragments_and_split_points_are_bounded_before_ranges_are_chosen(root, monkeypatch):
+    """4,294,967,295 fragments kept a core busy choosing ranges, and 200,000 split points
+    were accepted; now both are checked against ``IMP_MAX_FRAGMENTS`` first."""
+    monkeypatch.setenv("IMP_MAX_FRAGMENTS", "32")
+    sql = load_query("q_having_2").sql
+    with Coordinator(make_config(root)) as c:
+        c.register(QuerySpec("f32", sql, partitions={"t5000g.a": 32}))
+        c.register(QuerySpec("b31", sql, partitions={"t5000g.a": list(range(10, 320, 10))}))
+        assert c.info("b31").total_fragments == 32
+        t0 = time.perf_counter()
+        for parts in ({"t5000g.a": 33}, {"t5000g.a": 4_294_967_295},
+                      {"t5000g.a": list(range(32))}, {"t5000g.a": list(range(200_000))}):
+            with pytest.raises(RequestLimitError, match="IMP_MAX_FRAGMENTS"):
+                c.register(QuerySpec("over", sql, partitions=parts))
+        assert time.perf_counter() - t0 < 30  # refused up front, not after the work
+        with pytest.raises(RequestLimitError, match="IMP_MAX_FRAGMENTS"):
+            c.register(QuerySpec("hdr", "-- sketch: t5000g.a\n" + sql, fragments=1000))
+        assert sorted(i.name for i in c.queries()) == ["b31", "f32"]
+
+
+@pytest.mark.parametrize("bounds,message", [
+    (["x", "y"], "values of its type int64"),  # was INTERNAL (ArrowInvalid)
+    ([1.5, 300], "values of its type int64"),  # was silently truncated to 1
+])
+def test_split_points_of_the_wrong_type_are_refused(root, bounds, message):
+    sql = load_query("q_having_2").sql
+    with Coordinator(make_config(root)) as c:
+        with pytest.raises(PartitionError, match=message) as err:
+            c.register(QuerySpec("typed", sql, partitions={"t5000g.a": bounds}))
+        assert err.value.code == "INVALID_ARGUMENT" and c.queries() == []
+        c.register(QuerySpec("whole", sql, partitions={"t5000g.a": [1.0, 300]}))
+        assert c.info("whole").partitions[0]["bounds"] == [1, 300]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.paper_cli import add_paper_suites
+from imp_core.stdout import json_out
 
 
 def _ints(text: str) -> list[int]:
@@ -32,7 +33,8 @@ def _write_report(report: dict, args: argparse.Namespace, readable) -> int:
     out.write_text(json.dumps(report, indent=2, default=str))
     print(f"full report (with machine and versions): {out}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str),
+              file=json_out())
     else:
         readable()
         for k, v in report.get("summary", {}).items():
@@ -114,7 +116,8 @@ def _bench_grpc(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(report, indent=2))
     print(f"full report (with machine and versions): {out}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report if args.full else report["results"], indent=2))
+        print(json.dumps(report if args.full else report["results"], indent=2),
+              file=json_out())
     else:
         print(f"{'clients':>8s} {'mode':>14s} {'calls':>9s} {'calls/s':>10s} {'p50 ms':>8s} "
               f"{'p99 ms':>8s}")
@@ -144,7 +147,7 @@ def _bench_coverage(args: argparse.Namespace) -> int:
     print(f"full report: {out}", file=sys.stderr)
     if args.json:
         print(json.dumps({k: report[k] for k in ("parameters", "summary", "results")},
-                         indent=2, default=str))
+                         indent=2, default=str), file=json_out())
     else:
         print(format_table(report))
     return 0

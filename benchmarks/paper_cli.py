@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any, Callable
 
+from imp_core.stdout import json_out
+
 
 def _ints(text: str) -> list[int]:
     try:
@@ -37,7 +39,8 @@ def _names(text: str) -> list[str]:
 def _emit(report: dict[str, Any], args: argparse.Namespace) -> int:
     print(f"full report (with machine, versions and load): {args.out}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report if args.full else report["results"], indent=2, default=str))
+        print(json.dumps(report if args.full else report["results"], indent=2, default=str),
+              file=json_out())
     else:
         for k, v in report.get("summary", {}).items():
             print(f"{k}: {v}")
@@ -215,7 +218,7 @@ def _all(args: argparse.Namespace) -> int:
     out = run_all(args.suites, args.results, args.doc, args.img, args.docs_only,
                   progress=not args.quiet, **params)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2), file=json_out())
     else:
         print(f"ran: {out['ran']}; failed: {out['failed'] or 'none'}; "
               f"{out['doc']} regenerated from {out['documented']}")

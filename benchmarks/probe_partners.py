@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from imp_core.stdout import json_out
+
 CASES = (("q03", "orders", "o_shippriority"), ("q05", "orders", "o_comment"),
          ("q07", "supplier", "s_acctbal"), ("q09", "supplier", "s_acctbal"))
 
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-root", default=".imp", type=Path)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
-    print(json.dumps(run(args.data_root, args.rounds), indent=2))
+    print(json.dumps(run(args.data_root, args.rounds), indent=2), file=json_out())
     return 0
 
 

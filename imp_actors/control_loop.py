@@ -130,8 +130,9 @@ class ControlLoop:
         return found
 
     def note_commit(self, table: str, version: int, tuples: int) -> list[str]:
-        """Account a new version of ``table`` to the eager queries reading it; returns the
-        queries whose maintenance it triggered."""
+        """Account a new version of ``table`` to the queries reading it (their pending
+        changes); returns the live eager queries whose maintenance it triggered (an
+        evicted query catches up when it is next used)."""
         with self._seen_lock:
             seen = self._seen_versions.get(table, -1)
             if version <= seen:
@@ -141,28 +142,29 @@ class ControlLoop:
         triggered = []
         for q in self.ctx.queries.reading([table]):
             strategy = q.strategy
-            if not isinstance(strategy, Eager):
-                continue
-            q.pending_tuples += tuples
-            if q.pending_since is None:
-                q.pending_since = now
-            if q.pending_tuples >= strategy.batch_tuples:
+            pending = q.note_pending(table, version, tuples, now)
+            if isinstance(strategy, Eager) and pending >= strategy.batch_tuples and q.live:
                 self.schedule(q)
                 triggered.append(q.name)
         return triggered
 
     # -- eager maintenance ------------------------------------------------------------------
     def schedule(self, q: QueryRuntime) -> None:
-        if q.scheduled or self._pool is None or self._stop.is_set():
+        if self._pool is None or self._stop.is_set():
             return
-        q.scheduled = True
+        with q.pending_lock:  # the commit path and the tick both schedule
+            if q.scheduled:
+                return
+            q.scheduled = True
 
         def job() -> None:
+            done = False
             try:
                 if not q.live:
                     return  # evicted: it catches up when it is next used
                 self.state.maintain(q, self.ctx.latest_versions(q))
                 self.ctx.counters["eager_batches"] += 1
+                done = True
             except UnknownQueryError:
                 pass
             except Exception as exc:  # one query's failure must not stop the others
@@ -170,6 +172,12 @@ class ControlLoop:
                 self.ctx.counters["maintenance_errors"] += 1
             finally:
                 q.scheduled = False
+            # a commit accounted while this job ran found it scheduled and did not
+            # schedule again: its changes are still pending, so look once more
+            strategy = q.strategy
+            if done and isinstance(strategy, Eager) and q.live \
+                    and q.pending_tuples >= strategy.batch_tuples:
+                self.schedule(q)
 
         try:
             self._pool.submit(job)

@@ -18,7 +18,7 @@ import enum
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pyroaring import BitMap
 
@@ -96,9 +96,32 @@ class QueryRuntime:
     batches_since_checkpoint: int = 0
     pending_tuples: int = 0
     pending_since: float | None = None
+    # the newest version of each table accounted to ``pending_tuples`` (``note_pending``)
+    pending_versions: dict[str, int] = field(default_factory=dict)
+    pending_lock: threading.Lock = field(default_factory=threading.Lock)
     scheduled: bool = False  # an eager maintenance job is queued or running
     # the shard states of the Spark capture in progress: (versions, one state per shard)
     capture: tuple[dict[str, int], list[dict]] | None = None
+
+    # -- pending changes (eager queries) ----------------------------------------------------
+    def note_pending(self, table: str, version: int, tuples: int, now: float) -> int:
+        """Account ``tuples`` changed by ``table``'s ``version``; returns the pending total."""
+        with self.pending_lock:
+            self.pending_tuples += tuples
+            if self.pending_since is None:
+                self.pending_since = now
+            if version > self.pending_versions.get(table, -1):
+                self.pending_versions[table] = version
+            return self.pending_tuples
+
+    def settle_pending(self, maintained: Mapping[str, int]) -> None:
+        """The query is maintained to ``maintained``: its pending changes are cleared,
+        unless a version beyond it was accounted meanwhile (a commit that landed while
+        the maintenance ran stays pending, so it is maintained in turn)."""
+        with self.pending_lock:
+            if all(v <= maintained.get(t, -1) for t, v in self.pending_versions.items()):
+                self.pending_tuples, self.pending_since = 0, None
+                self.pending_versions.clear()
 
     # -- lifecycle ------------------------------------------------------------------------
     def transition(self, to: QueryState) -> None:

@@ -54,7 +54,7 @@ class Maintenance:
         self.ctx.time("maintain_s", seconds)
         self.ctx.counters["maintenance_batches"] += 1
         version = self.publish(q, dict(target), seconds)
-        q.pending_tuples, q.pending_since = 0, None
+        q.settle_pending(target)
         q.batches_since_checkpoint += 1
         return version, True
 

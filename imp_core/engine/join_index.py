@@ -157,6 +157,11 @@ class SideIndex:
         self._merge()
         return self._main
 
+    def parts(self) -> list[DeltaBatch]:
+        """The contents as the main part and the pending ones, without merging them
+        (a scan of every row need not copy the side)."""
+        return [p for p in (self._main, *self._pending) if len(p)]
+
     def __len__(self) -> int:
         return len(self._main) + self._pending_rows
 

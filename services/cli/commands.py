@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from imp_core.stdout import json_out
 from services.cli.output import (
     EXIT_REFUSED,
     describe_info,
@@ -319,7 +320,7 @@ def _query(client: Any, args: argparse.Namespace) -> int:
         out = to_json(result)
         if args.out:
             out["rows"] = f"written to {args.out}"
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(out, indent=2, default=str), file=json_out())
         return 0
     how = f"with the sketch of {result.sketch.query} (seq {result.sketch.seq})" \
         if result.sketch else "without a sketch"

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from imp_core.errors import ImpError
+from imp_core.stdout import json_only_stdout, json_out
 from services.cli.commands import add_client_commands
 
 # The benchmark suites sit above the service (they drive the coordinator and the gRPC
@@ -49,7 +50,7 @@ def _data(args: argparse.Namespace) -> int:
     rows = [{"table": t, "version": store.version(t), "rows": store.read(t).num_rows,
              "location": store.entry(t).location} for t in names]
     if args.json:
-        print(json.dumps({"root": str(root), "tables": rows}, indent=2))
+        print(json.dumps({"root": str(root), "tables": rows}, indent=2), file=json_out())
     else:
         print(f"table store {root}")
         for r in rows:
@@ -141,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "json", False):
+            with json_only_stdout():  # the JSON document and nothing else on stdout
+                return args.func(args)
         return args.func(args)
     except ImpError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from imp_core.stdout import json_out
+
 EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_OTHER = 2, 3, 4, 1
 _REFUSED = {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION",
             "UNIMPLEMENTED", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED"}
@@ -65,7 +67,7 @@ def to_json(obj: Any) -> Any:
 
 
 def print_json(obj: Any, indent: int | None = 2) -> None:
-    print(json.dumps(to_json(obj), indent=indent, default=str), flush=True)
+    print(json.dumps(to_json(obj), indent=indent, default=str), file=json_out(), flush=True)
 
 
 def _bound(v: Any) -> str:

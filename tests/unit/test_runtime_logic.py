@@ -587,6 +587,59 @@ def test_a_poll_between_commit_and_accounting_leaves_the_commit_to_its_writer(ro
         assert c.counters["external_versions"] == 0
 
 
+def test_a_commit_during_eager_maintenance_is_maintained_in_turn(root):
+    """Issue 13 P6: a commit accounted while the query's maintenance job runs found it
+    scheduled (so scheduled nothing), and the job then cleared the pending count it had
+    not maintained: the commit stayed unmaintained. Made deterministic by holding the
+    job inside its advance while the second commit lands."""
+    with Coordinator(make_config(root, poll_seconds=None)) as c:
+        c.register(workload_spec("e", "q_having_2", strategy=Eager(batch_tuples=1,
+                                                                   max_delay_s=None)))
+        advance = c.maintenance.advance
+        inside, release = threading.Event(), threading.Event()
+
+        def held_advance(q, target):
+            inside.set()
+            assert release.wait(30)
+            return advance(q, target)
+
+        c.maintenance.advance = held_advance
+        rng = np.random.default_rng(15)
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        first = c.apply_update("t5000g", inserts=ins, deletes=dels)
+        assert first.maintained == ("e",) and inside.wait(30)
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100)
+        second = c.apply_update("t5000g", inserts=ins, deletes=dels)
+        assert second.maintained == ("e",)  # triggered, though a job is running
+        c.maintenance.advance = advance
+        release.set()
+        deadline = time.time() + 30
+        while c.info("e").versions["t5000g"] != second.version and time.time() < deadline:
+            time.sleep(0.02)
+        assert c.wait_idle(["e"], timeout=30.0)
+        assert c.info("e").versions["t5000g"] == second.version
+        assert c.info("e").pending_tuples == 0
+        _check(c, "e")
+
+
+def test_pending_tuples_of_lazy_queries_and_maintained_lists_only_live_ones(root):
+    """``pending_tuples`` counted for lazy queries too (it was always 0), and an update
+    lists as maintained only the eager queries it really set going (not evicted ones)."""
+    with Coordinator(make_config(root, poll_seconds=None)) as c:
+        c.register(workload_spec("lazy", "q_having_2"))
+        c.register(workload_spec("eager", "q_having_2", strategy=Eager(batch_tuples=1,
+                                                                       max_delay_s=None)))
+        c.evict("eager")
+        rng = np.random.default_rng(16)
+        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        res = c.apply_update("t5000g", inserts=ins, deletes=dels)
+        assert res.maintained == ()
+        assert c.info("lazy").pending_tuples == ins.num_rows + dels.num_rows
+        assert c.info("eager").state == "evicted"
+        _check(c, "lazy"), _check(c, "eager")  # reads catch both up
+        assert c.info("lazy").pending_tuples == 0 and c.info("eager").pending_tuples == 0
+
+
 @pytest.mark.parametrize("raw,want", [("1048576", 1 << 20), ("0", 0), ("none", None),
                                       (" Off ", None)])
 def test_join_state_budget_from_the_environment(monkeypatch, raw, want):

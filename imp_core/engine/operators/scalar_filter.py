@@ -72,6 +72,8 @@ class ScalarFilterOp(TwoSidedOp):
     """``π σ_p (L × S)`` for a one-row S; see the module doc."""
 
     kind = "scalar_filter"
+    left: SideIndex
+    right: SideIndex
     LEFT: ClassVar[StateTable] = StateTable("left", "the outer input's annotated rows")
     RIGHT: ClassVar[StateTable] = StateTable("right", "the subquery's annotated row")
     STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
@@ -123,8 +125,7 @@ class ScalarFilterOp(TwoSidedOp):
             s_old = self.right.contents().consolidate()
             self.right.apply(ds)
             s_new = self.right.contents().consolidate()
-            stored = self.left.contents()
-            if len(stored):
+            for stored in self.left.parts():
                 parts += self._changed(stored, s_old, s_new)
         else:
             s_new = self.right.contents().consolidate()

@@ -85,7 +85,8 @@ class ServerConfig:
         if not self.auth_token_file:
             return ()
         lines = Path(self.auth_token_file).read_text().splitlines()
-        tokens = tuple(t.strip() for t in lines if t.strip() and not t.startswith("#"))
+        stripped = (t.strip() for t in lines)
+        tokens = tuple(t for t in stripped if t and not t.startswith("#"))
         if not tokens:
             raise ValueError(f"the token file {self.auth_token_file} holds no token")
         return tokens

@@ -16,6 +16,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -52,6 +53,40 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials:
     client_ca = Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
                                        require_client_auth=client_ca is not None)
+
+
+def preflight(config: ServerConfig) -> None:
+    """What can be refused before anything starts (Ray, Spark): the token file, the TLS
+    files and the listen address (resolvable, and the port free). Raises ``OSError`` or
+    ``ValueError`` with the reason."""
+    config.auth_tokens()
+    if config.tls:
+        server_credentials(config)
+    check_listen(config.listen)
+
+
+def check_listen(listen: str) -> None:
+    """``OSError`` unless ``listen`` (host:port) resolves and its port can be bound now."""
+    host, sep, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_text)
+        if not sep or not 0 <= port < 65536:
+            raise ValueError
+    except ValueError:
+        raise OSError(f"cannot listen on {listen!r}: expected host:port") from None
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {listen}: {host!r} does not resolve "
+                      f"({exc.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {listen}: {exc.strerror}") from None
 
 
 class SketchServer:
@@ -93,10 +128,14 @@ class SketchServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        if config.tls:
-            self.port = self.server.add_secure_port(config.listen, server_credentials(config))
-        else:
-            self.port = self.server.add_insecure_port(config.listen)
+        try:
+            if config.tls:
+                self.port = self.server.add_secure_port(config.listen,
+                                                        server_credentials(config))
+            else:
+                self.port = self.server.add_insecure_port(config.listen)
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise OSError(f"cannot listen on {config.listen}: {exc}") from None
         if not self.port:
             raise OSError(f"cannot listen on {config.listen}")
 

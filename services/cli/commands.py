@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -63,6 +64,36 @@ def _partition(text: str) -> tuple[str, str]:
     return attr.strip(), value.strip()
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _finite_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def token_from_file(text: str, where: str) -> str:
+    """The token in a token file: its first line that is neither blank nor a ``#``
+    comment (the server's token files take the same comments)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            return line
+    raise ValueError(f"{where}: no token in the file (only blank or '#' comment lines)")
+
+
 def add_client_commands(sub: argparse._SubParsersAction) -> None:
     """Adds ``serve`` and the client subcommands to ``imp``'s subparsers."""
     from services.config import ServerConfig
@@ -73,7 +104,11 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
                            description="Run the service until SIGINT/SIGTERM. Every flag "
                            "mirrors an IMP_* environment variable; a flag wins.")
     ServerConfig.add_arguments(serve)
-    serve.add_argument("--log-level", default=os.environ.get("IMP_LOG_LEVEL", "INFO"))
+    serve.add_argument("--log-level", default=os.environ.get("IMP_LOG_LEVEL", "INFO"),
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                       type=str.upper, metavar="LEVEL",
+                       help="(env IMP_LOG_LEVEL) server log level: DEBUG, INFO (default), "
+                       "WARNING, ERROR or CRITICAL; logs go to stderr")
     serve.set_defaults(func=_serve)
 
     def cmd(name: str, help: str, func: Callable) -> argparse.ArgumentParser:
@@ -96,7 +131,7 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     strat.add_argument("--eager", action="store_true", help="maintain as updates arrive")
     strat.add_argument("--lazy", action="store_true", help="maintain on request (default)")
     p.add_argument("--batch-tuples", type=int, default=1000, help="eager: tuples per batch")
-    p.add_argument("--max-delay", type=float, default=1.0,
+    p.add_argument("--max-delay", type=_finite_seconds, default=1.0,
                    help="eager: seconds a change may wait (0: no time limit)")
     p.add_argument("--force", action="store_true", help="register even if unsafe")
     p.add_argument("--shards", type=int, default=1, help="actors holding the state")
@@ -112,7 +147,7 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument("--after-seq", type=int,
                    help="start after this version (default: with the latest maintained one)")
-    p.add_argument("--count", type=int, help="stop after this many versions")
+    p.add_argument("--count", type=_at_least_one, help="stop after this many versions (>= 1)")
     p.add_argument("--for", dest="seconds", type=float, help="stop after this many seconds")
 
     p = cmd("update", "apply inserts/deletes/updates from files as one table version",
@@ -156,7 +191,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from imp_core.estimate import memory_budget
     from services.config import ServerConfig
-    from services.server import serve
+    from services.server import preflight, serve
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -164,10 +199,11 @@ def _serve(args: argparse.Namespace) -> int:
         config = ServerConfig.from_args(args)
         config.runtime_config()  # the runtime's IMP_* settings are refused here, not later
         memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate)
+        preflight(config)  # token and TLS files, the address: before Ray or Spark start
+        return serve(config)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    return serve(config)
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -175,7 +211,7 @@ def _client(args: argparse.Namespace) -> Any:
 
     token = args.token
     if args.token_file:
-        token = Path(args.token_file).read_text().strip().splitlines()[0].strip()
+        token = token_from_file(Path(args.token_file).read_text(), args.token_file)
     tls = None
     if args.tls or args.tls_ca or args.tls_cert:
         tls = TlsOptions.from_files(args.tls_ca, args.tls_cert, args.tls_key,
@@ -219,7 +255,10 @@ def _register(client: Any, args: argparse.Namespace) -> int:
     else:
         from imp_core.workloads.queries import load_query
 
-        wq = load_query(args.workload)
+        try:
+            wq = load_query(args.workload)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
         header = ", ".join(f"{t}.{c}" for t, c in wq.sketch)
         sql = f"-- sketch: {header}\n{wq.sql}"
     partitions: dict[str, Any] = {}

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -151,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (``imp ls | head -1``): stop quietly
+        try:  # so the flush at exit does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+        return 1
 
 
 if __name__ == "__main__":

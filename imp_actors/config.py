@@ -6,6 +6,7 @@ or a URI the Arrow filesystem layer understands (``file://``, ``s3://``, ...).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -25,8 +26,9 @@ class Eager:
     def __post_init__(self) -> None:
         if self.batch_tuples < 1:
             raise ValueError("eager batch_tuples must be at least 1")
-        if self.max_delay_s is not None and self.max_delay_s <= 0:
-            raise ValueError("eager max_delay_s must be positive")
+        if self.max_delay_s is not None and not (0 < self.max_delay_s < math.inf):
+            raise ValueError(f"eager max_delay_s must be a positive number of seconds, not "
+                             f"{self.max_delay_s}")
 
 
 @dataclass(frozen=True)

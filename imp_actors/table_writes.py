@@ -35,6 +35,8 @@ class TableWriter:
             inserts = new if inserts is None else pa.concat_tables(
                 [inserts, new.select(inserts.schema.names)], promote_options="permissive")
         n_ins = 0 if inserts is None else inserts.num_rows
+        with self._lock:  # a keyed table's deletions by key become the stored rows
+            deletes = self.ctx.store.complete_deletes(table, deletes)
         n_del = 0 if deletes is None else deletes.num_rows
         with self._lock:
             version = self.ctx.store.apply(table, inserts=inserts, deletes=deletes)

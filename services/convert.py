@@ -167,11 +167,17 @@ def table_to_ipc(table: pa.Table | None) -> bytes:
 def ipc_to_table(data: bytes, what: str = "batch") -> pa.Table | None:
     if not data:
         return None
+    source = pa.BufferReader(pa.py_buffer(data))
     try:
-        with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
-            return reader.read_all()
+        with pa.ipc.open_stream(source) as reader:
+            table = reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError) as exc:
         raise BadRequestError(f"{what} is not an Arrow IPC stream: {exc}") from None
+    extra = len(data) - source.tell()
+    if extra:  # a second stream or garbage appended: not what the client meant to send
+        raise BadRequestError(f"{what}: {extra:,} bytes after the end of the Arrow IPC "
+                              "stream")
+    return table
 
 
 def schema_to_bytes(schema: pa.Schema) -> bytes:

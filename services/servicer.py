@@ -118,6 +118,9 @@ class SketchServicer(rpc.SketchServiceServicer):
                                   if t is not None))
         if (old is None) != (new is None):
             raise BadRequestError("an update needs both update_old and update_new")
+        if old is not None and new is not None and old.num_rows != new.num_rows:
+            raise BadRequestError(f"update_old has {old.num_rows:,} rows and update_new "
+                                  f"{new.num_rows:,}: they pair row by row")
         _alive(context)
         result = self.c.apply_update(request.table, inserts=inserts, deletes=deletes,
                                      updates=(old, new) if old is not None else None)

@@ -171,5 +171,14 @@ class Annotation:
         """A hashable key per row (bytes of its sorted ids), for grouping rows by set."""
         if self.is_singleton():
             return self.values.astype(np.int64)
-        return np.array([row.tobytes() for row in
-                         (np.sort(self.row(i)) for i in range(len(self)))], dtype=object)
+        out = np.empty(len(self), dtype=object)
+        if len(self.values) >= 64 * len(self):  # long rows: numpy sorts each one quickly
+            out[:] = [np.sort(self.row(i)).tobytes() for i in range(len(self))]
+            return out
+        # short rows: all sorted at once, (row << 32 | id) keeping each row's ids together
+        # (ids are non-negative int32), then one slice of their bytes per row
+        packed = np.sort((self.row_ids() << 32) | self.values.astype(np.int64), kind="stable")
+        data = (packed & 0xFFFFFFFF).astype("<i4").tobytes()
+        bounds = (self.offsets * 4).tolist()
+        out[:] = [data[bounds[i]:bounds[i + 1]] for i in range(len(self))]
+        return out

@@ -157,10 +157,14 @@ class SideIndex:
         self._merge()
         return self._main
 
-    def parts(self) -> list[DeltaBatch]:
-        """The contents as the main part and the pending ones, without merging them
-        (a scan of every row need not copy the side)."""
-        return [p for p in (self._main, *self._pending) if len(p)]
+    def main_part(self) -> DeltaBatch:
+        """The main part of the contents (the same object until the next merge); with
+        ``pending_parts`` all of them, without merging (a scan need not copy the side)."""
+        return self._main
+
+    def pending_parts(self) -> list[DeltaBatch]:
+        """The deltas applied since the last merge, in order."""
+        return list(self._pending)
 
     def __len__(self) -> int:
         return len(self._main) + self._pending_rows

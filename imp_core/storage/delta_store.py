@@ -42,7 +42,7 @@ from imp_core.storage.changes import (
     empty_changes,
     normalize_changes,
 )
-from imp_core.storage.merge import merge_changes
+from imp_core.storage.merge import complete_deletes, merge_changes
 from imp_core.storage.snapshots import (
     FileStats,
     column_bytes,
@@ -235,7 +235,17 @@ class DeltaStore:
         With nothing to do, no version is made and the current one is returned.
         """
         entry = self.catalog.get(name)
-        return merge_changes(entry, self._delta(entry), inserts, deletes, self.options)
+        table = self._delta(entry)
+        return merge_changes(entry, table, inserts, complete_deletes(entry, table, deletes),
+                             self.options)
+
+    def complete_deletes(self, name: str, deletes: pa.Table | None) -> pa.Table | None:
+        """``deletes`` as whole stored rows (``merge.complete_deletes``): a keyed table's
+        deletions may give only the key columns."""
+        entry = self.catalog.get(name)
+        if deletes is None or entry.key is None or deletes.num_columns > len(entry.key):
+            return deletes  # whole rows (checked by ``apply``): no need to open the table
+        return complete_deletes(entry, self._delta(entry), deletes)
 
     def update(self, name: str, old_rows: pa.Table, new_rows: pa.Table) -> int:
         """Replace ``old_rows`` by ``new_rows`` in one version (``apply``'s rules)."""

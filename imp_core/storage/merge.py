@@ -88,6 +88,31 @@ def merge_changes(
     return table.version()
 
 
+def complete_deletes(entry: TableEntry, table: DeltaTable, deletes: pa.Table | None
+                     ) -> pa.Table | None:
+    """``deletes`` as whole rows: a keyed table's deletions may name only the key
+    columns, and then are the stored rows of those keys (a key not stored is refused);
+    any other batch is returned unchanged (``merge_changes`` checks it)."""
+    if deletes is None or entry.key is None or \
+            sorted(n.lower() for n in deletes.column_names) != sorted(entry.key):
+        return deletes
+    key = entry.key
+    stored = stored_schema(table)
+    keys = conform(deletes, pa.schema([stored.field(k) for k in key]), entry.name,
+                   "delete batch (key columns)")
+    check_keys(entry, keys, "delete batch")
+    found = read_candidates(table.file_uris(), stored, keys, key)
+    at = {k: i for i, k in enumerate(row_tuples(found, key))}
+    missing = [k for k in row_tuples(keys, key) if k not in at]
+    if missing:
+        raise SchemaMismatchError(f"delete batch for table {entry.name}: no row with key "
+                                  f"{key} = {missing[0]}" + (
+                                      f" (and {len(missing) - 1} more)" if len(missing) > 1
+                                      else ""))
+    rows = found.take(pa.array([at[k] for k in row_tuples(keys, key)], pa.int64()))
+    return rows.select(user_schema(stored).names)
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -359,6 +359,41 @@ ERRORS = {
     "message too large": (lambda s, c: c.apply_update(
         "t1000g", inserts=pa.table({"id": np.arange(80_000)})), "RESOURCE_EXHAUSTED", ""),
     "zero shards": (lambda s, c: c.scale("groups", 0), "INVALID_ARGUMENT", "shards"),
+    # issue 13: every request bounded before work starts (P1, P2) and the smaller items
+    "too many shards": (lambda s, c: c.register("bad", _sql("groups"), fragments=4,
+                                                shards=100_000),
+                        "RESOURCE_EXHAUSTED", "IMP_MAX_SHARDS"),
+    "too many shards to scale": (lambda s, c: c.scale("groups", 100_000),
+                                 "RESOURCE_EXHAUSTED", "IMP_MAX_SHARDS"),
+    "too many fragments": (lambda s, c: c.register(
+        "bad", _sql("groups"), partitions={"t1000g.a": 4_294_967_295}),
+                           "RESOURCE_EXHAUSTED", "IMP_MAX_FRAGMENTS"),
+    "too many split points": (lambda s, c: c.register(
+        "bad", _sql("groups"), partitions={"t1000g.a": list(range(200_000))}),
+        "RESOURCE_EXHAUSTED", "IMP_MAX_FRAGMENTS"),
+    "string split points on an int column": (lambda s, c: c.register(
+        "bad", _sql("groups"), partitions={"t1000g.a": ["x", "y"]}),
+        "INVALID_ARGUMENT", "values of its type int64"),
+    "fractional split point on an int column": (lambda s, c: c.register(
+        "bad", _sql("groups"), partitions={"t1000g.a": [1.5, 300]}),
+        "INVALID_ARGUMENT", "values of its type int64"),
+    "NaN max delay": (lambda s, c: c._call("RegisterQuery", pb.RegisterQueryRequest(
+        name="bad", sql=_sql("groups"), fragments=4,
+        strategy=pb.Strategy(eager=pb.Eager(batch_tuples=5, max_delay_s=float("nan"))))),
+        "INVALID_ARGUMENT", "max_delay_s"),
+    "infinite max delay": (lambda s, c: c._call("RegisterQuery", pb.RegisterQueryRequest(
+        name="bad", sql=_sql("groups"), fragments=4,
+        strategy=pb.Strategy(eager=pb.Eager(batch_tuples=5, max_delay_s=float("inf"))))),
+        "INVALID_ARGUMENT", "max_delay_s"),
+    "update rows unpaired": (lambda s, c: c._call("ApplyUpdate", pb.ApplyUpdateRequest(
+        table="t1000g", update_old=_ipc(_rows(s, "t1000g", 1)),
+        update_new=_ipc(_rows(s, "t1000g", 2)))), "INVALID_ARGUMENT", "pair row by row"),
+    "bytes after the Arrow stream": (lambda s, c: c._call("ApplyUpdate", pb.ApplyUpdateRequest(
+        table="t1000g", deletes=_ipc(_rows(s, "t1000g", 1)) + b"trailing")),
+        "INVALID_ARGUMENT", "after the end of the Arrow IPC stream"),
+    "delete of a key not stored": (lambda s, c: c.apply_update(
+        "t1000g", deletes=pa.table({"id": pa.array([-5], pa.int64())})),
+        "INVALID_ARGUMENT", "no row with key"),
     "run without SQL or query": (lambda s, c: c.run_query(), "INVALID_ARGUMENT", "SQL"),
 }
 
@@ -373,6 +408,19 @@ def test_error_status_and_nothing_changed(svc, client, case):
     assert text in info.value.message
     assert "Traceback" not in info.value.message
     assert svc.state() == before
+
+
+def test_deletes_by_key_columns_only(svc, client):
+    """The proto allows deletions that give only a keyed table's key columns (they were
+    refused): the stored rows of those keys are deleted, and sketches stay exact."""
+    rows = _rows(svc, "t1000g", 3)
+    before = svc.coordinator.store.read("t1000g").num_rows
+    res = client.apply_update("t1000g", deletes=rows.select(["id"]))
+    assert res.deleted == 3
+    assert svc.coordinator.store.read("t1000g").num_rows == before - 3
+    record = client.sketch("groups", include_partitions=True)
+    assert record.sketch() == reference(svc.coordinator, _sql("groups"), record)
+    client.apply_update("t1000g", inserts=rows)  # as it was, for the other tests
 
 
 def test_a_plan_too_large_for_memory_is_refused_naming_the_operator(svc, client,

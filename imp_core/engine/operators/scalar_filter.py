@@ -30,7 +30,7 @@ produces this shape only over an aggregate without GROUP BY (``scalar_filter_par
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -89,8 +89,22 @@ class ScalarFilterOp(TwoSidedOp):
         self.columns = [e.expr.name for e in node.exprs if isinstance(e.expr, ColumnRef)]
         self.left = SideIndex(self.left_schema, (), use_bloom=False)
         self.right = SideIndex(self.right_schema, (), use_bloom=False)
+        # p(l, s) over the stored main part for the subquery's current values: the next
+        # change of the value needs it as p(l, s_old), so it is not evaluated twice
+        # (the part itself is kept: a cached mask belongs to that very object)
+        self._main_masks: dict[tuple, tuple[DeltaBatch, np.ndarray]] = {}
 
     # -- the rule -----------------------------------------------------------------------
+    def _main_passing(self, main: DeltaBatch, s: DeltaBatch, i: int) -> np.ndarray:
+        """``_passing`` over the main part, remembered for ``s_i``'s values."""
+        key = tuple(s.data.slice(i, 1).to_pylist()[0].values())
+        hit = self._main_masks.get(key)
+        if hit is not None and hit[0] is main:
+            return hit[1]
+        mask = self._passing(main, s, i)
+        self._main_masks[key] = (main, mask)
+        return mask
+
     def _passing(self, rows: DeltaBatch, s: DeltaBatch, i: int) -> np.ndarray:
         """Whether ``p(l, s_i)`` holds, for every row l of ``rows``."""
         n = len(rows)
@@ -125,8 +139,17 @@ class ScalarFilterOp(TwoSidedOp):
             s_old = self.right.contents().consolidate()
             self.right.apply(ds)
             s_new = self.right.contents().consolidate()
-            for stored in self.left.parts():
-                parts += self._changed(stored, s_old, s_new)
+            main = self.left.main_part()
+            if len(main):
+                parts += self._changed(main, s_old, s_new, self._main_passing)
+                # only the current values' masks can be asked for again
+                current = {tuple(r.values()) for r in s_new.data.to_pylist()}
+                self._main_masks = {k: v for k, v in self._main_masks.items()
+                                    if k in current and v[0] is main}
+            # the pending parts side by side (no copy of their columns): one evaluation
+            pending = DeltaBatch.concat(self.left.pending_parts(), self.left_schema)
+            if len(pending):
+                parts += self._changed(pending, s_old, s_new, self._passing)
         else:
             s_new = self.right.contents().consolidate()
         if len(dl):
@@ -134,9 +157,11 @@ class ScalarFilterOp(TwoSidedOp):
             self.left.apply(dl)
         return DeltaBatch.concat(parts, self.output_schema)
 
-    def _changed(self, stored: DeltaBatch, s_old: DeltaBatch,
-                 s_new: DeltaBatch) -> list[DeltaBatch]:
-        """out(L_old, S_new) − out(L_old, S_old), grouped by the subquery rows' annotation."""
+    def _changed(self, stored: DeltaBatch, s_old: DeltaBatch, s_new: DeltaBatch,
+                 passing: Callable[[DeltaBatch, DeltaBatch, int], np.ndarray]
+                 ) -> list[DeltaBatch]:
+        """out(L_old, S_new) − out(L_old, S_old) over ``stored`` rows, grouped by the
+        subquery rows' annotation."""
         groups: dict[tuple[int, ...], list[tuple[DeltaBatch, int, int]]] = {}
         for s, sign in ((s_old, -1), (s_new, 1)):
             for i, ids in enumerate(s.annotation.row_sets()):
@@ -145,7 +170,7 @@ class ScalarFilterOp(TwoSidedOp):
         for ids, members in groups.items():
             mult = np.zeros(len(stored), dtype=np.int64)
             for s, i, sign in members:
-                mult += self._passing(stored, s, i) * (sign * int(s.weights[i]))
+                mult += passing(stored, s, i) * (sign * int(s.weights[i]))
             parts.append(self._emit(stored, mult * stored.weights,
                                     np.asarray(ids, dtype=np.int32)))
         return parts

@@ -369,7 +369,7 @@ ERRORS = {
         "bad", _sql("groups"), partitions={"t1000g.a": 4_294_967_295}),
                            "RESOURCE_EXHAUSTED", "IMP_MAX_FRAGMENTS"),
     "too many split points": (lambda s, c: c.register(
-        "bad", _sql("groups"), partitions={"t1000g.a": list(range(200_000))}),
+        "bad", _sql("groups"), partitions={"t1000g.a": list(range(66_000))}),
         "RESOURCE_EXHAUSTED", "IMP_MAX_FRAGMENTS"),
     "string split points on an int column": (lambda s, c: c.register(
         "bad", _sql("groups"), partitions={"t1000g.a": ["x", "y"]}),

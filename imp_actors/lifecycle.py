@@ -100,6 +100,9 @@ class QueryRuntime:
     pending_versions: dict[str, int] = field(default_factory=dict)
     pending_lock: threading.Lock = field(default_factory=threading.Lock)
     scheduled: bool = False  # an eager maintenance job is queued or running
+    # the sequence number before this runtime's first sketch version (a restarted
+    # coordinator's runtime starts after the versions its predecessor may have published)
+    seq_floor: int = 0
     # the shard states of the Spark capture in progress: (versions, one state per shard)
     capture: tuple[dict[str, int], list[dict]] | None = None
 

@@ -20,7 +20,7 @@ from typing import Mapping
 from pyroaring import BitMap
 
 from imp_actors.context import RuntimeContext
-from imp_actors.lifecycle import QueryRuntime
+from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.sharding import route_rows
 from imp_actors.shards import ShardManager
 from imp_actors.types import SketchVersion
@@ -111,7 +111,12 @@ class Maintenance:
         for s in q.shard_sketches:
             fragments |= s
         last = q.history.latest
-        version = SketchVersion(q.name, (last.seq + 1) if last else 1, dict(versions),
+        seq = last.seq + 1 if last else q.seq_floor + 1
+        if seq > q.record.seq_reserved and q.state is not QueryState.REGISTERING:
+            # durable before visible: after a crash the next coordinator starts beyond it
+            q.record = q.record.reserving(seq)
+            self.ctx.registry.put(q.record)
+        version = SketchVersion(q.name, seq, dict(versions),
                                 Sketch(q.partitions, fragments), maintain_seconds=seconds)
         q.history.append(version)
         return version

@@ -22,7 +22,12 @@ from imp_actors.config import RuntimeConfig, strategy_to_json
 from imp_actors.context import RuntimeContext
 from imp_actors.history import SketchHistory
 from imp_actors.lifecycle import QueryRuntime, QueryState
-from imp_actors.registry import QueryRecord, partitions_from_records, partitions_to_records
+from imp_actors.registry import (
+    SEQ_BLOCK,
+    QueryRecord,
+    partitions_from_records,
+    partitions_to_records,
+)
 from imp_actors.sharding import shard_key
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
@@ -107,13 +112,14 @@ class Registration:
         record = QueryRecord(spec.name, spec.sql, partitions_to_records(pset),
                              strategy_to_json(spec.strategy), spec.force, spec.shards,
                              pushdown=spec.pushdown,
-                             placement=place(prepared, spec.shards, ctx))
-        q = self.runtime(record, plan, pset, QueryState.REGISTERING)
+                             placement=place(prepared, spec.shards, ctx),
+                             seq_reserved=SEQ_BLOCK)
+        q = self.runtime(record, plan, pset, QueryState.REGISTERING, restarted=False)
         ctx.queries.add(q)
         try:
             with q.lock:
                 self.state.bootstrap(q)
-                ctx.registry.put(record)
+                ctx.registry.put(q.record)
         except BaseException:
             ctx.queries.remove(q.name)
             with q.lock:
@@ -126,8 +132,11 @@ class Registration:
 
     def runtime(self, record: QueryRecord, plan: QueryPlan | None = None,
                 pset: PartitionSet | None = None,
-                state: QueryState = QueryState.EVICTED) -> QueryRuntime:
-        """The runtime record of a registered query (planned again when no plan is given)."""
+                state: QueryState = QueryState.EVICTED,
+                restarted: bool = True) -> QueryRuntime:
+        """The runtime record of a registered query (planned again when no plan is given);
+        ``restarted``: of a query registered before this coordinator started, whose
+        sketch versions continue after those its predecessor may have published."""
         from imp_core.sql import plan_sql
 
         if plan is None:
@@ -140,7 +149,7 @@ class Registration:
         key = shard_key(plan) if record.shards > 1 else None
         return QueryRuntime(record, plan, pset, specs, key,
                             SketchHistory(record.name, self.ctx.config.sketch_versions_kept),
-                            state=state)
+                            state=state, seq_floor=record.seq_reserved if restarted else 0)
 
     def drop(self, q: QueryRuntime) -> None:
         with q.lock:

@@ -54,6 +54,9 @@ def partitions_from_records(raw: list[dict[str, Any]]) -> PartitionSet:
     return PartitionSet(tuple(partition_from_record(r) for r in raw))
 
 
+SEQ_BLOCK = 1024  # sketch sequence numbers reserved in the registry per write
+
+
 @dataclass(frozen=True)
 class QueryRecord:
     name: str
@@ -68,9 +71,17 @@ class QueryRecord:
     # join sides probed in the data layer (``imp_core.data_layer.JoinPlacement``), decided
     # at registration; absent from older files: every side in memory
     placement: tuple[str, ...] = ()
+    # sketch versions up to this sequence number may have been published: a restarted
+    # coordinator continues after it, so a (query, seq) never names two sketches
+    # (reserved ``SEQ_BLOCK`` at a time; absent from older files: 0)
+    seq_reserved: int = 0
 
     def with_shards(self, shards: int) -> QueryRecord:
         return replace(self, shards=shards, generation=self.generation + 1)
+
+    def reserving(self, seq: int) -> QueryRecord:
+        """This record with sequence numbers reserved through ``seq`` and a block more."""
+        return replace(self, seq_reserved=seq + SEQ_BLOCK - 1)
 
 
 class Registry:

@@ -720,3 +720,33 @@ def test_split_points_of_the_wrong_type_are_refused(root, bounds, message):
         assert err.value.code == "INVALID_ARGUMENT" and c.queries() == []
         c.register(QuerySpec("whole", sql, partitions={"t5000g.a": [1.0, 300]}))
         assert c.info("whole").partitions[0]["bounds"] == [1, 300]
+
+
+def test_sketch_versions_never_repeat_across_restarts(root):
+    """Issue 13 P3: after a restart, sequence numbers started again at 1, so (query, 2)
+    named another sketch than before, and a watch after seq 58 waited forever. The
+    registry now reserves sequence numbers ahead of publication; a restart continues
+    after the reservation."""
+    rng = np.random.default_rng(17)
+    seen: dict[int, frozenset] = {}
+    last = 0
+    for life in range(3):
+        with Coordinator(make_config(root)) as c:
+            if life == 0:
+                c.register(workload_spec("g", "q_having_2"))
+            first = c.get_sketch("g").seq
+            assert first > last  # never a number an earlier life used
+            if life:
+                with pytest.raises(VersionError):  # gone with the old life, not renamed
+                    c.sketch_version("g", last)
+                nxt = c.watch("g", after_seq=last, timeout=5)  # a watch resumes
+                assert nxt is not None and nxt.seq == first
+            for step in range(3):
+                ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 1000 * life
+                                         + 100 * step)
+                c.apply_update("t5000g", inserts=ins, deletes=dels)
+                sv = _check(c, "g")
+                assert sv.seq not in seen
+                seen[sv.seq] = frozenset(sv.sketch.fragments)
+            last = sv.seq
+    assert len(seen) == 9

@@ -110,6 +110,9 @@ class RuntimeConfig:
     # registration for single-shard queries (a sharded query keeps its inputs).
     join_state_budget_bytes: int | None = 256 << 20
     max_shards: int = 16  # shards of one query (each is an actor, ~170 MB of memory)
+    # the store's lease (``imp_actors.lease``): another coordinator may take the store
+    # over only this long after the owner's last heartbeat
+    lease_seconds: float = 15.0
 
     @property
     def tables_dir(self) -> str:
@@ -140,6 +143,8 @@ class RuntimeConfig:
             changes["backend"] = env["IMP_BACKEND"]
         if env.get("IMP_JOIN_STATE_BUDGET_BYTES"):
             changes["join_state_budget_bytes"] = _budget(env["IMP_JOIN_STATE_BUDGET_BYTES"])
+        if env.get("IMP_LEASE_SECONDS"):
+            changes["lease_seconds"] = _seconds(env["IMP_LEASE_SECONDS"], "IMP_LEASE_SECONDS")
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):
@@ -160,6 +165,16 @@ def _budget(raw: str) -> int | None:
     if value < 0:
         raise ValueError(f"IMP_JOIN_STATE_BUDGET_BYTES must be a byte count >= 0 or 'none', "
                          f"not {raw!r}")
+    return value
+
+
+def _seconds(raw: str, name: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = 0.0
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
     return value
 
 

@@ -19,6 +19,7 @@ from imp_actors.checkpoints import CheckpointStore
 from imp_actors.config import RuntimeConfig
 from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.handles import Backend
+from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime
 from imp_actors.registry import Registry
 from imp_actors.spark_work import SparkWork
@@ -113,6 +114,7 @@ class RuntimeContext:
     spark: SparkWork
     feed: DeltaFeed
     queries: QueryDirectory = field(default_factory=QueryDirectory)
+    lease: StoreLease | None = None  # this coordinator's hold on the store (``lease.py``)
     counters: Counter = field(default_factory=Counter)
     timings: dict[str, list[float]] = field(
         default_factory=lambda: {"maintain_s": [], "restore_s": []})

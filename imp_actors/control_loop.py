@@ -92,6 +92,8 @@ class ControlLoop:
 
     def tick(self) -> None:
         now = time.time()
+        if self.ctx.lease is not None:
+            self.ctx.lease.renew_if_due(now)
         poll = self.ctx.config.poll_seconds
         if poll is not None and now - self._last_poll >= poll:
             self._last_poll = now

@@ -39,6 +39,7 @@ from imp_actors.context import QueryDirectory, RuntimeContext
 from imp_actors.control_loop import ControlLoop
 from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.handles import Pending, T, WorkerHandle, gather, make_backend
+from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.maintenance import Maintenance
 from imp_actors.registration import Registration, check_shards
@@ -78,10 +79,12 @@ class Coordinator:
         feed = DeltaFeed(store, spark_source=spark.delta_source,
                          spark_min_bytes=config.spark_delta_min_bytes,
                          cache_bytes=config.delta_cache_bytes)
+        blobs = BlobStore(config.registry_dir)
+        lease = StoreLease(blobs, config.lease_seconds)
         self.ctx = RuntimeContext(
             config, store, options or EngineOptions(), make_backend(config),
-            Registry(BlobStore(config.registry_dir)), CheckpointStore(config.checkpoints_dir),
-            VersionProbe(store), spark, feed, QueryDirectory())
+            Registry(blobs, fence=lease.check), CheckpointStore(config.checkpoints_dir),
+            VersionProbe(store), spark, feed, QueryDirectory(), lease)
         self.shards = ShardManager(self.ctx)
         self.maintenance = Maintenance(self.ctx, self.shards)
         self.state = StateManager(self.ctx, self.shards, self.maintenance)
@@ -107,6 +110,8 @@ class Coordinator:
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Coordinator:
         if not self._started:
+            assert self.ctx.lease is not None
+            self.ctx.lease.acquire()  # one coordinator per store, before anything starts
             self.backend.start()
             self._recover()
             self.loop.start()
@@ -125,6 +130,8 @@ class Coordinator:
         self.state.shutdown(checkpoint)
         self.shards.kill_warm()
         self.backend.shutdown()
+        if self._started and self.ctx.lease is not None:
+            self.ctx.lease.release()
         self._started = False
 
     def abandon(self) -> None:

@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -87,8 +87,11 @@ class QueryRecord:
 class Registry:
     """Thread-safe; every mutation is written through before it returns."""
 
-    def __init__(self, blobs: BlobStore):
+    def __init__(self, blobs: BlobStore, fence: Callable[[], None] | None = None):
         self.blobs = blobs
+        # called before every write: raises when this process may not write any more
+        # (its store lease was taken over, ``imp_actors.lease``)
+        self.fence = fence
         self._lock = threading.Lock()
         self._records: dict[str, QueryRecord] = {}
         self._load()
@@ -111,6 +114,8 @@ class Registry:
             self._records[name] = QueryRecord(**raw)
 
     def _save(self) -> None:
+        if self.fence is not None:
+            self.fence()
         doc = {"format": FORMAT, "saved_at": time.time(),
                "queries": {n: asdict(r) for n, r in sorted(self._records.items())}}
         self.blobs.write_atomic(_NAME, json.dumps(doc, indent=1).encode())

@@ -189,6 +189,7 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
+    from imp_actors.lease import StoreBusyError
     from imp_core.estimate import memory_budget
     from services.config import ServerConfig
     from services.server import preflight, serve
@@ -201,7 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
         memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate)
         preflight(config)  # token and TLS files, the address: before Ray or Spark start
         return serve(config)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, StoreBusyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
 

@@ -6,6 +6,8 @@ transparently. The oracle is the reference evaluator at each sketch's table vers
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
@@ -84,6 +86,7 @@ def test_chaos_kills_actors_and_the_coordinator(root, cluster):
             kills += 1
         if step == 7:  # the coordinator dies; a new one recovers registry and actors
             c.abandon()
+            time.sleep(cfg.lease_seconds)  # the dead coordinator's store lease expires
             c = Coordinator(cfg).start()
             assert c.counters["reattached_queries"] >= 1
         if step % 2:

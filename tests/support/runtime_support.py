@@ -33,6 +33,7 @@ def fill_store(root: Path, suites: tuple[str, ...] = ("synthetic",)) -> None:
 
 def make_config(root: Path, backend: str = "local", **changes) -> RuntimeConfig:
     base = dict(root=str(root), backend=backend, poll_seconds=0.2, warm_actors=0,
+                lease_seconds=1.0,
                 eviction=EvictionPolicy(max_live_actors=None, idle_seconds=None))
     base.update(changes)
     return RuntimeConfig(**base)

@@ -95,3 +95,14 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     proc.wait(timeout=120)
     assert "BrokenPipe" not in err and "Traceback" not in err, err
     assert proc.returncode == 1
+
+
+def test_serve_on_a_store_in_use(capsys, tmp_path):
+    from imp_actors.config import RuntimeConfig
+    from imp_actors.coordinator import Coordinator
+
+    config = RuntimeConfig(root=str(tmp_path), backend="local", warm_actors=0)
+    with Coordinator(config):
+        err = _refused(capsys, "serve", "--listen", "127.0.0.1:0", "--root", str(tmp_path),
+                       "--backend", "local")
+    assert "one coordinator per store" in err

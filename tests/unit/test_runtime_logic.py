@@ -3,7 +3,11 @@ on its in-process backend, checked against recaptures by the reference evaluator
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -19,6 +23,7 @@ from imp_actors.coordinator import Coordinator
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.feed import DeltaFeed
 from imp_actors.history import SketchHistory
+from imp_actors.lease import StoreBusyError
 from imp_actors.registry import Registry, partition_from_record, partition_to_record
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
 from imp_actors.storage import BlobStore
@@ -313,6 +318,7 @@ def test_coordinator_restart_recovers_registry_and_state(root):
         _check(c, "h"), _check(c, "j")
     before = c.get_sketch("h")
     c.abandon()  # a crash: no checkpoint at shutdown, actors left as they are
+    time.sleep(cfg.lease_seconds)  # and its store lease expires
     ins, dels = random_batch(c.store, "t5000g", rng, 12, 10**7 + 900)
     DeltaStore(root).apply("t5000g", inserts=ins, deletes=dels)  # committed while down
     with Coordinator(cfg) as c2:
@@ -750,3 +756,44 @@ def test_sketch_versions_never_repeat_across_restarts(root):
                 seen[sv.seq] = frozenset(sv.sketch.fragments)
             last = sv.seq
     assert len(seen) == 9
+
+
+def test_one_coordinator_per_store(root):
+    """Issue 13 P4: two servers could open one store, and the second's registration
+    vanished from the registry when the first dropped another query. The store lease
+    refuses a second coordinator while the first is alive; a successor takes over only
+    a dead owner's lease, and the old owner's registry writes are then fenced off."""
+    cfg = make_config(root)
+    with Coordinator(cfg) as first:
+        first.register(workload_spec("a", "q_having_2"))
+        second = Coordinator(cfg)
+        with pytest.raises(StoreBusyError, match="one coordinator per store") as err:
+            second.start()
+        assert err.value.code == "FAILED_PRECONDITION"
+        assert [i.name for i in first.queries()] == ["a"]
+        # the first stops heartbeating (cut off, not dead): after the lease's time a
+        # successor takes over, and the first may no longer write the registry
+        first.loop.stop(wait=True)
+        time.sleep(cfg.lease_seconds + 0.2)
+        with Coordinator(cfg) as successor:
+            successor.register(workload_spec("b", "q_having_2"))
+            with pytest.raises(StoreBusyError, match="no longer owns"):
+                first.drop("a")
+            assert sorted(successor.registry.records()) == ["a", "b"]
+        assert sorted(Registry(BlobStore(cfg.registry_dir)).records()) == ["a", "b"]
+    # a clean shutdown gives the lease back: the next start need not wait
+    with Coordinator(cfg) as again:
+        assert sorted(i.name for i in again.queries()) == ["a", "b"]
+
+
+def test_a_dead_owner_on_this_host_is_taken_over_at_once(root, tmp_path):
+    cfg = make_config(root, lease_seconds=600.0)
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    gone = int(proc.stdout)  # a process of this host that has exited
+    blobs = BlobStore(cfg.registry_dir)
+    blobs.write_atomic("lease.json", json.dumps({
+        "owner": f"{socket.gethostname()}:{gone}:deadbeef", "generation": 7,
+        "heartbeat_at": time.time()}).encode())
+    with Coordinator(cfg) as c:
+        assert c.ctx.lease.generation == 8

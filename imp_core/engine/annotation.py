@@ -100,13 +100,14 @@ class Annotation:
     # -- transformations ------------------------------------------------------------------
     def take(self, idx: np.ndarray) -> Annotation:
         idx = np.asarray(idx, dtype=np.int64)
-        lengths = self.lengths[idx]
+        # only the taken rows' lengths: a few rows taken from a large side stay cheap
+        starts = self.offsets[idx]
+        lengths = self.offsets[idx + 1] - starts
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
         if total == len(idx) and total == 0:
             return Annotation(offsets, np.zeros(0, dtype=np.int32))
-        starts = self.offsets[:-1][idx]
         pos = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
         return Annotation(offsets, self.values[pos])
 

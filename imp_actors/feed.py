@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.operators.base import TableDelta
+from imp_core.errors import DomainViolationError, SchemaMismatchError
+from imp_core.storage.batches import check_domains
 from imp_core.storage.change_reader import ChangeReader, concat_deltas
 
 
@@ -138,6 +140,7 @@ class DeltaFeed:
         t0 = time.perf_counter()
         out: list[TableDelta] = []
         for a, b, delta in self.reader.pieces(table, start, end):
+            self._check_domains(table, a, b, delta)
             self._put(table, a, b, delta)
             out.append(delta)
         if self.reader.last_path == "spark":
@@ -145,6 +148,23 @@ class DeltaFeed:
         self.stats.pulls += 1
         self.stats.pull_seconds += time.perf_counter() - t0
         return out
+
+    def _check_domains(self, table: str, start: int, end: int, delta: TableDelta) -> None:
+        """Rows another writer inserted must lie in the table's declared domains (the
+        service's own commits are checked before they are made): a sketch that a domain
+        made safe is never maintained over a value outside it."""
+        entry = getattr(self.store, "entry", None)
+        domains = dict(entry(table).domains or {}) if entry is not None else {}
+        if not domains or len(delta) == 0:
+            return
+        inserted = delta.rows.filter(pa.array(delta.weights > 0))
+        try:
+            check_domains(inserted, domains, table, f"versions {start + 1}..{end}")
+        except SchemaMismatchError as exc:
+            raise DomainViolationError(
+                f"{exc}, written by another writer past the domain's CHECK constraint: "
+                f"queries reading {table} are not maintained over it; delete or fix the "
+                "rows, then drop and register the queries again") from None
 
     @property
     def last_path(self) -> str:

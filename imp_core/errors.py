@@ -136,6 +136,14 @@ class InvalidNameError(ImpError):
     code = "INVALID_ARGUMENT"
 
 
+class DomainViolationError(ImpError):
+    """A table version holds a value outside a column's declared domain (written by a
+    writer that bypassed the domain's CHECK constraint): sketches whose safety the
+    domain vouched for cannot be maintained over it."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class RequestLimitError(ImpError):
     """A request beyond a configured limit (fragments, shards, ...): refused before any
     work starts; the message names the limit and its setting."""

@@ -104,7 +104,8 @@ class DeltaStore:
         location: str | None = None,
         progress: bool = False,
     ) -> int:
-        """Write ``data`` as a new table (version 0, which this returns).
+        """Write ``data`` as a new table; returns its version (0, or 1 when its declared
+        domains were added as Delta CHECK constraints, which every Delta writer honours).
 
         ``key``: columns unique in the table, or None for a keyless (bag) table that
         gets the hidden ``__rid``. ``cluster_by``: columns to sort rows on (recorded as
@@ -132,9 +133,9 @@ class DeltaStore:
         self.catalog.check(entry)
         if not is_uri(entry.location) and DeltaTable.is_deltatable(entry.location):
             raise TableExistsError(f"{entry.location} already holds a Delta table")
-        write_new_table(entry, data, self.options, progress)
+        version = write_new_table(entry, data, self.options, progress)
         self.catalog.add(entry)
-        return 0
+        return version
 
     def create_table_from_parquet(
         self,

@@ -260,7 +260,7 @@ def test_tpch_parquet_load_cluster_and_refresh(tmp_path):
         assert store.create_table_from_parquet(
             name, paths[name], key=info.key, domains=info.domains,
             cluster_by=cluster[name], progress=False,
-        ) == 0
+        ) == 1  # the rows, then the declared domains as CHECK constraints
         assert store.schema(name) == info.schema
         got = store.read(name)
         assert got.schema == info.schema
@@ -284,13 +284,13 @@ def test_tpch_parquet_load_cluster_and_refresh(tmp_path):
         pa.array(["refreshed"] * old.num_rows),
     )
     v = store.update("lineitem", old, new)
-    assert v == 1
-    changes = store.changes("lineitem", 0, 1)
+    assert v == 2  # after the rows (0) and the domain constraints (1)
+    changes = store.changes("lineitem", 1, 2)
     assert changes.num_rows == 2 * old.num_rows
     assert weighted_bag(changes) == difference(
         bag(new.cast(TABLES["lineitem"].schema)), bag(old.cast(TABLES["lineitem"].schema)))
     assert store.read("lineitem").num_rows == expected["lineitem"].num_rows
-    assert bag(read_change_files(store.change_files("lineitem", 0, 1),
+    assert bag(read_change_files(store.change_files("lineitem", 1, 2),
                                  store.schema("lineitem"))) == bag(changes)
 
 
@@ -308,6 +308,7 @@ def keyed_store(tmp_path) -> tuple[DeltaStore, list[tuple]]:
 
 def test_rejected_batches_write_nothing(tmp_path):
     store, rows = keyed_store(tmp_path)
+    created = store.version("k")
     good = rows_table([(100, 1, "n", Decimal("1.00"), DAY0)], KEYED)
     stored = rows_table(rows[:1], KEYED)
     cases = {
@@ -331,11 +332,11 @@ def test_rejected_batches_write_nothing(tmp_path):
     for message, batch in cases.items():
         with pytest.raises(SchemaMismatchError, match=message):
             store.apply("k", **batch)
-        assert store.version("k") == 0, message
+        assert store.version("k") == created, message
     # a valid deletion with an invalid insertion: neither happens
     with pytest.raises(SchemaMismatchError, match="already exists"):
         store.apply("k", deletes=stored, inserts=rows_table(rows[1:2], KEYED))
-    assert store.version("k") == 0
+    assert store.version("k") == created
     assert bag(store.read("k")) == Counter(rows)
 
     with pytest.raises(UnknownTableError, match="nope"):
@@ -346,9 +347,9 @@ def test_rejected_batches_write_nothing(tmp_path):
     with pytest.raises(UnknownColumnError):
         store.read("k", columns=["id", "nope"])
     with pytest.raises(VersionError):
-        store.read("k", version=1)
+        store.read("k", version=created + 1)
     with pytest.raises(VersionError):
-        store.changes("k", 0, 1)
+        store.changes("k", 0, created + 1)
     with pytest.raises(VersionError):
         store.changes("k", -2, 0)
     with pytest.raises(TableExistsError):
@@ -362,11 +363,12 @@ def test_rejected_batches_write_nothing(tmp_path):
     # lossless conversions are accepted: int32 -> int64 key, string_view -> string
     widened = good.set_column(0, "id", pa.array([100], pa.int32()))
     widened = widened.set_column(2, "name", pa.array(["n"], pa.string_view()))
-    assert store.apply("k", inserts=widened) == 1
+    assert store.apply("k", inserts=widened) == created + 1
     # column order does not matter; nothing to do makes no version
-    assert store.apply("k", deletes=good.select(["day", "name", "amount", "grp", "id"])) == 2
-    assert store.apply("k", inserts=KEYED.empty_table(), deletes=None) == 2
-    assert store.apply("k") == 2
+    assert store.apply("k", deletes=good.select(["day", "name", "amount", "grp", "id"])) \
+        == created + 2
+    assert store.apply("k", inserts=KEYED.empty_table(), deletes=None) == created + 2
+    assert store.apply("k") == created + 2
 
 
 def test_delta_layout_has_cdf_and_no_deletion_vectors(tmp_path):
@@ -397,27 +399,29 @@ def test_changes_by_other_writers_are_seen(tmp_path):
     store, rows = keyed_store(tmp_path)
     location = store.entry("k").location
     extra = rows_table([(500, 1, "ext", Decimal("2.50"), DAY0)], KEYED)
-    write_deltalake(location, extra, mode="append")  # v1
-    DeltaTable(location).delete("id = 3")  # v2
-    DeltaTable(location).update(updates={"name": "'upd'"}, predicate="id = 4")  # v3
-    assert store.version("k") == 3
+    created = store.version("k")
+    write_deltalake(location, extra, mode="append")  # created + 1
+    DeltaTable(location).delete("id = 3")  # created + 2
+    DeltaTable(location).update(updates={"name": "'upd'"}, predicate="id = 4")  # + 3
+    assert store.version("k") == created + 3
     r3, r4 = rows[2], rows[3]
     upd = (r4[0], r4[1], "upd", r4[3], r4[4])
     assert weighted_bag(store.changes("k", 0)) == {
         table_rows(extra)[0]: 1, r3: -1, r4: -1, upd: 1}
-    kinds = store.changes("k", 2, 3).column("_change_type").to_pylist()
+    c = created
+    kinds = store.changes("k", c + 2, c + 3).column("_change_type").to_pylist()
     assert sorted(kinds) == ["delete", "insert"]  # update pre/postimage mapped
     # store changes continue on top of theirs
-    assert store.apply("k", deletes=rows_table([upd], KEYED)) == 4
+    assert store.apply("k", deletes=rows_table([upd], KEYED)) == c + 4
     # an overwrite replaces whole files: its commit has remove/add actions, no cdc
-    write_deltalake(location, rows_table(rows[:2], KEYED), mode="overwrite")  # v5
-    assert {f.kind for f in store.change_files("k", 4, 5)} == {"remove", "add"}
+    write_deltalake(location, rows_table(rows[:2], KEYED), mode="overwrite")  # c + 5
+    assert {f.kind for f in store.change_files("k", c + 4, c + 5)} == {"remove", "add"}
     assert bag(store.read("k")) == Counter(rows[:2])
     feed = store.changes("k", -1)
     assert tagged_bag(read_change_files(store.change_files("k", -1), KEYED)) == \
         tagged_bag(feed)
-    assert weighted_bag(store.changes("k", 4, 5)) == difference(
-        Counter(rows[:2]), bag(store.read("k", 4)))
+    assert weighted_bag(store.changes("k", c + 4, c + 5)) == difference(
+        Counter(rows[:2]), bag(store.read("k", c + 4)))
 
 
 def test_optimize_reclusters_without_changes(tmp_path):
@@ -459,7 +463,7 @@ def test_catalog_persists_across_instances(tmp_path):
     assert entry == TableEntry("keyed", str(tmp_path / "tables" / "keyed"), ("id",),
                                domains, ("day", "id"))
     assert again.entry("bag").key is None and again.entry("bag").has_row_ids
-    assert again.version("keyed") == 1
+    assert again.version("keyed") == 2  # rows, domain constraints, the deletion
     assert bag(again.read("keyed", 0)) == Counter(rows)
     doc = json.loads((tmp_path / "catalog.json").read_text())
     assert doc["tables"]["keyed"]["location"] == "tables/keyed"  # relative to the root

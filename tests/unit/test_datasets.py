@@ -17,7 +17,8 @@ def test_imp_data_loads_tables_and_refuses_to_overwrite(tmp_path, capsys):
                  str(root), "--quiet", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [t["table"] for t in out["tables"]] == ["t5000g", "crimes"]
-    assert all(t["rows"] == 2000 and t["version"] == 0 for t in out["tables"])
+    # version 0 holds the rows, version 1 adds the declared domains as CHECK constraints
+    assert all(t["rows"] == 2000 and t["version"] == 1 for t in out["tables"])
     store = DeltaStore(root)
     sorted_a = store.read("t5000g").column("a").to_pylist()
     assert sorted_a == sorted(sorted_a)  # clustered on the sketch attribute
@@ -32,4 +33,4 @@ def test_imp_data_loads_tables_and_refuses_to_overwrite(tmp_path, capsys):
     assert main(["data", "synthetic", "t5000g", "--rows", "10", "--root", str(root),
                  "--quiet"]) == 2
     assert "already in the store" in capsys.readouterr().err
-    assert store.version("t5000g") == 0 and store.read("t5000g").num_rows == 2000
+    assert store.version("t5000g") == 1 and store.read("t5000g").num_rows == 2000

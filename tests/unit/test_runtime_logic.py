@@ -32,6 +32,7 @@ from imp_actors.worker import QueryWorker, WorkerSpec
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import (
+    DomainViolationError,
     ImpError,
     PartitionError,
     QueryExistsError,
@@ -797,3 +798,30 @@ def test_a_dead_owner_on_this_host_is_taken_over_at_once(root, tmp_path):
         "heartbeat_at": time.time()}).encode())
     with Coordinator(cfg) as c:
         assert c.ctx.lease.generation == 8
+
+
+def test_declared_domains_hold_for_every_writer(root):
+    """Issue 13 P8: only the service's own writes checked declared domains, so another
+    writer could insert a value outside one and silently make a "safe" sketch wrong.
+    Domains are now Delta CHECK constraints (enforced by delta-rs and Spark), and a value
+    that arrives anyway (a writer that ignores constraints) stops maintenance with a
+    clear status instead of a wrong sketch."""
+    store = DeltaStore(root)
+    loc = store.entry("t5000g").location
+    constraints = DeltaTable(loc).metadata().configuration
+    assert constraints["delta.constraints.imp_domain_a"].startswith("a >= 1 AND a <= ")
+    row = store.read("t5000g").slice(0, 1)
+    outside = row.set_column(0, "id", pa.array([10**9], pa.int64())).set_column(
+        1, "a", pa.array([10**6], pa.int64()))
+    with pytest.raises(Exception, match="failed validation check"):  # delta-rs refuses
+        write_deltalake(loc, outside, mode="append")
+    with Coordinator(make_config(root, poll_seconds=None)) as c:
+        c.register(workload_spec("h", "q_having_2"))
+        served = _check(c, "h")
+        # a writer that ignores constraints: the constraint is gone when it writes
+        DeltaTable(loc).alter.drop_constraint("imp_domain_a")
+        write_deltalake(loc, outside, mode="append")
+        with pytest.raises(DomainViolationError, match="outside its declared domain") as err:
+            c.get_sketch("h")
+        assert err.value.code == "FAILED_PRECONDITION"
+        assert c.get_sketch("h", fresh=False).seq == served.seq  # the last exact one

@@ -62,10 +62,14 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
     """The join sides of a new query to probe in the data layer: those beyond the actor's
     state budget, for a single-shard query (a shard's sides hold only its routed rows,
-    which the files alone cannot tell)."""
+    which the files alone cannot tell). The sides are sized by the registration's memory
+    estimate (rows after selections and aggregations, ``imp_core.estimate``), the one the
+    memory check used; without one (the check is off), by the tables' Parquet footers."""
     budget = ctx.config.join_state_budget_bytes
     if shards != 1 or budget is None:
         return ()
+    if prepared.estimate is not None:
+        return tuple(sorted(prepared.estimate.probed))
     placement = DataLayer(ctx.store).place(prepared.plan, prepared.partitions,
                                            prepared.versions, budget)
     return tuple(sorted(placement))

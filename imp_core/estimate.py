@@ -151,6 +151,8 @@ class PlanEstimate:
 
     operators: tuple[OperatorEstimate, ...]
     result_bytes: float = 0.0  # the kept query result (``EngineOptions.keep_result``)
+    # the equi-join sides this estimate leaves to the data layer ("<op id>:left"/":right")
+    probed: frozenset[str] = frozenset()
 
     @property
     def root(self) -> OperatorEstimate:
@@ -235,7 +237,7 @@ def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
                    minmax_buffer, topk_buffer, out)
     rel = ctx.visit(root, "0")
     result = rel.rows * out[-1].row_bytes if keep_result else 0.0
-    return PlanEstimate(tuple(out), result)
+    return PlanEstimate(tuple(out), result, frozenset(probed))
 
 
 @dataclass

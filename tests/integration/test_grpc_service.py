@@ -473,6 +473,29 @@ def test_unexpected_exception_is_internal_without_details(svc, client, monkeypat
     assert any(incident in r.getMessage() and r.exc_info for r in caplog.records)
 
 
+def test_a_request_out_of_memory_fails_alone(svc, client, monkeypatch):
+    """Issue 13 P7: one request that exhausts memory must not take the server down. The
+    registration's first state here asks for an allocation no machine has (a real
+    MemoryError): the call ends with RESOURCE_EXHAUSTED, nothing is registered, and the
+    server serves on."""
+    bootstrap = svc.coordinator.state.bootstrap
+
+    def greedy(q):
+        bytearray(1 << 62)  # more memory than any machine: malloc refuses at once
+        return bootstrap(q)
+
+    before = svc.state()
+    monkeypatch.setattr(svc.coordinator.state, "bootstrap", greedy)
+    with pytest.raises(RemoteError) as info:
+        client.register("hungry", _sql("groups"), partitions={"t1000g.a": 4})
+    assert info.value.code == "RESOURCE_EXHAUSTED" and "memory" in info.value.message
+    assert svc.state() == before
+    monkeypatch.setattr(svc.coordinator.state, "bootstrap", bootstrap)
+    assert client.health() == "SERVING"
+    client.register("fed", _sql("groups"), partitions={"t1000g.a": 4})
+    client.drop("fed")
+
+
 def test_missing_and_wrong_tokens_are_refused(svc):
     for token in (None, "wrong-token", TOKEN + "x"):
         c = SketchClient(svc.address, token=token)

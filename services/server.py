@@ -170,6 +170,16 @@ class SketchServer:
         self.stop(0)
 
 
+SHUTDOWN_SECONDS = 10.0  # for checkpoints and stopping actors, after the calls' grace
+
+
+def _overran(grace: float) -> None:
+    log.error("shutdown did not finish within %.0f s: exiting now (the queries resume from "
+              "their last checkpoints)", grace + SHUTDOWN_SECONDS)
+    logging.shutdown()
+    os._exit(1)
+
+
 def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
     """``imp serve``: run the coordinator and the server until SIGINT/SIGTERM."""
     from imp_actors.coordinator import Coordinator
@@ -182,8 +192,18 @@ def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
         done = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
-            log.info("signal %s: shutting down", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if done.is_set():  # a second signal: the operator means now
+                log.warning("signal %s again: exiting at once", name)
+                os._exit(128 + signum)
+            log.info("signal %s: shutting down", name)
             done.set()
+            # whatever runs (a registration on Spark, a stuck actor), the process ends
+            # within seconds: a watchdog exits once the orderly shutdown overruns
+            watchdog = threading.Timer(config.grace_seconds + SHUTDOWN_SECONDS,
+                                       _overran, args=(config.grace_seconds,))
+            watchdog.daemon = True
+            watchdog.start()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, on_signal)

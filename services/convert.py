@@ -292,27 +292,56 @@ class SketchEncoder:
     """``sketch_to_proto`` with the last message of each query kept: a sketch version is
     immutable, so while it stays the latest (the common case of a current sketch read
     many times) it is converted once. A hit needs the very same ``SketchVersion`` object,
-    never just an equal name and seq (a dropped and re-registered query restarts at 1)."""
+    never just an equal name and seq (a dropped and re-registered query restarts at 1).
+    Conversions are single-flight: when many watchers receive a new version at once, one
+    of them converts it and the others wait for that message, so a large message (one
+    with partitions) is built once, not once per stream."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, bool], tuple[SketchVersion, pb.SketchVersion]] = {}
+        self._building: dict[tuple[str, bool], _Build] = {}
         self._lock = threading.Lock()
 
     def encode(self, sv: SketchVersion, include_partitions: bool = False) -> pb.SketchVersion:
         key = (sv.query, include_partitions)
         with self._lock:
             hit = self._last.get(key)
-        if hit is not None and hit[0] is sv:
-            return hit[1]
-        msg = sketch_to_proto(sv, include_partitions)
-        with self._lock:
-            self._last[key] = (sv, msg)
-        return msg
+            if hit is not None and hit[0] is sv:
+                return hit[1]
+            build = self._building.get(key)
+            mine = build is None or build.version is not sv
+            if mine:
+                build = self._building[key] = _Build(sv)
+        assert build is not None
+        if not mine:
+            build.done.wait()
+            if build.message is not None:
+                return build.message
+            return sketch_to_proto(sv, include_partitions)  # the builder failed
+        try:
+            build.message = sketch_to_proto(sv, include_partitions)
+            with self._lock:
+                self._last[key] = (sv, build.message)
+            return build.message
+        finally:
+            with self._lock:
+                if self._building.get(key) is build:
+                    del self._building[key]
+            build.done.set()
 
     def forget(self, query: str) -> None:
         with self._lock:
             for key in [k for k in self._last if k[0] == query]:
                 del self._last[key]
+
+
+class _Build:
+    """One conversion in progress, which other callers may wait for."""
+
+    def __init__(self, version: SketchVersion):
+        self.version = version
+        self.message: pb.SketchVersion | None = None
+        self.done = threading.Event()
 
 
 def checkpoint_to_proto(c: CheckpointInfo) -> pb.CheckpointInfo:

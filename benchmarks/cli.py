@@ -1,7 +1,7 @@
 """``imp bench``: the benchmark suites' command line, added to ``imp`` by
 ``services.cli.main`` when this package is installed (``add_bench_commands``).
 
-Suites: ``engine``, ``spark``, ``actors``, ``grpc``, ``coverage`` here, and the IMP paper's
+Suites: ``engine``, ``spark``, ``actors``, ``grpc``, ``coverage``, ``fuzz`` here, and the IMP paper's
 experiments (``benchmarks.paper_cli``). Each writes its full report to ``--out`` (JSON with machine
 and versions) and prints the result rows as JSON with ``--json`` (the whole report with
 ``--full``), else a readable table. A suite's module is imported only when it runs.
@@ -153,6 +153,26 @@ def _bench_coverage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_fuzz(args: argparse.Namespace) -> int:
+    from benchmarks.fuzz import run_fuzz_bench
+
+    report = run_fuzz_bench(sql_cases=args.sql_cases, batches=args.batches,
+                            seconds=args.seconds, requests=args.requests, seed=args.seed,
+                            progress=not args.quiet)
+
+    def readable() -> None:
+        for part in ("sql", "requests"):
+            for finding in report.get(part, {}).get("findings", ()):
+                print(f"finding ({part}): {finding}")
+        if "sql" in report:
+            print("SQL refusals by kind:")
+            for kind, n in report["sql"]["refused"].items():
+                print(f"  {n:6d}  {kind}")
+
+    code = _write_report(report, args, readable)
+    return 1 if report["summary"]["findings"] else code
+
+
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     """Adds ``bench`` with every suite to ``imp``'s subparsers."""
     bench = sub.add_parser("bench", help="run a benchmark suite")
@@ -255,6 +275,23 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                      help="where to write the full JSON report")
     cov.add_argument("--quiet", action="store_true", help="no progress lines")
     cov.set_defaults(func=_bench_coverage)
+
+    fz = bsub.add_parser("fuzz", help="random SQL over random update streams (sketch = "
+                         "recapture, result = DuckDB) and mutated requests against a live "
+                         "server (clear statuses, nothing changed); exit 1 on a finding")
+    fz.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    fz.add_argument("--full", action="store_true",
+                    help="with --json: print the whole report")
+    fz.add_argument("--sql-cases", type=int, default=2000, help="random queries (0: none)")
+    fz.add_argument("--batches", type=int, default=6, help="update batches per query")
+    fz.add_argument("--seconds", type=float, default=None,
+                    help="stop drawing queries after this long")
+    fz.add_argument("--requests", type=int, default=3000, help="mutated requests (0: none)")
+    fz.add_argument("--seed", type=int, default=1, help="seed of both fuzzers")
+    fz.add_argument("--out", default="bench-results/fuzz.json",
+                    help="where to write the full JSON report")
+    fz.add_argument("--quiet", action="store_true", help="no progress lines")
+    fz.set_defaults(func=_bench_fuzz)
 
     # the IMP paper's experiments (issue 6): tpch, micro, breakeven, mixed, strategies, ...
     add_paper_suites(bsub)

@@ -1,7 +1,9 @@
 """Bearer-token authentication for the gRPC server, and who a caller is.
 
 Every call must carry the metadata ``authorization: Bearer <token>`` with one of the
-configured tokens, except the standard health service (so that probes need no secret).
+configured tokens, except the standard health service (so that probes need no secret)
+and server reflection (it describes the API, whose protos are public, and holds no
+data: a tool such as grpcurl needs it to encode even a health check).
 Tokens are compared in constant time, against every configured token, so the time of a
 refusal says nothing about how close a guess was.
 """
@@ -14,7 +16,8 @@ from typing import Callable, Iterable
 
 import grpc
 
-EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
+EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
+                   "/grpc.reflection.v1.ServerReflection/")
 _SCHEME = "bearer "
 
 

@@ -32,6 +32,7 @@ class Limits:
     max_message_bytes: int = 96 * MiB     # any gRPC message, in or out
     max_registrations_per_client: int = 100
     max_watches: int = 32                 # concurrent WatchSketch streams
+    watch_send_seconds: int = 30          # a watcher that takes no message this long is dropped
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -170,6 +171,7 @@ _SETTINGS: tuple[tuple[str, str, type], ...] = (
     ("max_message_bytes", "IMP_MAX_MESSAGE_BYTES", int),
     ("max_registrations_per_client", "IMP_MAX_REGISTRATIONS_PER_CLIENT", int),
     ("max_watches", "IMP_MAX_WATCHES", int),
+    ("watch_send_seconds", "IMP_WATCH_SEND_SECONDS", int),
 )
 
 _HELP = {
@@ -194,6 +196,8 @@ _HELP = {
     "max_message_bytes": "largest gRPC message in or out",
     "max_registrations_per_client": "queries one client (token or host) may register",
     "max_watches": "concurrent WatchSketch streams",
+    "watch_send_seconds": "seconds a WatchSketch message may wait for its reader before the "
+                          "stream is cancelled (default 30)",
 }
 
 

@@ -1,6 +1,6 @@
 """Checks a request passes before it reaches the coordinator: the server's limits, the
 read-only SELECT rule, the per-client registration quota and the number of open watch
-streams.
+streams; and ``StalledStreams``, which drops watchers that stopped reading.
 
 Invariants: a refused request changes nothing (every check runs before the coordinator
 call, and a quota slot taken for a registration is given back if it fails); a client
@@ -11,13 +11,18 @@ does not record who registered a query).
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
+import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from imp_core.sql.readonly import check_read_only_select
 from services.config import Limits
 from services.errors import BadRequestError, LimitExceededError
+
+log = logging.getLogger("imp.services")
 
 
 class Guard:
@@ -105,3 +110,65 @@ class Guard:
     def open_watches(self) -> int:
         with self._lock:
             return self._watches
+
+
+class StalledStreams:
+    """Cancels a stream whose message has waited longer than ``limit_s`` for its reader.
+
+    A streaming call sends one message at a time: gRPC hands the next one to the
+    transport only once the client has taken enough of the last one (HTTP/2 flow
+    control), so what a stream buffers is bounded by one message plus the transport's
+    window. A client that stops reading would still hold a thread and a watch slot for
+    as long as its deadline allows; such a stream is cancelled instead (the client sees
+    CANCELLED and may resume with ``after_seq``). One daemon thread checks the streams
+    with a message in flight every ``tick_s``; it starts with the first message.
+
+    Invariant: a stream is listed exactly while one of its messages is being sent.
+    """
+
+    def __init__(self, limit_s: float, tick_s: float = 0.5):
+        self.limit_s = limit_s
+        self.tick_s = min(tick_s, limit_s / 2)
+        self.dropped = 0
+        self._sending: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def sending(self, cancel: Callable[[], None]) -> Iterator[None]:
+        """Around the ``yield`` of one message: ``cancel`` ends the stream if the message
+        is still unsent after ``limit_s``."""
+        key = next(self._ids)
+        with self._lock:
+            self._sending[key] = (time.monotonic(), cancel)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="imp-stalled-streams",
+                                                daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sending.pop(key, None)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Cancels the overdue streams; returns how many."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            overdue = [(k, c) for k, (t, c) in self._sending.items() if now - t > self.limit_s]
+            for k, _ in overdue:
+                del self._sending[k]
+            self.dropped += len(overdue)
+        for _, cancel in overdue:
+            log.warning("a watch stream took no message for %.0f s: cancelled", self.limit_s)
+            try:
+                cancel()
+            except Exception:  # noqa: BLE001 - the call may have ended meanwhile
+                log.debug("cancel of a stalled stream failed", exc_info=True)
+        return len(overdue)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.tick_s)
+            self.sweep()

@@ -20,7 +20,7 @@ from imp_core.errors import ImpError
 from services import convert
 from services.auth import client_identity
 from services.errors import BadRequestError
-from services.guards import Guard
+from services.guards import Guard, StalledStreams
 from services.metrics import CallMetrics
 from services.protos import pb, rpc
 
@@ -46,6 +46,7 @@ class SketchServicer(rpc.SketchServiceServicer):
         self.metrics = metrics
         self.stopping = stopping or threading.Event()
         self.sketches = convert.SketchEncoder()
+        self.stalled = StalledStreams(guard.limits.watch_send_seconds)
 
     # -- queries ---------------------------------------------------------------------------
     def RegisterQuery(self, request, context):
@@ -95,8 +96,10 @@ class SketchServicer(rpc.SketchServiceServicer):
                 sv = self.c.watch(request.query, after, timeout=wait)
                 if sv is None:
                     continue
-                yield pb.WatchSketchResponse(
+                msg = pb.WatchSketchResponse(
                     sketch=self.sketches.encode(sv, request.include_partitions))
+                with self.stalled.sending(context.cancel):  # a reader that stopped: dropped
+                    yield msg
                 after = sv.seq
 
     def Maintain(self, request, context):
@@ -162,5 +165,6 @@ class SketchServicer(rpc.SketchServiceServicer):
     def Stats(self, request, context):
         service = self.metrics.snapshot()
         service["open_watches"] = self.guard.open_watches
+        service["dropped_watches"] = self.stalled.dropped
         return pb.StatsResponse(coordinator_json=json.dumps(self.c.stats(), default=str),
                                 service_json=json.dumps(service))

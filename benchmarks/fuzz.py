@@ -1,0 +1,104 @@
+"""``imp bench fuzz``: the SQL fuzzer and the request fuzzer, longer than the suite runs.
+
+The SQL part (``benchmarks.fuzz_sql``) needs nothing but the embedded engine and DuckDB;
+the request part (``benchmarks.fuzz_requests``) starts a real server (in-process
+coordinator on the ``local`` backend, gRPC on a free loopback port, a bearer token)
+over a fresh root holding ``t1000g``, registers one query, and sends mutated requests.
+The report holds the counts (queries × batches, requests by method and status) and
+every finding with what replays it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import environment
+
+QUERY_SQL = "SELECT a, sum(b) AS s FROM t1000g GROUP BY a HAVING sum(b) > 10"
+
+
+def _log(progress: bool, text: str) -> None:
+    if progress:
+        print(text, file=sys.stderr, flush=True)
+
+
+def service_state(coordinator: Any) -> tuple:
+    """What a refused request must leave unchanged: the queries (name, seq, versions,
+    shards, fragments) and the table versions."""
+    queries = tuple((q.name, q.sketch_seq, tuple(sorted(q.versions.items())), q.shards,
+                     q.sketch_fragments) for q in coordinator.queries())
+    tables = tuple((t, coordinator.store.version(t)) for t in sorted(coordinator.tables()))
+    return queries, tables
+
+
+def run_request_part(requests: int, seed: int, progress: bool) -> dict[str, Any]:
+    from benchmarks.fuzz_requests import base_requests, run_request_fuzz
+    from imp_actors.config import EvictionPolicy, RuntimeConfig
+    from imp_actors.coordinator import Coordinator
+    from imp_core.storage import DeltaStore
+    from imp_core.workloads.schemas import TABLES
+    from imp_core.workloads.synthetic import generate_groups_table
+    from services.config import ServerConfig
+    from services.server import SketchServer
+
+    with tempfile.TemporaryDirectory(prefix="imp-fuzz-") as tmp:
+        root = Path(tmp)
+        info = TABLES["t1000g"]
+        DeltaStore(root).create_table("t1000g", generate_groups_table(1000, 3000, seed=seed),
+                                      key=info.key, domains=info.domains)
+        token = secrets.token_hex(16)
+        (root / "tokens").write_text(token + "\n")
+        config = RuntimeConfig(root=str(root), backend="local", warm_actors=0,
+                               eviction=EvictionPolicy(max_live_actors=None, idle_seconds=None))
+        with Coordinator(config).start() as coordinator:
+            server = SketchServer(ServerConfig(listen="127.0.0.1:0",
+                                               auth_token_file=str(root / "tokens")),
+                                  coordinator).start()
+            try:
+                from services.client import SketchClient
+
+                with SketchClient(server.address, token=token) as client:
+                    client.register("groups", QUERY_SQL, partitions={"t1000g.a": 8})
+                base = base_requests(coordinator.store.read("t1000g"), "groups", QUERY_SQL)
+                _log(progress, f"request fuzz: {requests} mutated requests to "
+                               f"{server.address}")
+                report = run_request_fuzz(server.address, token,
+                                          lambda: service_state(coordinator), base,
+                                          rounds=requests, seed=seed)
+            finally:
+                server.stop(0)
+    return report.to_json()
+
+
+def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests: int,
+                   seed: int, progress: bool = True) -> dict[str, Any]:
+    from benchmarks.fuzz_sql import run_sql_fuzz
+
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {"environment": environment(), "parameters": {
+        "sql_cases": sql_cases, "batches": batches, "seconds": seconds,
+        "requests": requests, "seed": seed}}
+    if sql_cases:
+        _log(progress, f"SQL fuzz: up to {sql_cases} random queries × {batches} batches"
+                       + (f", at most {seconds:g} s" if seconds else ""))
+        report["sql"] = run_sql_fuzz(seed=seed, queries=sql_cases, batches=batches,
+                                     seconds=seconds).to_json()
+    if requests:
+        report["requests"] = run_request_part(requests, seed, progress)
+    findings = len(report.get("sql", {}).get("findings", ())) + \
+        len(report.get("requests", {}).get("findings", ()))
+    report["summary"] = {
+        "sql_queries": report.get("sql", {}).get("queries", 0),
+        "sql_registered": report.get("sql", {}).get("registered", 0),
+        "sql_batches": report.get("sql", {}).get("batches", 0),
+        "requests": report.get("requests", {}).get("requests", 0),
+        "findings": findings,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    report["results"] = report["summary"]
+    return report

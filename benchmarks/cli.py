@@ -1,10 +1,11 @@
 """``imp bench``: the benchmark suites' command line, added to ``imp`` by
 ``services.cli.main`` when this package is installed (``add_bench_commands``).
 
-Suites: ``engine``, ``spark``, ``actors``, ``grpc``, ``coverage``, ``fuzz`` here, and the IMP paper's
-experiments (``benchmarks.paper_cli``). Each writes its full report to ``--out`` (JSON with machine
-and versions) and prints the result rows as JSON with ``--json`` (the whole report with
-``--full``), else a readable table. A suite's module is imported only when it runs.
+Suites: ``engine``, ``spark``, ``actors``, ``grpc``, ``coverage``, ``fuzz`` here, and the IMP
+paper's experiments (``benchmarks.paper_cli``). Each writes its full report to ``--out``
+(JSON with machine and versions) and prints the result rows as JSON with ``--json`` (the
+whole report with ``--full``), else a readable table. A suite's module is imported only
+when it runs.
 """
 
 from __future__ import annotations

@@ -278,6 +278,7 @@ class RayBackend:
             # "local": always a new Ray of our own, never one another process started here
             ray.init(address="local", include_dashboard=False, **kwargs)
             self.started_ray = True
+            _ensure_reaper()
 
     def spawn(self, name: str) -> RayWorkerHandle:
         from imp_actors.actor_class import RemoteQueryWorker
@@ -320,6 +321,19 @@ class RayBackend:
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
             self.started_ray = False
+
+
+_reaper: Any = None
+
+
+def _ensure_reaper() -> None:
+    """One reaper per process that starts a local Ray: if this process is killed, Ray's
+    agents do not outlive it (``imp_actors.reaper``)."""
+    global _reaper
+    if _reaper is None or _reaper.poll() is not None:
+        from imp_actors.reaper import start_reaper
+
+        _reaper = start_reaper()
 
 
 def make_backend(config: RuntimeConfig) -> Backend:

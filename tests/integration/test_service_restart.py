@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,49 @@ def test_sigterm_ends_the_process_whatever_runs(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.ray
+def test_kill_9_leaves_no_ray_processes_behind(tmp_path):
+    """Issue 13: after kill -9 of a server that started a local Ray, Ray's dashboard and
+    runtime-env agents stayed behind. The server's reaper (``imp_actors.reaper``) ends
+    every process the server started once the server is gone."""
+    from imp_actors.reaper import descendants
+
+    root = tmp_path / "root"
+    fill_store(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
+    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="ray")
+    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("imp: serving on "), line
+        address = line.rsplit(" ", 1)[1].strip()
+        with SketchClient(address) as client:  # a query actor too
+            client.register("g", load_query("q_groups_1000").sql, partitions={"t1000g.a": 4})
+        started = descendants(proc.pid)
+        names = {(Path(f"/proc/{p}/cmdline").read_text().split("\0")[0]) for p in started}
+        assert any("DashboardAgent" in n or "RuntimeEnvAgent" in n for n in names), names
+        proc.kill()
+        proc.wait(30)
+        deadline = time.monotonic() + 60
+        alive = started
+        while time.monotonic() < deadline:
+            alive = {p: t for p, t in started.items() if _started_at(p) == t}
+            if not alive:
+                break
+            time.sleep(0.5)
+        assert not alive, {p: Path(f"/proc/{p}/cmdline").read_text() for p in alive}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _started_at(pid: int) -> int | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2:].split()[19])

@@ -569,3 +569,16 @@ def test_push_down_goes_below_group_keys_and_joins_but_not_aggregates_or_topk():
     assert isinstance(join.right, Select) and isinstance(join.right.input, Scan)
     topk = plan("SELECT s.a FROM (SELECT a FROM t5000g ORDER BY a LIMIT 3) s WHERE s.a > 1")
     assert isinstance(only(topk, Select).input, TopK)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a FROM t5000g WHERE " + "(" * 3000 + "a = 1" + ")" * 3000,
+    "SELECT a FROM t5000g WHERE a IN (" * 200 + "SELECT a FROM t5000g" + ")" * 200,
+    "SELECT a FROM " + "(SELECT a FROM " * 300 + "t5000g" + ") x" * 300,
+    "SELECT " + " + ".join(["a"] * 5000) + " AS x FROM t5000g",
+])
+def test_hostile_depth_is_refused_with_a_clear_error(sql):
+    """SQL nested beyond what the parser and planner recurse through (issue 13: every
+    request bounded) is refused as malformed or unsupported, never a crash."""
+    with pytest.raises((SqlSyntaxError, UnsupportedSqlError), match="nested"):
+        plan_sql(sql, workload_catalog())

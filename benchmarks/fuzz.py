@@ -62,14 +62,18 @@ def run_request_part(requests: int, seed: int, progress: bool) -> dict[str, Any]
             try:
                 from services.client import SketchClient
 
-                with SketchClient(server.address, token=token) as client:
-                    client.register("groups", QUERY_SQL, partitions={"t1000g.a": 8})
+                def ensure() -> None:
+                    if "groups" not in {q.name for q in coordinator.queries()}:
+                        with SketchClient(server.address, token=token) as client:
+                            client.register("groups", QUERY_SQL, partitions={"t1000g.a": 8})
+
+                ensure()
                 base = base_requests(coordinator.store.read("t1000g"), "groups", QUERY_SQL)
                 _log(progress, f"request fuzz: {requests} mutated requests to "
                                f"{server.address}")
                 report = run_request_fuzz(server.address, token,
                                           lambda: service_state(coordinator), base,
-                                          rounds=requests, seed=seed)
+                                          rounds=requests, seed=seed, ensure=ensure)
             finally:
                 server.stop(0)
     return report.to_json()

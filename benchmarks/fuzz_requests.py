@@ -109,9 +109,12 @@ def _mutate_fields(rng: random.Random, msg: Any) -> Any:
 
 def run_request_fuzz(address: str, token: str | None, state: Callable[[], Any],
                      base: list[tuple[str, Any]], rounds: int = 300, seed: int = 0,
-                     timeout: float = 30.0) -> RequestFuzzReport:
+                     timeout: float = 30.0, ensure: Callable[[], None] | None = None
+                     ) -> RequestFuzzReport:
     """``rounds`` mutated requests to the server at ``address``; ``state()`` returns
-    what a refused request must leave unchanged."""
+    what a refused request must leave unchanged; ``ensure()``, called after each round,
+    puts back what an accepted request removed (a mutated DropQuery may drop the query
+    the other requests name)."""
     rng = random.Random(seed)
     report = RequestFuzzReport()
     metadata = (("authorization", f"Bearer {token}"),) if token else None
@@ -140,5 +143,7 @@ def run_request_fuzz(address: str, token: str | None, state: Callable[[], Any],
                                             "payload": payload[:200].hex()})
             report.requests += 1
             report.statuses[f"{method} {code}"] += 1
+            if ensure is not None and code == "OK":
+                ensure()
     report.seconds = time.perf_counter() - t0
     return report

@@ -121,11 +121,15 @@ def _bench_grpc(args: argparse.Namespace) -> int:
               file=json_out())
     else:
         print(f"{'clients':>8s} {'mode':>14s} {'calls':>9s} {'calls/s':>10s} {'p50 ms':>8s} "
-              f"{'p99 ms':>8s}")
+              f"{'p99 ms':>8s} {'no-op/s':>9s} {'ratio':>6s}")
         for r in report["results"] + report["paced"]:
             mode = r["mode"] if not r["rate_per_client"] else f"{r['rate_per_client']:g}/s each"
+            noop = r.get("noop_calls_per_s")
+            ratio = r.get("ratio_to_noop")
             print(f"{r['clients']:8d} {mode:>14s} {r['calls']:9,d} {r['calls_per_s']:10,.0f} "
-                  f"{r['getsketch_p50_ms']:8.3f} {r['getsketch_p99_ms']:8.3f}")
+                  f"{r['getsketch_p50_ms']:8.3f} {r['getsketch_p99_ms']:8.3f} "
+                  f"{'-' if noop is None else f'{noop:,.0f}':>9s} "
+                  f"{'-' if ratio is None else f'{ratio:.2f}':>6s}")
         for k, v in report["summary"].items():
             print(f"{k}: {v}")
     return 0

@@ -12,6 +12,11 @@ back for ``warmup`` seconds, then ``seconds`` more that are measured: latency pe
 measure the server at saturation (latency = clients / throughput); a second run at the
 largest client count paces each client at ``paced_rate`` calls per second, the latency
 of a loaded but not saturated server.
+
+Beside it, in the same run and with the same client processes, a no-op Python gRPC
+server (only the standard health service, the same number of threads) answers the
+health Check: the ceiling of Python gRPC on this machine. ``ratio_to_noop`` is the
+service's calls per second over the no-op server's at each client count.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from benchmarks.common import environment, percentile
 CLIENTS = (1, 50)
 QUERY = "q_having_2"
 TARGETS = {"getsketch_p50_ms": 2.0, "getsketch_p99_ms": 10.0}  # at 50 clients
+RATIO_TARGET = 0.9  # of the no-op server's calls per second, at 50 clients
 
 
 def _log(progress: bool, text: str) -> None:
@@ -53,7 +59,7 @@ def _start_server(root: Path, workers: int) -> tuple[subprocess.Popen, str]:
     """``imp serve`` on a free loopback port; returns the process and its address."""
     cmd = [sys.executable, "-m", "services.cli", "serve", "--listen", "127.0.0.1:0",
            "--root", str(root), "--backend", "local", "--workers", str(workers),
-           "--log-level", "WARNING", "--max-watches", "1"]
+           "--log-level", "WARNING", "--max-watches", "1", "--metrics-listen", "off"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
@@ -64,18 +70,62 @@ def _start_server(root: Path, workers: int) -> tuple[subprocess.Popen, str]:
     return proc, line.split("imp: serving on ", 1)[1].strip()
 
 
-def _client_process(target: str, query: str, threads: int, warmup: float, seconds: float,
-                    rate: float, conn: Any) -> None:
+NOOP_SERVER = """
+import sys, time
+from concurrent import futures
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=int(sys.argv[1])))
+servicer = health.HealthServicer()
+servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(f"noop: serving on 127.0.0.1:{port}", flush=True)
+server.wait_for_termination()
+"""
+
+
+def _start_noop_server(workers: int) -> tuple[subprocess.Popen, str]:
+    """A Python gRPC server with only the health service (``workers`` threads)."""
+    proc = subprocess.Popen([sys.executable, "-c", NOOP_SERVER, str(workers)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("noop: serving on "):
+        proc.kill()
+        raise RuntimeError(f"the no-op server did not start (said {line!r})")
+    return proc, line.split("noop: serving on ", 1)[1].strip()
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _client_process(target: str, query: str | None, threads: int, warmup: float,
+                    seconds: float, rate: float, conn: Any) -> None:
     """Runs ``threads`` clients (one channel each), back to back or, with ``rate``, each
     at ``rate`` calls per second. Says "ready" once every client is connected, waits for
-    the common start time, then sends back the measured latencies (seconds) and errors."""
+    the common start time, then sends back the measured latencies (seconds) and errors.
+    ``query``: GetSketch of that query; None: the health Check (the no-op server)."""
     import threading
 
     import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from services.protos import pb, rpc
 
-    request = pb.GetSketchRequest(query=query, freshness=pb.FRESHNESS_CURRENT)
+    if query is None:
+        request: Any = health_pb2.HealthCheckRequest()
+    else:
+        request = pb.GetSketchRequest(query=query, freshness=pb.FRESHNESS_CURRENT)
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[str] = []
     connected = threading.Barrier(threads + 1)
@@ -84,11 +134,12 @@ def _client_process(target: str, query: str, threads: int, warmup: float, second
 
     def run(i: int) -> None:
         channel = grpc.insecure_channel(target)
-        stub = rpc.SketchServiceStub(channel)
+        call = health_pb2_grpc.HealthStub(channel).Check if query is None else \
+            rpc.SketchServiceStub(channel).GetSketch
         mine = latencies[i]
         try:
             try:
-                stub.GetSketch(request, timeout=60)  # connect before the clock starts
+                call(request, timeout=60)  # connect before the clock starts
             finally:
                 connected.wait()
             start.wait()
@@ -108,7 +159,7 @@ def _client_process(target: str, query: str, threads: int, warmup: float, second
                 now = time.time()
                 if now >= stop_at:
                     break
-                stub.GetSketch(request, timeout=60)
+                call(request, timeout=60)
                 if now >= measure_from:
                     mine.append(time.perf_counter() - t0)
         except grpc.RpcError as exc:
@@ -129,7 +180,7 @@ def _client_process(target: str, query: str, threads: int, warmup: float, second
     conn.close()
 
 
-def _measure(target: str, query: str, clients: int, processes: int, warmup: float,
+def _measure(target: str, query: str | None, clients: int, processes: int, warmup: float,
              seconds: float, rate: float = 0.0) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     procs = max(1, min(processes, clients))
@@ -177,12 +228,14 @@ def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: floa
     from services.client import SketchClient
 
     root = Path(tempfile.mkdtemp(prefix="imp-bench-grpc-"))
-    proc = None
+    proc = noop = None
     try:
         _log(progress, f"bench grpc: t5000g with {rows:,} rows in {root}")
         _make_root(root, rows)
         proc, target = _start_server(root, workers)
         _log(progress, f"bench grpc: imp serve (local backend) at {target}")
+        noop, noop_target = _start_noop_server(workers)
+        _log(progress, f"bench grpc: no-op server (health only) at {noop_target}")
         wq = load_query(QUERY)
         (table, column), = wq.sketch
         with SketchClient(target, timeout=300) as client:
@@ -193,7 +246,14 @@ def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: floa
                 procs = processes or min(os.cpu_count() or 1, math.ceil(n / 25))
                 _log(progress, f"bench grpc: {n} client(s) in {procs} process(es), "
                      f"{warmup:g} s warm-up + {seconds:g} s")
-                results.append(_measure(target, QUERY, n, procs, warmup, seconds))
+                imp = _measure(target, QUERY, n, procs, warmup, seconds)
+                _log(progress, "bench grpc: the same against the no-op server")
+                base = _measure(noop_target, None, n, procs, warmup, seconds)
+                imp["noop_calls_per_s"] = base["calls_per_s"]
+                imp["noop_p50_ms"] = base["getsketch_p50_ms"]
+                imp["ratio_to_noop"] = round(imp["calls_per_s"] / base["calls_per_s"], 3) \
+                    if base["calls_per_s"] else None
+                results.append(imp)
             paced = []
             if paced_rate:
                 n = max(clients)
@@ -216,13 +276,8 @@ def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: floa
             "server": server,
         }
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop(proc)
+        _stop(noop)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -238,6 +293,10 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
         out[f"{key}_target"] = target
         out[f"{key}_met"] = bool(top[key] <= target)
     out["calls_per_s"] = top["calls_per_s"]
+    out["noop_calls_per_s"] = top.get("noop_calls_per_s")
+    out["ratio_to_noop"] = top.get("ratio_to_noop")
+    out["ratio_to_noop_target"] = RATIO_TARGET
+    out["ratio_to_noop_met"] = bool((top.get("ratio_to_noop") or 0) >= RATIO_TARGET)
     for r in report.get("paced", []):
         prefix = f"paced_{r['clients']}x{r['rate_per_client']:g}per_s"
         out[f"{prefix}_p50_ms"] = r["getsketch_p50_ms"]

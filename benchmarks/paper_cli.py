@@ -90,6 +90,9 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed cycles (default 3)")
     p.add_argument("--feed-repeats", type=int, default=None,
                    help="cycles reading the delta back from the change feed (default 1)")
+    p.add_argument("--outside-repeats", type=int, default=None,
+                   help="cycles committed by another writer (delta-rs on the table's files), "
+                   "maintained from the change feed (default 1)")
     p.add_argument("--fm-runs", type=int, default=None,
                    help="timed FM runs after registration (default 1; one more is timed at "
                    "the verification point)")
@@ -97,7 +100,7 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
                    help="instead of running: combine these reports (runs over disjoint "
                    "query sets, e.g. an interrupted run's -partial.json) into --out")
     run = _run(tpch.run_tpch_bench, a="sf", b="delta_sizes", c="queries", d="fragments",
-               e="repeats", f="feed_repeats", g="fm_runs")
+               e="repeats", f="feed_repeats", g="fm_runs", h="outside_repeats")
 
     def tpch_handler(args: argparse.Namespace) -> int:
         if args.merge:

@@ -24,7 +24,12 @@ Each batch is committed (``commit_s``, not part of IMP) and then the sketch is r
 query's columns and selection, the operators including joins, sketch out). The cycle runs
 ``repeats`` times (``own``: the service's own commits); ``feed_repeats`` more cycles
 (``feed``) drop the coordinator's cached changes before each request, so the delta is
-read back from the Delta change files (``imp_feed_ms``). FM is a warm Spark recapture
+read back from the Delta change files (``imp_feed_ms``); ``outside_repeats`` more cycles
+(``outside``) are committed by another writer, delta-rs on the table's files directly (a
+MERGE that deletes and inserts, or an append), and the coordinator learns of the new
+version from the Delta log and reads its changes from the change feed
+(``imp_outside_ms``: from the sketch request, version discovery and change files
+included). FM is a warm Spark recapture
 (``coordinator.recapture``): one warm-up run, ``fm_runs`` timed runs right after
 registration, and one at a verification point (after a mixed batch of the largest
 size), where the maintained sketch must equal the recaptured one (``sketch_ok``). A
@@ -157,9 +162,36 @@ def _keys(rows: pa.Table, key: tuple[str, ...] = LINEITEM_KEY) -> set[tuple]:
     return set(zip(*(rows.column(k).to_pylist() for k in key)))
 
 
+def outside_commit(store, table: str, key: tuple[str, ...], ins: pa.Table | None,
+                   dels: pa.Table | None) -> None:
+    """Commit a batch as another writer would: delta-rs on the table's files (one MERGE
+    deleting ``dels`` by key and inserting ``ins``, or an append of ``ins`` alone); the
+    service is not told."""
+    from deltalake import DeltaTable, write_deltalake
+
+    location = store.entry(table).location
+    if dels is None or not dels.num_rows:
+        if ins is not None and ins.num_rows:
+            write_deltalake(location, ins, mode="append")
+        return
+    op = "__bench_op"
+    parts = [dels.append_column(op, pa.array(["d"] * dels.num_rows))]
+    if ins is not None and ins.num_rows:
+        parts.append(ins.select(dels.column_names).append_column(
+            op, pa.array(["i"] * ins.num_rows)))
+    source = pa.concat_tables(parts)
+    merge = DeltaTable(location).merge(
+        source=source, predicate=" AND ".join(f"t.{k} = s.{k}" for k in key),
+        source_alias="s", target_alias="t").when_matched_delete(predicate=f"s.{op} = 'd'")
+    if len(parts) > 1:
+        merge = merge.when_not_matched_insert(
+            updates={c: f"s.{c}" for c in dels.column_names}, predicate=f"s.{op} = 'i'")
+    merge.execute()
+
+
 def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: int,
                   repeats: int, feed_repeats: int, rng: np.random.Generator,
-                  progress: bool, fm_runs: int = 1
+                  progress: bool, fm_runs: int = 1, outside_repeats: int = 0
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Register ``qname`` on its header's sketch attribute, time FM, run the update cycles
     on the sketched table (own commits, then from the change feed), verify the sketch
@@ -183,10 +215,14 @@ def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: i
     # so that the queries after it see the table as it was
     missing: list[pa.Table | None] = [None]
 
-    def commit(ins: pa.Table | None, dels: pa.Table | None) -> float:
-        """Commit one batch through the coordinator; the commit's seconds."""
+    def commit(ins: pa.Table | None, dels: pa.Table | None, outside: bool = False) -> float:
+        """Commit one batch through the coordinator (or as another writer, ``outside``);
+        the commit's seconds."""
         t0 = time.perf_counter()
-        coordinator.apply_update(table, inserts=ins, deletes=dels)
+        if outside:
+            outside_commit(store, table, key, ins, dels)
+        else:
+            coordinator.apply_update(table, inserts=ins, deletes=dels)
         seconds = time.perf_counter() - t0
         out = [t for t in (missing[0], dels) if t is not None and t.num_rows]
         if ins is not None and ins.num_rows and out:
@@ -203,7 +239,8 @@ def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: i
             commit(ins, dels)
             coordinator.get_sketch(qname)
         cycles = [("own", r) for r in range(repeats)] + \
-            [("feed", r) for r in range(feed_repeats)]
+            [("feed", r) for r in range(feed_repeats)] + \
+            [("outside", r) for r in range(outside_repeats)]
         steps = len(sizes) * len(cycles) * 3
         with bar(progress, steps, f"{qname}") as pb:
             for n in sizes:
@@ -218,7 +255,7 @@ def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: i
                     batches.append(("mixed", d.slice(0, half), e))
                     batches.append(("insert", pa.concat_tables([d.slice(half), e]), None))
                     for kind, ins, dels in batches:
-                        commit_s = commit(ins, dels)
+                        commit_s = commit(ins, dels, outside=mode == "outside")
                         t = timed_maintenance(coordinator, qname, forget)
                         changed = (0 if ins is None else ins.num_rows) + \
                             (0 if dels is None else dels.num_rows)
@@ -277,6 +314,7 @@ def aggregate(queries: list[dict[str, Any]], samples: list[dict[str, Any]]
     for (q, n, kind), modes in cells.items():
         own = modes.get("own", [])
         feed = modes.get("feed", [])
+        outside = modes.get("outside", [])
         imp = median([s["imp_ms"] for s in own])
         row = {"query": q, "delta": n, "kind": kind, "imp_ms": round(imp, 3),
                "imp_ops_ms": round(median([s["ops_ms"] for s in own]), 3),
@@ -287,6 +325,10 @@ def aggregate(queries: list[dict[str, Any]], samples: list[dict[str, Any]]
                "fm_s": fm[q], "fm_over_imp": ratio(1000 * fm[q], imp),
                "fm_over_imp_feed": ratio(1000 * fm[q], median([s["imp_ms"] for s in feed]))
                if feed else None,
+               "imp_outside_ms": round(median([s["imp_ms"] for s in outside]), 3)
+               if outside else None,
+               "fm_over_imp_outside": ratio(1000 * fm[q], median([s["imp_ms"] for s in outside]))
+               if outside else None,
                "sketch_ok": ok[q], "samples": len(own)}
         out.append(row)
     return out
@@ -295,6 +337,7 @@ def aggregate(queries: list[dict[str, Any]], samples: list[dict[str, Any]]
 def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
                    delta_sizes: Iterable[int] = DELTA_SIZES, fragments: int = 1000,
                    repeats: int = 3, feed_repeats: int = 1, fm_runs: int = 1, seed: int = 0,
+                   outside_repeats: int = 1,
                    data_root: str | Path = ".imp", max_load: float | None = None,
                    progress: bool = True, out: str | Path = "bench-results/tpch.json"
                    ) -> dict[str, Any]:
@@ -306,6 +349,7 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
     sketched = sorted({f"{t}.{c}" for t, c in attributes.values()})
     params = {"sf": sf, "queries": queries, "delta_sizes": sizes, "fragments": fragments,
               "repeats": repeats, "feed_repeats": feed_repeats, "fm_runs": fm_runs,
+              "outside_repeats": outside_repeats,
               "seed": seed,
               "sketch": sketched[0] if len(sketched) == 1 else
               "per query, its workload header (queries[].sketch)",
@@ -338,7 +382,7 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
         for qname in queries:
             try:
                 s, rows = measure_query(coordinator, store, qname, sizes, fragments, repeats,
-                                        feed_repeats, rng, progress, fm_runs)
+                                        feed_repeats, rng, progress, fm_runs, outside_repeats)
             except Exception as exc:  # noqa: BLE001 - one query's failure must not cost
                 # the others' measurements: recorded, reported, and the run goes on
                 failed.append({"query": qname, "error": type(exc).__name__,
@@ -425,6 +469,13 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     if feed:
         out["min_ratio_feed"] = min(feed)
         out["median_ratio_feed"] = round(median(feed), 1)
+    outside = {q: r["fm_over_imp_outside"] for q, r in at.items()
+               if r.get("fm_over_imp_outside")}
+    if outside:
+        out["fm_over_imp_outside"] = outside
+        out["min_ratio_outside"] = min(outside.values())
+        out["median_ratio_outside"] = round(median(list(outside.values())), 1)
+        out["target_outside_min_100_met"] = min(outside.values()) >= 100
     return out
 
 
@@ -484,8 +535,8 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
 
     n = delta if delta is not None else report.get("summary", {}).get("delta", 100)
     head = ["query", "sketch", "forced", "FM s", f"IMP ms ins {n}", f"del {n}",
-            f"mixed {n}", "mixed, from feed", "FM/IMP", "FM/IMP feed", "sketch = FM",
-            "state MiB", "bootstrap s"]
+            f"mixed {n}", "mixed, from feed", "mixed, outside writer", "FM/IMP",
+            "FM/IMP feed", "FM/IMP outside", "sketch = FM", "state MiB", "bootstrap s"]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|"]
     for q in report["queries"]:
@@ -495,8 +546,9 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
         row = [q["query"], f"`{q.get('sketch', 'lineitem.l_orderkey')}`",
                "yes" if q.get("forced") else "no", q["fm_s"],
                at.get("insert", {}).get("imp_ms"), at.get("delete", {}).get("imp_ms"),
-               mixed.get("imp_ms"), mixed.get("imp_feed_ms"), mixed.get("fm_over_imp"),
-               mixed.get("fm_over_imp_feed"), q.get("sketch_ok"),
+               mixed.get("imp_ms"), mixed.get("imp_feed_ms"), mixed.get("imp_outside_ms"),
+               mixed.get("fm_over_imp"), mixed.get("fm_over_imp_feed"),
+               mixed.get("fm_over_imp_outside"), q.get("sketch_ok"),
                round(q["state_bytes"] / 2**20, 1), q["bootstrap_s"]]
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
     for f in report.get("failed", []):

@@ -56,6 +56,58 @@ def strategy_to_json(s: Strategy) -> dict:
 
 
 @dataclass(frozen=True)
+class Autoscaling:
+    """A query's shard count follows its maintenance load (``imp_actors.autoscaler``).
+
+    The load is the shard-seconds of maintenance per second of wall time over the last
+    ``window_s`` seconds (``telemetry.LoadMeter``); the autoscaler wants
+    ``ceil(load / target_load)`` shards within ``[min_shards, max_shards]``, and moves
+    there once that wish held for ``upscale_delay_s`` (more shards) or
+    ``downscale_delay_s`` (fewer) without a break. Invariant (checked here):
+    1 <= min_shards <= max_shards, 0 < target_load <= 1, delays >= 0, window > 0.
+    """
+
+    min_shards: int = 1
+    max_shards: int = 4
+    target_load: float = 0.5      # busy fraction of each shard the autoscaler aims at
+    upscale_delay_s: float = 30.0
+    downscale_delay_s: float = 300.0
+    window_s: float = 30.0        # the load is averaged over this many seconds
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_shards <= self.max_shards:
+            raise ValueError(f"autoscaling needs 1 <= min_shards <= max_shards, not "
+                             f"{self.min_shards}..{self.max_shards}")
+        if not 0 < self.target_load <= 1:
+            raise ValueError(f"autoscaling target_load must be in (0, 1] (a busy fraction "
+                             f"per shard), not {self.target_load}")
+        for name in ("upscale_delay_s", "downscale_delay_s"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"autoscaling {name} must be a number of seconds >= 0, "
+                                 f"not {getattr(self, name)}")
+        if not 0 < self.window_s < math.inf:
+            raise ValueError(f"autoscaling window_s must be a positive number of seconds, "
+                             f"not {self.window_s}")
+
+    def clamp(self, shards: int) -> int:
+        return min(max(shards, self.min_shards), self.max_shards)
+
+    def to_json(self) -> dict:
+        return {"min_shards": self.min_shards, "max_shards": self.max_shards,
+                "target_load": self.target_load, "upscale_delay_s": self.upscale_delay_s,
+                "downscale_delay_s": self.downscale_delay_s, "window_s": self.window_s}
+
+    @staticmethod
+    def from_json(raw: dict | None) -> Autoscaling | None:
+        """None (no autoscaling) for None: records written before autoscaling existed."""
+        if raw is None:
+            return None
+        return Autoscaling(int(raw["min_shards"]), int(raw["max_shards"]),
+                           float(raw["target_load"]), float(raw["upscale_delay_s"]),
+                           float(raw["downscale_delay_s"]), float(raw["window_s"]))
+
+
+@dataclass(frozen=True)
 class ActorResources:
     """Ray resources of one query actor (fractional CPUs so that many fit on a node)."""
 
@@ -110,9 +162,14 @@ class RuntimeConfig:
     # registration for single-shard queries (a sharded query keeps its inputs).
     join_state_budget_bytes: int | None = 256 << 20
     max_shards: int = 16  # shards of one query (each is an actor, ~170 MB of memory)
+    # RunQuery with a sketch drops the filter of a table it would read more than this
+    # share of (``imp_core.spark.access``); no filter left: the plain query
+    sketch_max_read_share: float = 0.5
     # the store's lease (``imp_actors.lease``): another coordinator may take the store
     # over only this long after the owner's last heartbeat
     lease_seconds: float = 15.0
+    # how often the control loop weighs autoscaled queries' load (``autoscaler.py``)
+    autoscale_every_s: float = 1.0
 
     @property
     def tables_dir(self) -> str:
@@ -145,6 +202,9 @@ class RuntimeConfig:
             changes["join_state_budget_bytes"] = _budget(env["IMP_JOIN_STATE_BUDGET_BYTES"])
         if env.get("IMP_LEASE_SECONDS"):
             changes["lease_seconds"] = _seconds(env["IMP_LEASE_SECONDS"], "IMP_LEASE_SECONDS")
+        if env.get("IMP_SKETCH_MAX_READ_SHARE"):
+            changes["sketch_max_read_share"] = _share(env["IMP_SKETCH_MAX_READ_SHARE"],
+                                                      "IMP_SKETCH_MAX_READ_SHARE")
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):
@@ -175,6 +235,16 @@ def _seconds(raw: str, name: str) -> float:
         value = 0.0
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
+    return value
+
+
+def _share(raw: str, name: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number from 0 to 1, not {raw!r}")
     return value
 
 

@@ -2,9 +2,13 @@
 
 Every tick (50 ms) it looks for table versions committed by other writers (every
 ``poll_seconds``), schedules eager queries whose pending changes are old enough, keeps
-the warm pool full and evicts idle queries. Eager maintenance runs on a small thread
-pool. Invariants:
-- a query has at most one maintenance job queued or running (``QueryRuntime.scheduled``);
+the warm pool full, evicts idle queries and (every ``autoscale_every_s``) weighs the load
+of autoscaled queries (``autoscaler.py``). Eager maintenance runs on a small thread
+pool, rescales the autoscaler asks for on a thread of their own (so they never hold up
+another query's maintenance). Invariants:
+- a query has at most one maintenance job queued or running (``QueryRuntime.scheduled``)
+  and at most one autoscaling rescale (``Trend.RESCALING`` until it ends);
+- the autoscaler acts only on live queries (a rescale never restores an evicted one);
 - each table version is accounted to the eager queries reading it once
   (``_seen_versions`` only grows);
 - one step's failure is logged and counted, never stops the loop or another query.
@@ -19,10 +23,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from imp_actors.autoscaler import Autoscaler, ceiling
 from imp_actors.config import Eager
 from imp_actors.context import RuntimeContext
 from imp_actors.feed import count_changes
-from imp_actors.lifecycle import QueryRuntime
+from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.metrics import query_load
+from imp_actors.registration import check_shards
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
 from imp_core.errors import ImpError, UnknownQueryError
@@ -40,7 +47,10 @@ class ControlLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._scaler: ThreadPoolExecutor | None = None  # autoscaling rescales, one at a time
+        self.autoscaler = Autoscaler()
         self._last_poll = 0.0
+        self._last_autoscale = 0.0
         self._seen_versions: dict[str, int] = {}
         self._seen_lock = threading.Lock()
         # tables with a commit of the service's own in flight: the poller leaves their new
@@ -66,6 +76,7 @@ class ControlLoop:
     # -- running ------------------------------------------------------------------------
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imp-maintain")
+        self._scaler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imp-autoscale")
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="imp-coordinator",
                                         daemon=True)
@@ -76,11 +87,12 @@ class ControlLoop:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._pool is not None:
-            if wait:
-                self._pool.shutdown(wait=True)
-            else:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._scaler):
+            if pool is not None:
+                if wait:
+                    pool.shutdown(wait=True)
+                else:
+                    pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_SECONDS):
@@ -107,6 +119,9 @@ class ControlLoop:
         if self.ctx.config.warm_actors > 0:
             self.shards.keep_warm()
         self.state.evict_idle(now)
+        if now - self._last_autoscale >= self.ctx.config.autoscale_every_s:
+            self._last_autoscale = now
+            self.autoscale()
 
     # -- new versions -------------------------------------------------------------------
     def poll(self) -> dict[str, int]:
@@ -185,3 +200,57 @@ class ControlLoop:
             self._pool.submit(job)
         except RuntimeError:  # shutting down
             q.scheduled = False
+
+    # -- autoscaling ------------------------------------------------------------------------
+    def autoscale(self) -> None:
+        """Weigh every live autoscaled query's load and start the rescales the autoscaler
+        asks for (``autoscaler.decide``)."""
+        queries = self.ctx.queries.all()
+        known = {q.name for q in queries}
+        for name in self.autoscaler.names():
+            if name not in known:
+                self.autoscaler.forget(name)  # dropped
+        cfg = self.ctx.config
+        live_actors = sum(len(q.handles or ()) for q in queries if q.live)
+        for q in queries:
+            policy = q.autoscaling
+            if policy is None or q.state is QueryState.RESCALING:
+                continue  # not autoscaled, or re-split right now (by ScaleQuery, or by us)
+            if not q.live:
+                self.autoscaler.forget(q.name)  # unmeasured while evicted
+                continue
+            top = ceiling(policy, q.shards, max_shards=cfg.max_shards,
+                          max_live_actors=cfg.eviction.max_live_actors,
+                          live_actors=live_actors, splittable=not q.record.placement)
+            load = query_load(q)
+            decision = self.autoscaler.decide(q.name, policy, q.shards, load, top)
+            if decision.target is not None:
+                self._submit_rescale(q, decision.target, load)
+
+    def _submit_rescale(self, q: QueryRuntime, target: int, load: float) -> None:
+        def job() -> None:
+            try:
+                with q.lock:
+                    if not q.live or q.shards == target:
+                        return  # evicted, dropped or re-split meanwhile
+                    check_shards(target, self.ctx.config)
+                    log.info("autoscaling %s from %d to %d shards (load %.3f shard-s/s, "
+                             "target %.3f per shard)", q.name, q.shards, target, load,
+                             q.autoscaling.target_load if q.autoscaling else 0.0)
+                    self.state.rescale(q, target)
+                self.ctx.counters["autoscale_rescales"] += 1
+            except UnknownQueryError:
+                pass
+            except Exception as exc:  # one query's failure must not stop the others
+                log.error("autoscaling %s to %d shards failed: %s", q.name, target, exc)
+                self.ctx.counters["autoscale_errors"] += 1
+            finally:
+                self.autoscaler.done(q.name)
+
+        if self._scaler is None or self._stop.is_set():
+            self.autoscaler.done(q.name)
+            return
+        try:
+            self._scaler.submit(job)
+        except RuntimeError:  # shutting down
+            self.autoscaler.done(q.name)

@@ -42,6 +42,7 @@ from imp_actors.handles import Pending, T, WorkerHandle, gather, make_backend
 from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.maintenance import Maintenance
+from imp_actors.metrics import query_load, runtime_metrics
 from imp_actors.registration import Registration, check_shards
 from imp_actors.registry import Registry
 from imp_actors.shards import ShardManager
@@ -54,6 +55,7 @@ from imp_actors.types import (
     QueryInfo,
     QueryResult,
     QuerySpec,
+    RuntimeMetrics,
     SketchVersion,
     UpdateResult,
 )
@@ -210,7 +212,8 @@ class Coordinator:
             sketch_fragments=len(latest.sketch.fragments) if latest else 0,
             total_fragments=q.partitions.size, state_bytes=q.state_bytes,
             pending_tuples=q.pending_tuples, last_used=q.last_used,
-            probed_join_sides=tuple(q.record.placement))
+            probed_join_sides=tuple(q.record.placement), autoscaling=q.autoscaling,
+            load=query_load(q))
 
     def get_sketch(self, name: str, fresh: bool = True) -> SketchVersion:
         """``fresh``: the sketch at the latest committed versions (maintaining first);
@@ -289,9 +292,19 @@ class Coordinator:
         return self.info(name)
 
     def scale(self, name: str, shards: int) -> QueryInfo:
-        """Split the query's state over ``shards`` actors (see ``StateManager.rescale``)."""
+        """Split the query's state over ``shards`` actors (see ``StateManager.rescale``).
+        An autoscaled query accepts a count within its bounds only; its autoscaler goes
+        on from there."""
         check_shards(shards, self.ctx.config)
-        self.state.rescale(self._get(name), shards)
+        q = self._get(name)
+        policy = q.autoscaling
+        if policy is not None and policy.clamp(shards) != shards:
+            raise PartitionError(f"query {name!r} is autoscaled between "
+                                 f"{policy.min_shards} and {policy.max_shards} shards; "
+                                 f"{shards} is outside")
+        self.state.rescale(q, shards)
+        if policy is not None:
+            self.loop.autoscaler.done(name)  # its next move waits a full delay from here
         return self.info(name)
 
     # -- queries on Spark -------------------------------------------------------------------
@@ -299,7 +312,8 @@ class Coordinator:
                   use_sketch: bool = True) -> QueryResult:
         """Run a SELECT on Spark over the tables' versions of the sketch it uses (or the
         latest versions without one); with ``use_sketch`` the scans read only the
-        sketch's fragments."""
+        sketch's fragments, except of tables where its filter would read more than
+        ``sketch_max_read_share`` of the rows (``QueryResult.access`` says which)."""
         from imp_core.sql import plan_sql
 
         registered = self._get(query) if query else None
@@ -317,7 +331,8 @@ class Coordinator:
             versions = dict(version.versions)
         else:
             versions = {t: self.probe.latest(t) for t in sorted(plan.root.tables())}
-        run = self.spark.run(plan, versions, version.sketch if version else None)
+        run = self.spark.run(plan, versions, version.sketch if version else None,
+                             self.config.sketch_max_read_share)
         return replace(run, sketch=version)
 
     def recapture(self, name: str, versions: Mapping[str, int] | None = None
@@ -334,6 +349,11 @@ class Coordinator:
     # -- statistics and tools ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         return self.ctx.stats()
+
+    def metrics(self) -> RuntimeMetrics:
+        """Per query and overall, what an operator watches (``imp_actors.metrics``): cheap,
+        never waits for a query's maintenance or calls an actor (for scrapes)."""
+        return runtime_metrics(self.ctx)
 
     def _ask_shards(self, name: str, ask: Callable[[WorkerHandle], Pending[T]]) -> list[T]:
         """``ask`` every shard of the query (made live first), in shard order."""

@@ -61,6 +61,18 @@ class VersionProbe:
             self._known[table] = v
             return v
 
+    def committed_at(self, table: str, version: int) -> float | None:
+        """Unix time at which ``version`` of ``table`` was committed: the time its log
+        entry was written (None for tables in an object store, or if the entry is gone)."""
+        with self._lock:
+            log_dir = self._log_dir(table)
+        if log_dir is None:
+            return None
+        try:
+            return os.stat(os.path.join(log_dir, f"{version:020d}.json")).st_mtime
+        except OSError:
+            return None
+
     def note(self, table: str, version: int) -> None:
         """A version this process committed itself."""
         with self._lock:

@@ -9,7 +9,10 @@ Invariants:
 - ``shard_versions``, ``shard_sketches`` and ``shard_bytes`` hold one entry per handle
   (all empty without handles);
 - every field is guarded by ``lock`` except ``scheduled`` and ``last_used``, which the
-  control loop reads without it (a stale read only delays a decision by one tick).
+  control loop reads without it (a stale read only delays a decision by one tick), and
+  ``telemetry``, which has its own locks; metrics (``metrics.py``) read the state
+  fields without the lock too, so a scrape never waits for a maintenance step (its
+  values may be one step old).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from typing import Mapping, Sequence
 
 from pyroaring import BitMap
 
-from imp_actors.config import Strategy, strategy_from_json
+from imp_actors.config import Autoscaling, Strategy, strategy_from_json
 from imp_actors.handles import WorkerHandle
 from imp_actors.history import SketchHistory
 from imp_actors.registry import QueryRecord
 from imp_actors.sharding import ShardKey
+from imp_actors.telemetry import QueryTelemetry
 from imp_actors.worker import ApplyResult, WorkerStatus
 from imp_core.errors import ImpError
 from imp_core.plan.nodes import QueryPlan
@@ -105,6 +109,8 @@ class QueryRuntime:
     seq_floor: int = 0
     # the shard states of the Spark capture in progress: (versions, one state per shard)
     capture: tuple[dict[str, int], list[dict]] | None = None
+    # maintenance latencies, load and shard recoveries (``telemetry.py``)
+    telemetry: QueryTelemetry = field(default_factory=QueryTelemetry)
 
     # -- pending changes (eager queries) ----------------------------------------------------
     def note_pending(self, table: str, version: int, tuples: int, now: float) -> int:
@@ -186,6 +192,10 @@ class QueryRuntime:
     @property
     def strategy(self) -> Strategy:
         return strategy_from_json(self.record.strategy)
+
+    @property
+    def autoscaling(self) -> Autoscaling | None:
+        return Autoscaling.from_json(self.record.autoscaling)
 
     def versions(self) -> dict[str, int]:
         """The common version of all shards (they differ only mid-recovery)."""

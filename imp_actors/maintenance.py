@@ -52,6 +52,7 @@ class Maintenance:
         self.advance(q, dict(target))
         seconds = time.perf_counter() - t0
         self.ctx.time("maintain_s", seconds)
+        q.telemetry.maintenance.observe(seconds)
         self.ctx.counters["maintenance_batches"] += 1
         version = self.publish(q, dict(target), seconds)
         q.settle_pending(target)
@@ -59,7 +60,9 @@ class Maintenance:
         return version, True
 
     def advance(self, q: QueryRuntime, target: dict[str, int]) -> None:
-        """Bring every shard to ``target``, recovering shards that die on the way."""
+        """Bring every shard to ``target``, recovering shards that die on the way. The
+        shards' time applying the batches counts to the query's load (``telemetry``)."""
+        busy = 0.0
         for _attempt in range(RETRIES):
             assert q.handles is not None
             pending, todo = [], []
@@ -78,7 +81,10 @@ class Maintenance:
                     lost.append(i)
                     continue
                 q.set_shard(i, None, res)
+                busy += res.seconds
             if not lost:
+                if busy:
+                    q.telemetry.load.record(busy)
                 return
             self.ctx.counters["actor_failures"] += len(lost)
             for i in lost:

@@ -9,7 +9,11 @@ Invariants:
 - a query is in the durable registry iff its first state was built and checkpointed
   (a failed registration leaves no record, no route and no running actor);
 - a query's scan specs are ``scan_specs`` of its plan, with every selection dropped when
-  its record says ``pushdown`` is off.
+  its record says ``pushdown`` is off;
+- a query that may ever have more than one shard (``shards > 1``, or autoscaling up to
+  ``max_shards > 1``) has a plan that can be split and probes no join side in the data
+  layer, so every later rescale can re-split its state; an autoscaled query starts with
+  ``shards`` moved into its bounds.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
     tables = StoreTables(ctx.store, latest=ctx.probe.latest, catalog=catalog)
     # join sides beyond the actor's budget are probed in the data layer (single-shard
     # queries only, see ``place_join_sides``), so the memory estimate leaves them out
-    budget = ctx.config.join_state_budget_bytes if spec.shards == 1 else None
+    budget = ctx.config.join_state_budget_bytes if most_shards(spec) == 1 else None
     return prepare_query(spec.sql, tables, spec.partitions,
                          spec.fragments or ctx.config.default_fragments, spec.force,
                          pushdown=spec.pushdown, join_state_budget_bytes=budget)
@@ -61,8 +65,9 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
 
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
     """The join sides of a new query to probe in the data layer: those beyond the actor's
-    state budget, for a single-shard query (a shard's sides hold only its routed rows,
-    which the files alone cannot tell). The sides are sized by the registration's memory
+    state budget, for a query that never has more than one shard (``shards``: the most it
+    may have; a shard's sides hold only its routed rows, which the files alone cannot
+    tell). The sides are sized by the registration's memory
     estimate (rows after selections and aggregations, ``imp_core.estimate``), the one the
     memory check used; without one (the check is off), by the tables' Parquet footers."""
     budget = ctx.config.join_state_budget_bytes
@@ -75,11 +80,22 @@ def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[st
     return tuple(sorted(placement))
 
 
+def first_shards(spec: QuerySpec) -> int:
+    """The shards a new query starts with: ``shards``, moved into its autoscaling bounds."""
+    return spec.autoscaling.clamp(spec.shards) if spec.autoscaling else spec.shards
+
+
+def most_shards(spec: QuerySpec) -> int:
+    """The most shards the query may ever have (its autoscaling maximum)."""
+    return max(first_shards(spec), spec.autoscaling.max_shards if spec.autoscaling else 1)
+
+
 def check_request(spec: QuerySpec, config: RuntimeConfig) -> None:
     if not _NAME.match(spec.name or ""):
         raise InvalidNameError(f"query name {spec.name!r} must start with a letter and hold "
                                "only letters, digits, '_', '.', '-' (at most 64)")
     check_shards(spec.shards, config)
+    check_shards(most_shards(spec), config)  # an autoscaling maximum within the limits too
 
 
 def check_shards(shards: int, config: RuntimeConfig) -> None:
@@ -111,13 +127,16 @@ class Registration:
         ctx.queries.check_free(spec.name)
         prepared = prepare(spec, ctx, self.catalog())
         plan, pset = prepared.plan, prepared.partitions
-        if spec.shards > 1:
+        if most_shards(spec) > 1:
             shard_key(plan)  # raises with the reason when the plan cannot be split
+        shards = first_shards(spec)
         record = QueryRecord(spec.name, spec.sql, partitions_to_records(pset),
-                             strategy_to_json(spec.strategy), spec.force, spec.shards,
+                             strategy_to_json(spec.strategy), spec.force, shards,
                              pushdown=spec.pushdown,
-                             placement=place(prepared, spec.shards, ctx),
-                             seq_reserved=SEQ_BLOCK)
+                             placement=place(prepared, most_shards(spec), ctx),
+                             seq_reserved=SEQ_BLOCK,
+                             autoscaling=spec.autoscaling.to_json() if spec.autoscaling
+                             else None)
         q = self.runtime(record, plan, pset, QueryState.REGISTERING, restarted=False)
         ctx.queries.add(q)
         try:

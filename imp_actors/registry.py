@@ -3,7 +3,8 @@
 One JSON document (``registry.json``) rewritten atomically on every change. A record
 holds the query's SQL, its exact partitions (split points as Arrow IPC, so fragment ids
 are identical after recovery), strategy, shard count and the generation of its
-checkpoints (bumped whenever the state is re-split, so stale checkpoints are never read).
+checkpoints (bumped whenever the state is re-split, so stale checkpoints are never read)
+and, for an autoscaled query, its autoscaling bounds.
 Invariant: a query is in the registry iff its registration completed and it was not
 dropped.
 """
@@ -75,6 +76,9 @@ class QueryRecord:
     # coordinator continues after it, so a (query, seq) never names two sketches
     # (reserved ``SEQ_BLOCK`` at a time; absent from older files: 0)
     seq_reserved: int = 0
+    # ``config.Autoscaling.to_json()`` of an autoscaled query; None (and absent from older
+    # files): its shard count changes only when asked (ScaleQuery)
+    autoscaling: dict[str, Any] | None = None
 
     def with_shards(self, shards: int) -> QueryRecord:
         return replace(self, shards=shards, generation=self.generation + 1)

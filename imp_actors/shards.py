@@ -152,6 +152,7 @@ class ShardManager:
             q.capture = None
         q.set_shard(shard, h, st)
         self.ctx.counters["actor_recoveries"] += 1
+        q.telemetry.restarted()
 
     def load_newest_checkpoint(self, q: QueryRuntime, shard: int, h: WorkerHandle
                                ) -> WorkerStatus | None:

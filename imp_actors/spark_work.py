@@ -42,19 +42,26 @@ class SparkWork:
         return self._delta_source
 
     def run(self, plan: QueryPlan, versions: Mapping[str, int],
-            sketch: Sketch | None = None) -> QueryResult:
-        """The query over the tables at ``versions``, scans filtered by ``sketch`` (the
-        result names no sketch version: the caller knows which one it used)."""
+            sketch: Sketch | None = None, max_read_share: float = 1.0) -> QueryResult:
+        """The query over the tables at ``versions``, scans filtered by ``sketch`` where
+        its filter reads at most ``max_read_share`` of a table's rows (otherwise that
+        table is read whole, ``imp_core.spark.access``; none filtered: the plain query).
+        The result names no sketch version: the caller knows which one it used."""
+        from imp_core.spark.access import choose_access
         from imp_core.spark.run import run_query
 
+        choice = choose_access(sketch, max_read_share) if sketch is not None else None
+        used = choice.sketch if choice is not None else None
         with self._lock:
             spark = self.session()
-            files = self._table_views(spark, versions, sketch)
-            run = run_query(spark, plan, sketch)
+            files = self._table_views(spark, versions, used)
+            run = run_query(spark, plan, used)
         # files left out of the views by their statistics count as skipped, too
         skipped = {t: max(files[t] - run.files_read.get(t, 0), 0) for t in files}
         return QueryResult(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
-                           skipped)
+                           skipped, access="plain" if used is None else "sketch",
+                           access_reason=choice.reason if choice is not None else "",
+                           read_share=choice.read_share if choice is not None else {})
 
     def recapture(self, plan: QueryPlan, partitions: PartitionSet,
                   versions: Mapping[str, int]) -> tuple[Sketch, float]:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from imp_actors.config import Lazy, Strategy
+from imp_actors.config import Autoscaling, Lazy, Strategy
 from imp_core.sketch.partition import PartitionSpec
 from imp_core.sketch.sketch import Range, Sketch
 
@@ -28,6 +28,8 @@ class QuerySpec:
     header with ``fragments`` fragments. ``force`` registers even if the safety check
     finds the sketch attribute unsafe. ``pushdown`` False keeps the query's selections
     out of its scans (every row of a read table reaches its workers; for measurements).
+    ``autoscaling`` lets the shard count follow the maintenance load within its bounds
+    (the query starts with ``shards`` moved into them).
     """
 
     name: str
@@ -38,6 +40,7 @@ class QuerySpec:
     force: bool = False
     shards: int = 1
     pushdown: bool = True
+    autoscaling: Autoscaling | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class QueryInfo:
     last_used: float
     # join sides probed in the data layer instead of held in the actors' state
     probed_join_sides: tuple[str, ...] = ()
+    autoscaling: Autoscaling | None = None
+    # maintenance shard-seconds per second over the autoscaling window (default 30 s)
+    load: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,3 +124,54 @@ class QueryResult:
     files_read: Mapping[str, int]
     files_skipped: Mapping[str, int]
     sketch: SketchVersion | None = None
+    # "sketch" (scans filtered by the sketch) or "plain"; why; and per sketched table the
+    # estimated share of its rows the sketch's filter would read
+    access: str = "plain"
+    access_reason: str = ""
+    read_share: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LatencySnapshot:
+    """A latency histogram at one moment: ``counts[i]`` observations were <=
+    ``bounds[i]`` (cumulative; the last bound is +inf, its count the total)."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+
+    @property
+    def count(self) -> int:
+        return self.counts[-1] if self.counts else 0
+
+
+@dataclass(frozen=True)
+class QueryMetrics:
+    """One registered query as an operator watches it (``Coordinator.metrics``).
+
+    ``staleness_versions``: table versions committed beyond those of the latest sketch
+    (summed over the query's tables); ``stale_since``: Unix time of the first of them
+    (None when the sketch is current); both None while the query has no sketch yet (an
+    evicted query after a restart, before it is used)."""
+
+    name: str
+    state: str                       # lifecycle.QueryState.reported
+    shards: int
+    state_bytes: int
+    pending_tuples: int
+    maintenance: LatencySnapshot     # seconds of each maintenance step
+    load: float                      # as QueryInfo.load
+    restarts: int                    # lost shards recovered (actor restarts)
+    staleness_versions: int | None
+    stale_since: float | None
+    autoscaling: Autoscaling | None
+
+
+@dataclass(frozen=True)
+class RuntimeMetrics:
+    """The coordinator's metrics at one moment (``Coordinator.metrics``)."""
+
+    queries: tuple[QueryMetrics, ...]
+    live_actors: int
+    counters: Mapping[str, int]      # events since start: maintenance_batches, rescales, ...
+    at: float = field(default_factory=time.time)

@@ -26,7 +26,7 @@ import grpc
 import pyarrow as pa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from imp_actors.config import Lazy, Strategy
+from imp_actors.config import Autoscaling, Lazy, Strategy
 from imp_actors.types import CheckpointInfo, QueryInfo, UpdateResult
 from imp_core.errors import ImpError
 from services import convert
@@ -37,7 +37,7 @@ from services.records import RunResult, SketchRecord, TableRecord
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 # Calls that may run twice with the same effect as once.
-IDEMPOTENT = ("ListQueries", "ListTables", "GetSketch", "WatchSketch", "Maintain",
+IDEMPOTENT = ("ListQueries", "ListTables", "GetSketch", "GetSketches", "WatchSketch", "Maintain",
               "RunQuery", "Checkpoint", "Evict", "Restore", "ScaleQuery", "Stats")
 
 
@@ -151,9 +151,11 @@ class SketchClient:
     def register(self, name: str, sql: str,
                  partitions: Mapping[str, int | Sequence[Any]] | None = None,
                  fragments: int | None = None, strategy: Strategy | None = None,
-                 force: bool = False, shards: int = 1) -> QueryInfo:
+                 force: bool = False, shards: int = 1,
+                 autoscaling: Autoscaling | None = None) -> QueryInfo:
         """Register ``sql`` under ``name``. ``partitions`` maps "table.column" to a
-        fragment count or split points; None uses the SQL's ``-- sketch:`` header."""
+        fragment count or split points; None uses the SQL's ``-- sketch:`` header.
+        ``autoscaling``: the shard count follows the maintenance load within its bounds."""
         specs = []
         for attr, spec in (partitions or {}).items():
             if isinstance(spec, int):
@@ -164,7 +166,7 @@ class SketchClient:
         req = pb.RegisterQueryRequest(
             name=name, sql=sql, partitions=specs, fragments=fragments or 0,
             strategy=convert.strategy_to_proto(strategy or Lazy()), force=force,
-            shards=shards)
+            shards=shards, autoscaling=convert.autoscaling_to_proto(autoscaling))
         return convert.query_info_from_proto(self._call("RegisterQuery", req).query)
 
     def drop(self, name: str) -> None:
@@ -202,6 +204,21 @@ class SketchClient:
         if seq is not None:
             req.seq = seq
         return convert.sketch_from_proto(self._call("GetSketch", req, timeout).sketch)
+
+    def sketches(self, names: Sequence[str] = (), fresh: bool = True,
+                 known: Mapping[str, int] | None = None, include_partitions: bool = False,
+                 timeout: float | None = None
+                 ) -> tuple[dict[str, SketchRecord], dict[str, RemoteError]]:
+        """The sketches of many queries (all with no ``names``) in one call: those whose
+        latest seq differs from ``known[name]``, and the errors of the queries that could
+        not be answered (each as GetSketch would have failed)."""
+        req = pb.GetSketchesRequest(
+            queries=list(names), include_partitions=include_partitions,
+            known_seqs=dict(known or {}),
+            freshness=pb.FRESHNESS_CURRENT if fresh else pb.FRESHNESS_LATEST_MAINTAINED)
+        resp = self._call("GetSketches", req, timeout)
+        return ({s.query: convert.sketch_from_proto(s) for s in resp.sketches},
+                {e.query: RemoteError(e.code, e.message) for e in resp.errors})
 
     def watch(self, name: str, after_seq: int = 0, include_partitions: bool = False,
               timeout: float | None = None) -> Iterator[SketchRecord]:

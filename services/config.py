@@ -5,7 +5,9 @@
 
 Invariants: every limit is a positive integer; TLS needs both a certificate and a key,
 and a client CA (mutual TLS) needs TLS; the server listens on the loopback interface
-unless ``listen`` says otherwise.
+unless ``listen`` says otherwise, and so does its metrics endpoint (``metrics_listen``:
+``imp serve`` serves it on ``DEFAULT_METRICS_LISTEN`` unless ``IMP_METRICS_LISTEN`` says
+otherwise or ``off``; a ``ServerConfig`` built in code has none unless given one).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import argparse
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from imp_actors.config import RuntimeConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # Prometheus /metrics of `imp serve`
 MiB = 1 << 20
 
 
@@ -59,6 +62,8 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    # the Prometheus endpoint (host:port; None: none)
+    metrics_listen: str | None = None
     # serving
     workers: int = 16
     grace_seconds: float = 5.0
@@ -123,6 +128,7 @@ class ServerConfig:
         for name, var, conv in _SETTINGS:
             if env.get(var):
                 values[name] = _convert(conv, env[var], var)
+        values.setdefault("metrics_listen", DEFAULT_METRICS_LISTEN)  # `imp serve` serves it
         return _build(values)
 
     @staticmethod
@@ -148,8 +154,14 @@ class ServerConfig:
 
 _LIMIT_NAMES = tuple(f.name for f in fields(Limits))
 
+
+def listen_or_off(raw: str) -> str | None:
+    """``IMP_METRICS_LISTEN``: host:port, or off / none (no endpoint)."""
+    text = raw.strip()
+    return None if text.lower() in ("off", "none") else text
+
 # (field, environment variable, converter)
-_SETTINGS: tuple[tuple[str, str, type], ...] = (
+_SETTINGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("listen", "IMP_LISTEN", str),
     ("root", "IMP_ROOT", str),
     ("tables", "IMP_TABLES", str),
@@ -165,6 +177,7 @@ _SETTINGS: tuple[tuple[str, str, type], ...] = (
     ("tls_client_ca", "IMP_TLS_CLIENT_CA", str),
     ("workers", "IMP_WORKERS", int),
     ("grace_seconds", "IMP_GRACE_SECONDS", float),
+    ("metrics_listen", "IMP_METRICS_LISTEN", listen_or_off),
     ("max_sql_chars", "IMP_MAX_SQL_CHARS", int),
     ("max_batch_rows", "IMP_MAX_BATCH_ROWS", int),
     ("max_batch_bytes", "IMP_MAX_BATCH_BYTES", int),
@@ -190,6 +203,8 @@ _HELP = {
     "tls_client_ca": "PEM CA that client certificates must chain to (mutual TLS)",
     "workers": "threads serving calls (default 16), plus one per allowed watch stream",
     "grace_seconds": "on shutdown, how long running calls may finish (default 5)",
+    "metrics_listen": f"host:port of the Prometheus /metrics endpoint (default "
+                      f"{DEFAULT_METRICS_LISTEN}; 'off': none)",
     "max_sql_chars": "longest SQL text accepted",
     "max_batch_rows": "most rows in one ApplyUpdate",
     "max_batch_bytes": "most Arrow IPC bytes in one ApplyUpdate",
@@ -201,7 +216,7 @@ _HELP = {
 }
 
 
-def _convert(conv: type, raw: str, where: str) -> Any:
+def _convert(conv: Callable[[str], Any], raw: str, where: str) -> Any:
     try:
         return conv(raw)
     except ValueError:

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from imp_actors.config import Eager, Lazy, Strategy
+from imp_actors.config import Autoscaling, Eager, Lazy, Strategy
 from imp_actors.types import (
     CheckpointInfo,
     QueryInfo,
@@ -211,6 +211,31 @@ def strategy_from_proto(msg: pb.Strategy) -> Strategy:
     return Lazy()
 
 
+def autoscaling_to_proto(a: Autoscaling | None) -> pb.Autoscaling | None:
+    if a is None:
+        return None
+    return pb.Autoscaling(min_shards=a.min_shards, max_shards=a.max_shards,
+                          target_load=a.target_load, upscale_delay_s=a.upscale_delay_s,
+                          downscale_delay_s=a.downscale_delay_s, window_s=a.window_s)
+
+
+def autoscaling_from_proto(msg: pb.Autoscaling) -> Autoscaling:
+    """An ``Autoscaling`` message as the policy: unset fields take their defaults, and a
+    policy that makes no sense is INVALID_ARGUMENT."""
+    default = Autoscaling()
+
+    def seconds(name: str) -> float:
+        return getattr(msg, name) if msg.HasField(name) else getattr(default, name)
+
+    try:
+        return Autoscaling(msg.min_shards or 1, msg.max_shards,
+                           msg.target_load or default.target_load,
+                           seconds("upscale_delay_s"), seconds("downscale_delay_s"),
+                           seconds("window_s"))
+    except ValueError as exc:
+        raise BadRequestError(str(exc)) from None
+
+
 # -- requests (server side) -------------------------------------------------------------
 
 
@@ -237,7 +262,9 @@ def query_spec(req: pb.RegisterQueryRequest) -> QuerySpec:
     return QuerySpec(
         name=req.name, sql=req.sql, partitions=partition_specs(req.partitions),
         fragments=req.fragments or None, strategy=strategy_from_proto(req.strategy),
-        force=req.force, shards=req.shards or 1)
+        force=req.force, shards=req.shards or 1,
+        autoscaling=autoscaling_from_proto(req.autoscaling)
+        if req.HasField("autoscaling") else None)
 
 
 # -- records to messages (server side) -------------------------------------------------
@@ -259,7 +286,8 @@ def query_info_to_proto(info: QueryInfo) -> pb.QueryInfo:
         versions=dict(info.versions), sketch_seq=info.sketch_seq,
         sketch_fragments=info.sketch_fragments, total_fragments=info.total_fragments,
         state_bytes=info.state_bytes, pending_tuples=info.pending_tuples,
-        last_used=info.last_used, probed_join_sides=list(info.probed_join_sides))
+        last_used=info.last_used, probed_join_sides=list(info.probed_join_sides),
+        autoscaling=autoscaling_to_proto(info.autoscaling), load=info.load)
 
 
 def _range_to_proto(r: Range, dtype: pa.DataType) -> pb.Range:
@@ -357,7 +385,8 @@ def update_to_proto(u: UpdateResult) -> pb.ApplyUpdateResponse:
 def query_result_to_proto(r: QueryResult, rows: bytes) -> pb.RunQueryResponse:
     out = pb.RunQueryResponse(
         rows=rows, row_count=r.rows.num_rows, seconds=r.seconds, rows_read=dict(r.rows_read),
-        files_read=dict(r.files_read), files_skipped=dict(r.files_skipped))
+        files_read=dict(r.files_read), files_skipped=dict(r.files_skipped),
+        access=r.access, access_reason=r.access_reason, read_share=dict(r.read_share))
     if r.sketch is not None:
         out.sketch.CopyFrom(sketch_to_proto(r.sketch))
     return out
@@ -379,7 +408,9 @@ def query_info_from_proto(msg: pb.QueryInfo) -> QueryInfo:
         versions=dict(msg.versions), sketch_seq=msg.sketch_seq,
         sketch_fragments=msg.sketch_fragments, total_fragments=msg.total_fragments,
         state_bytes=msg.state_bytes, pending_tuples=msg.pending_tuples,
-        last_used=msg.last_used, probed_join_sides=tuple(msg.probed_join_sides))
+        last_used=msg.last_used, probed_join_sides=tuple(msg.probed_join_sides),
+        autoscaling=autoscaling_from_proto(msg.autoscaling)
+        if msg.HasField("autoscaling") else None, load=msg.load)
 
 
 def sketch_from_proto(msg: pb.SketchVersion) -> SketchRecord:
@@ -422,7 +453,9 @@ def run_result_from_proto(msg: pb.RunQueryResponse) -> RunResult:
         rows=rows if rows is not None else pa.table({}), seconds=msg.seconds,
         rows_read=dict(msg.rows_read), files_read=dict(msg.files_read),
         files_skipped=dict(msg.files_skipped),
-        sketch=sketch_from_proto(msg.sketch) if msg.HasField("sketch") else None)
+        sketch=sketch_from_proto(msg.sketch) if msg.HasField("sketch") else None,
+        access=msg.access or "plain", access_reason=msg.access_reason,
+        read_share=dict(msg.read_share))
 
 
 def table_from_proto(msg: pb.TableInfo) -> TableRecord:

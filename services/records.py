@@ -9,7 +9,7 @@ its ``fragments`` are global ids in ``[0, total_fragments)`` and each table's lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import pyarrow as pa
@@ -77,6 +77,9 @@ class RunResult:
     files_read: Mapping[str, int]
     files_skipped: Mapping[str, int]
     sketch: SketchRecord | None = None
+    access: str = "plain"  # "sketch": scans filtered by the sketch; "plain": no filter
+    access_reason: str = ""
+    read_share: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def total_rows_read(self) -> int:

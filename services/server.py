@@ -4,10 +4,14 @@ behind the token and error-mapping interceptors, on an insecure or TLS port.
 ``SketchServer`` fronts a coordinator it is given (tests, benchmarks); ``serve`` is
 ``imp serve``: it builds the coordinator from a ``ServerConfig``, serves until SIGINT or
 SIGTERM, then drains calls and closes the coordinator (which checkpoints live queries).
+With ``metrics_listen`` it also serves Prometheus metrics over HTTP
+(``services/exporter.py``), from a registry of its own.
 
 Invariants: the health service reports SERVING only between a successful start and the
 beginning of shutdown. The default address is loopback; listening elsewhere is an explicit
-setting (IMP_LISTEN), and doing so without TLS and tokens is logged as a warning.
+setting (IMP_LISTEN), and doing so without TLS and tokens is logged as a warning. The
+metrics endpoint runs exactly while the gRPC server does (started first: a port that
+cannot be bound fails the start before any call is taken).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from services.auth import TokenAuthInterceptor
 from services.config import ServerConfig
 from services.error_interceptor import ErrorMappingInterceptor
+from services.exporter import MetricsEndpoint, RuntimeCollector
 from services.guards import Guard
 from services.metrics import CallMetrics
 from services.protos import SERVICE_NAME, rpc
@@ -63,6 +69,12 @@ def preflight(config: ServerConfig) -> None:
     if config.tls:
         server_credentials(config)
     check_listen(config.listen)
+    if config.metrics_listen is not None:
+        try:
+            check_listen(config.metrics_listen)
+        except OSError as exc:
+            raise OSError(f"metrics endpoint (IMP_METRICS_LISTEN; 'off' turns it off): "
+                          f"{exc}") from None
 
 
 def check_listen(listen: str) -> None:
@@ -101,7 +113,8 @@ class SketchServer:
                         "token authentication")
         self.config = config
         self.coordinator = coordinator
-        self.metrics = CallMetrics()
+        self.registry = CollectorRegistry()  # this server's own, not the global one
+        self.metrics = CallMetrics(self.registry)
         self.guard = Guard(config.limits)
         self.stopping = threading.Event()
         self.health = health.HealthServicer()
@@ -124,6 +137,11 @@ class SketchServer:
                      ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                      ("grpc.keepalive_permit_without_calls", 1)])
         self.servicer = SketchServicer(coordinator, self.guard, self.metrics, self.stopping)
+        self.registry.register(RuntimeCollector(
+            coordinator.metrics,
+            lambda: (self.guard.open_watches, self.servicer.stalled.dropped)))
+        self.metrics_endpoint = MetricsEndpoint(config.metrics_listen, self.registry) \
+            if config.metrics_listen is not None else None
         rpc.add_SketchServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
@@ -144,7 +162,18 @@ class SketchServer:
         host = self.config.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    @property
+    def metrics_address(self) -> str | None:
+        """host:port of the metrics endpoint once started (None: no endpoint)."""
+        return self.metrics_endpoint.address if self.metrics_endpoint else None
+
     def start(self) -> SketchServer:
+        if self.metrics_endpoint is not None:
+            try:
+                self.metrics_endpoint.start()
+            except OSError:
+                self.server.stop(0)  # release the gRPC port bound in __init__
+                raise
         self.server.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -159,6 +188,8 @@ class SketchServer:
         self.stopping.set()
         grace = self.config.grace_seconds if grace is None else grace
         self.server.stop(grace).wait()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.server.wait_for_termination(timeout)

@@ -19,7 +19,7 @@ import grpc
 from imp_core.errors import ImpError
 from services import convert
 from services.auth import client_identity
-from services.errors import BadRequestError
+from services.errors import BadRequestError, status_of
 from services.guards import Guard, StalledStreams
 from services.metrics import CallMetrics
 from services.protos import pb, rpc
@@ -84,6 +84,22 @@ class SketchServicer(rpc.SketchServiceServicer):
                 _alive(context)
             sv = self.c.get_sketch(request.query, fresh=fresh)
         return pb.GetSketchResponse(sketch=self.sketches.encode(sv, request.include_partitions))
+
+    def GetSketches(self, request, context):
+        names = list(dict.fromkeys(request.queries)) or [q.name for q in self.c.queries()]
+        fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
+        known = dict(request.known_seqs)
+        out = pb.GetSketchesResponse()
+        for name in names:
+            _alive(context)
+            try:
+                sv = self.c.get_sketch(name, fresh=fresh)
+            except ImpError as error:  # this query only: the others are still answered
+                out.errors.add(query=name, code=status_of(error.code).name, message=str(error))
+                continue
+            if known.get(name) != sv.seq:
+                out.sketches.append(self.sketches.encode(sv, request.include_partitions))
+        return out
 
     def WatchSketch(self, request, context) -> Iterator[pb.WatchSketchResponse]:
         with self.guard.watch_slot():

@@ -33,6 +33,7 @@ from services.cli.output import (
     to_json,
     write_rows,
 )
+from services.errors import BadRequestError
 
 # -- arguments ---------------------------------------------------------------------------------
 
@@ -135,9 +136,22 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
                    help="eager: seconds a change may wait (0: no time limit)")
     p.add_argument("--force", action="store_true", help="register even if unsafe")
     p.add_argument("--shards", type=int, default=1, help="actors holding the state")
+    auto = p.add_argument_group(
+        "autoscaling", "the shard count follows the maintenance load (docs/runtime.md); "
+        "--max-shards turns it on")
+    auto.add_argument("--max-shards", type=_at_least_one, help="most shards")
+    auto.add_argument("--min-shards", type=_at_least_one, help="fewest shards (default 1)")
+    auto.add_argument("--target-load", type=float,
+                      help="busy fraction per shard to aim at, in (0, 1] (default 0.5)")
+    auto.add_argument("--upscale-delay", type=_finite_seconds,
+                      help="seconds the load must ask for more shards first (default 30)")
+    auto.add_argument("--downscale-delay", type=_finite_seconds,
+                      help="seconds the load must ask for fewer shards first (default 300)")
+    auto.add_argument("--load-window", type=_finite_seconds,
+                      help="seconds the load is averaged over (default 30)")
 
-    p = cmd("sketch", "print a query's sketch", _sketch)
-    p.add_argument("name")
+    p = cmd("sketch", "print a query's sketch (several names: all in one call)", _sketch)
+    p.add_argument("name", nargs="+", help="one or more registered queries")
     p.add_argument("--latest", action="store_true",
                    help="the latest maintained version (no maintenance)")
     p.add_argument("--seq", type=int, help="a kept past version")
@@ -276,12 +290,31 @@ def _register(client: Any, args: argparse.Namespace) -> int:
         strategy = Eager(args.batch_tuples, args.max_delay if args.max_delay > 0 else None)
     info = client.register(args.name, sql, partitions=partitions or None,
                            fragments=args.fragments, strategy=strategy, force=args.force,
-                           shards=args.shards)
+                           shards=args.shards, autoscaling=_autoscaling(args))
     if args.json:
         print_json(info)
     else:
         print(f"registered {describe_info(info)}")
     return 0
+
+
+_AUTOSCALING_FLAGS = {"min_shards": "min_shards", "target_load": "target_load",
+                      "upscale_delay": "upscale_delay_s",
+                      "downscale_delay": "downscale_delay_s", "load_window": "window_s"}
+
+
+def _autoscaling(args: argparse.Namespace) -> Any:
+    """The ``Autoscaling`` the register flags give (None without ``--max-shards``)."""
+    from imp_actors.config import Autoscaling
+
+    given = {field: getattr(args, flag) for flag, field in _AUTOSCALING_FLAGS.items()
+             if getattr(args, flag) is not None}
+    if args.max_shards is None:
+        if given:
+            raise ValueError("autoscaling needs --max-shards (the other autoscaling flags "
+                             "only refine it)")
+        return None
+    return Autoscaling(max_shards=args.max_shards, **given)  # ValueError: exit 2
 
 
 def _typed_bounds(client: Any, attr: str, texts: list[str]) -> list[Any]:
@@ -300,13 +333,29 @@ def _typed_bounds(client: Any, attr: str, texts: list[str]) -> list[Any]:
 
 
 def _sketch(client: Any, args: argparse.Namespace) -> int:
-    s = client.sketch(args.name, fresh=not args.latest, seq=args.seq,
-                      include_partitions=args.partitions)
+    if len(args.name) == 1:
+        s = client.sketch(args.name[0], fresh=not args.latest, seq=args.seq,
+                          include_partitions=args.partitions)
+        if args.json:
+            print_json(s)
+        else:
+            print("\n".join(describe_sketch(s)))
+        return 0
+    if args.seq is not None:
+        raise BadRequestError("--seq names a version of one query; give one name with it")
+    got, errors = client.sketches(args.name, fresh=not args.latest,
+                                  include_partitions=args.partitions)
     if args.json:
-        print_json(s)
+        print_json({"sketches": [got[n] for n in args.name if n in got],
+                    "errors": {n: {"code": e.code, "message": e.message}
+                               for n, e in errors.items()}})
     else:
-        print("\n".join(describe_sketch(s)))
-    return 0
+        for n in args.name:
+            if n in got:
+                print("\n".join(describe_sketch(got[n])))
+    for n, e in errors.items():
+        print(f"imp: {n}: {e.code}: {e.message}", file=sys.stderr)
+    return exit_code(next(iter(errors.values())).code) if errors else 0
 
 
 def _watch(client: Any, args: argparse.Namespace) -> int:
@@ -362,9 +411,15 @@ def _query(client: Any, args: argparse.Namespace) -> int:
             out["rows"] = f"written to {args.out}"
         print(json.dumps(out, indent=2, default=str), file=json_out())
         return 0
-    how = f"with the sketch of {result.sketch.query} (seq {result.sketch.seq})" \
-        if result.sketch else "without a sketch"
+    if result.sketch is None:
+        how = "without a sketch"
+    elif result.access == "sketch":
+        how = f"with the sketch of {result.sketch.query} (seq {result.sketch.seq})"
+    else:
+        how = f"without the sketch of {result.sketch.query} (seq {result.sketch.seq})"
     print(f"{result.rows.num_rows} rows in {result.seconds:.3f} s {how}")
+    if result.access_reason:
+        print(f"  access: {result.access} ({result.access_reason})")
     for t in sorted(result.rows_read):
         print(f"  {t}: {result.rows_read[t]:,} rows read, {result.files_read.get(t, 0)} files "
               f"read, {result.files_skipped.get(t, 0)} skipped")

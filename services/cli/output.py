@@ -98,7 +98,10 @@ def describe_info(q: Any) -> str:
         f"eager({strategy['batch_tuples']} tuples, {strategy['max_delay_s']} s)"
     attrs = ", ".join(f"{p['table']}.{p['column']}" for p in q.partitions)
     versions = ", ".join(f"{t}@{v}" for t, v in sorted(q.versions.items()))
-    return (f"{q.name:16s} {q.state:8s} {how:22s} shards {q.shards}  seq {q.sketch_seq:<4d} "
+    auto = q.autoscaling
+    shards = f"shards {q.shards}" if auto is None else \
+        f"shards {q.shards} (auto {auto.min_shards}-{auto.max_shards}, load {q.load:.2f})"
+    return (f"{q.name:16s} {q.state:8s} {how:22s} {shards}  seq {q.sketch_seq:<4d} "
             f"{q.sketch_fragments}/{q.total_fragments} fragments on {attrs}  [{versions}]")
 
 

@@ -78,7 +78,8 @@ def test_tpch_suite_standard_query_batches_its_sketched_table(spark, results, da
     table, column = sketch_attribute("h22")
     out = results / "tpch22.json"
     run_tpch_bench(sf=0.01, queries=["h22"], delta_sizes=[10], fragments=20, repeats=1,
-                   feed_repeats=1, data_root=data_root, progress=False, out=out)
+                   feed_repeats=1, outside_repeats=1, data_root=data_root, progress=False,
+                   out=out)
     report = _check_report(out, "tpch")
     assert report["failed"] == []
     (q,) = report["queries"]
@@ -89,6 +90,10 @@ def test_tpch_suite_standard_query_batches_its_sketched_table(spark, results, da
     assert {(r["kind"], r["sketch_ok"]) for r in report["results"]} == {
         (k, True) for k in ("insert", "delete", "mixed")}
     assert all(r["imp_feed_ms"] is not None for r in report["results"])
+    # batches committed by another writer (delta-rs MERGE / append), read from the feed
+    assert all(r["imp_outside_ms"] is not None and r["fm_over_imp_outside"] is not None
+               for r in report["results"])
+    assert report["summary"]["min_ratio_outside"] > 0
 
 
 @pytest.mark.spark

@@ -96,6 +96,14 @@ def test_register_update_sketch_watch(svc, imp, tmp_path):
     [watched] = [json.loads(line) for line in lines[1].splitlines()]
     assert watched["seq"] == current["seq"] and watched["fragments"] == current["fragments"]
 
+    # several queries in one call (GetSketches); an unknown one is reported, exit 2
+    both = _json(imp("sketch", "g1", "b1", "--json"))
+    assert [x["query"] for x in both["sketches"]] == ["g1", "b1"] and both["errors"] == {}
+    assert both["sketches"][0]["seq"] == current["seq"]
+    code, out, err = imp("sketch", "g1", "nope", "--json")
+    assert code == 2 and json.loads(out)["errors"]["nope"]["code"] == "NOT_FOUND"
+    assert "nope: NOT_FOUND" in err
+
     # an update from JSON lines (old and new values of the same rows)
     old = svc.coordinator.store.read("t1000g").slice(0, 3)
     new = old.set_column(3, "c", pa.array([1, 2, 3], pa.int64()))
@@ -175,7 +183,8 @@ def test_serve_from_environment_and_stop_on_sigterm(tmp_path):
     token_file.write_text("serve-token\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(tmp_path / "root"), IMP_BACKEND="local",
-               IMP_AUTH_TOKEN_FILE=str(token_file), IMP_MAX_SQL_CHARS="50")
+               IMP_AUTH_TOKEN_FILE=str(token_file), IMP_MAX_SQL_CHARS="50",
+               IMP_METRICS_LISTEN="127.0.0.1:0")
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

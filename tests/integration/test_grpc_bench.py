@@ -12,7 +12,7 @@ from services.cli.main import main
 pytestmark = [pytest.mark.grpc, pytest.mark.integration]
 
 KEYS = {"clients", "calls", "calls_per_s", "getsketch_p50_ms", "getsketch_p99_ms",
-        "failed_calls"}
+        "failed_calls", "noop_calls_per_s", "ratio_to_noop"}
 
 
 def test_bench_grpc_json(tmp_path, capsys):
@@ -27,13 +27,17 @@ def test_bench_grpc_json(tmp_path, capsys):
         assert KEYS <= set(r) and r["mode"] == "back-to-back"
         assert r["calls"] > 0 and r["failed_calls"] == 0
         assert 0 < r["getsketch_p50_ms"] <= r["getsketch_p99_ms"]
-        assert r["calls_per_s"] > 0
+        assert r["calls_per_s"] > 0 and r["noop_calls_per_s"] > 0
+        # the no-op server of the same run, with the same clients: the ratio of the two
+        assert r["ratio_to_noop"] == pytest.approx(r["calls_per_s"] / r["noop_calls_per_s"],
+                                                   abs=1e-3)
     report = json.loads(out.read_text())
     assert report["bench"] == "grpc" and report["results"] == results
     [paced] = report["paced"]
     assert paced["clients"] == 3 and paced["rate_per_client"] == 20 and paced["calls"] > 0
     summary = report["summary"]
     assert summary["clients"] == 3 and summary["failed_calls"] == 0
-    assert {"getsketch_p50_ms_met", "getsketch_p99_ms_met", "calls_per_s"} <= set(summary)
+    assert {"getsketch_p50_ms_met", "getsketch_p99_ms_met", "calls_per_s", "ratio_to_noop",
+            "ratio_to_noop_met"} <= set(summary)
     assert report["server"]["service"]["methods"]["GetSketch"]["calls"] >= sum(
         r["calls"] for r in results)

@@ -80,6 +80,29 @@ def test_query_with_sketch_equals_without(svc, name):
     assert set(with_sketch.files_skipped) >= {table}
 
 
+def test_the_sketch_is_used_only_where_it_reads_less(svc):
+    """Issue 14: a sketch whose filter keeps most of a table costs the user time (its
+    predicate on every row, little skipped). RunQuery then reads the table without it and
+    says so; a selective sketch still filters; the rows are the plain query's either way."""
+    client = svc.client()
+    client.register("broad", "SELECT count(*) AS n, sum(b) AS s FROM t1000g",
+                    partitions={"t1000g.a": 32})
+    broad = client.run_query(query="broad", use_sketch=True)
+    plain = client.run_query(query="broad", use_sketch=False)
+    assert broad.sketch is not None and broad.access == "plain"
+    assert broad.read_share == {"t1000g": 1.0} and "plain query" in broad.access_reason
+    assert _same_rows(broad.rows, plain.rows)
+    assert broad.rows_read["t1000g"] == plain.rows_read["t1000g"]
+    accesses = set()
+    for name, wq in QUERIES.items():
+        table = load_query(wq).sketch[0][0]
+        used = client.run_query(query=name, use_sketch=True)
+        assert used.access == ("sketch" if used.read_share[table] <= 0.5 else "plain")
+        accesses.add(used.access)
+    assert "sketch" in accesses
+    client.drop("broad")
+
+
 def test_sql_of_a_registered_query_uses_its_sketch(svc):
     client = svc.client()
     sql = load_query(QUERIES["groups"]).sql

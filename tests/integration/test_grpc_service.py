@@ -162,6 +162,27 @@ def test_eager_query_is_maintained_by_the_update(svc, client):
     assert latest.sketch() == reference(svc.coordinator, _sql("having"), latest)
 
 
+def test_many_fresh_sketches_in_one_call(svc, client):
+    """GetSketches (issue 14): a client tracking many queries gets every fresh sketch in
+    one call, each as GetSketch would answer it; the ones it already holds are left out,
+    and an unknown query is an error of its own, not of the call."""
+    _update(svc, client, "t1000g", seed=61)
+    got, errors = client.sketches(include_partitions=True)
+    assert set(got) == {q.name for q in client.queries()} and not errors
+    for name in QUERIES:
+        assert got[name].versions == client.sketch(name, fresh=False).versions
+        assert got[name].sketch() == reference(svc.coordinator, _sql(name), got[name])
+    known = {name: record.seq for name, record in got.items()}
+    again, errors = client.sketches(list(QUERIES) + ["nosuch"], known=known)
+    assert again == {} and set(errors) == {"nosuch"} and errors["nosuch"].code == "NOT_FOUND"
+    _update(svc, client, "t5000g", seed=62)
+    changed, _ = client.sketches(list(QUERIES), known=known)
+    readers = {q.name for q in client.queries() if "t5000g" in q.tables}
+    assert set(changed) == readers & set(QUERIES)
+    stale, _ = client.sketches(list(QUERIES), fresh=False)
+    assert all(stale[n].seq == client.sketch(n, fresh=False).seq for n in QUERIES)
+
+
 def test_latest_maintained_does_not_maintain_current_does(svc, client):
     latest = client.sketch("groups", fresh=True)
     result = _update(svc, client, "t1000g", seed=11)

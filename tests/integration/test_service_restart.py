@@ -36,7 +36,8 @@ class _Tables:
 
 def _serve(root) -> tuple[subprocess.Popen, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
-    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="local")
+    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="local",
+               IMP_METRICS_LISTEN="off")
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
@@ -110,7 +111,7 @@ def test_sigterm_ends_the_process_whatever_runs(tmp_path):
     """Issue 13 P1: SIGTERM left a busy server running (kill -9 needed). Whatever hangs
     in the shutdown, the process ends within the grace period plus ten seconds."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
-    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(tmp_path / "root"),
+    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(tmp_path / "root"), IMP_METRICS_LISTEN="off",
                IMP_BACKEND="local", IMP_GRACE_SECONDS="1")
     proc = subprocess.Popen([sys.executable, "-c", HANGING_SERVER], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -137,7 +138,8 @@ def test_kill_9_leaves_no_ray_processes_behind(tmp_path):
     root = tmp_path / "root"
     fill_store(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
-    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="ray")
+    env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="ray",
+               IMP_METRICS_LISTEN="off")
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:

@@ -57,8 +57,10 @@ class Service:
 def running_service(root: Path, *, backend: str = "local", tokens: tuple[str, ...] = (TOKEN,),
                     limits: Limits | None = None, tls_files: dict[str, str] | None = None,
                     client_tls: TlsOptions | None = None, fill: bool = True,
-                    workers: int = 16, **runtime: Any) -> Iterator[Service]:
-    """A started coordinator and server; everything is stopped on exit."""
+                    workers: int = 16, metrics: bool = False,
+                    **runtime: Any) -> Iterator[Service]:
+    """A started coordinator and server; everything is stopped on exit. ``metrics``: with
+    a Prometheus endpoint on a free loopback port (``server.metrics_address``)."""
     root.mkdir(parents=True, exist_ok=True)
     if fill:
         fill_store(root)
@@ -68,6 +70,7 @@ def running_service(root: Path, *, backend: str = "local", tokens: tuple[str, ..
         token_file.write_text("# accepted tokens\n" + "\n".join(tokens) + "\n")
     config = ServerConfig(listen="127.0.0.1:0", auth_token_file=str(token_file) if token_file
                           else None, limits=limits or Limits(), workers=workers,
+                          metrics_listen="127.0.0.1:0" if metrics else None,
                           **(tls_files or {}))
     coordinator = Coordinator(make_config(root, backend, **runtime)).start()
     service = None

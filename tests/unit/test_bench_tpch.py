@@ -123,12 +123,13 @@ def test_markdown_table_has_a_row_per_query_and_per_failure():
                            "bootstrap_s": 1.0}],
               "results": [{"query": "h13", "delta": 100, "kind": k, "imp_ms": 2.0,
                            "imp_feed_ms": 9.0, "fm_over_imp": 1250.0,
-                           "fm_over_imp_feed": 277.8} for k in tpch.KINDS],
+                           "fm_over_imp_feed": 277.8, "imp_outside_ms": 12.5,
+                           "fm_over_imp_outside": 200.0} for k in tpch.KINDS],
               "failed": [{"query": "h21", "error": "UnsupportedSqlError",
                           "message": "unsupported SQL construct x | y\nmore"}]}
     lines = tpch.markdown_table(report).splitlines()
     assert len(lines) == 4
     assert lines[2].startswith("| h13 | `orders.o_orderkey` | yes | 2.50 | 2.00 |")
-    assert lines[2].endswith("| 9.00 | 1,250 | 277.80 | yes | 1.00 | 1.00 |")
+    assert lines[2].endswith("| 9.00 | 12.50 | 1,250 | 277.80 | 200.00 | yes | 1.00 | 1.00 |")
     assert lines[3].startswith("| h21 | failed: UnsupportedSqlError |")
     assert lines[3].count("|") == lines[0].count("|") and "x / y" in lines[3]

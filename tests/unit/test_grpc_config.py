@@ -79,3 +79,35 @@ def test_serve_refuses_a_bad_runtime_setting_in_one_line(monkeypatch, capsys):
     assert main(["serve", "--listen", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err
     assert "IMP_JOIN_STATE_BUDGET_BYTES" in err and "Traceback" not in err
+
+
+def test_metrics_endpoint_setting():
+    """`imp serve` serves /metrics on loopback unless told otherwise; 'off' turns it off;
+    a ServerConfig built in code (tests, the demo) has none unless given one."""
+    from services.config import DEFAULT_METRICS_LISTEN
+
+    assert ServerConfig().metrics_listen is None
+    assert ServerConfig.from_env({}).metrics_listen == DEFAULT_METRICS_LISTEN
+    assert is_loopback(DEFAULT_METRICS_LISTEN)
+    env = {"IMP_METRICS_LISTEN": "0.0.0.0:9191"}
+    assert ServerConfig.from_env(env).metrics_listen == "0.0.0.0:9191"
+    assert ServerConfig.from_env({"IMP_METRICS_LISTEN": "off"}).metrics_listen is None
+    assert ServerConfig.from_args(_args("--metrics-listen", "OFF"), env).metrics_listen is None
+    assert ServerConfig.from_args(_args("--metrics-listen", "127.0.0.1:0"),
+                                  env).metrics_listen == "127.0.0.1:0"
+
+
+def test_serve_refuses_a_busy_metrics_port(capsys, tmp_path):
+    import socket
+
+    from services.cli.main import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--listen", "127.0.0.1:0", "--root", str(tmp_path),
+                     "--metrics-listen", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert "IMP_METRICS_LISTEN" in err and f"127.0.0.1:{port}" in err
+    assert "Traceback" not in err

@@ -43,6 +43,8 @@ TARGETS = ["base"] + sorted(f"overlays/{p.parent.name}"
 
 NAMESPACE = "imp"
 GRPC_PORT = 50051
+METRICS_PORT = 9464
+MONITORING = K8S / "monitoring"
 HEALTH_SERVICE = "imp.v1.SketchService"
 # the settings `imp serve` needs on a cluster; the brief of the service fixes these names
 REQUIRED_SETTINGS = ("IMP_LISTEN", "IMP_ROOT", "IMP_BACKEND", "IMP_RAY_ADDRESS",
@@ -314,7 +316,8 @@ def test_probes_ask_the_health_service_on_the_grpc_port(target):
     (port,) = [p for p in container["ports"] if p["name"] == "grpc"]
     assert port["containerPort"] == GRPC_PORT
     assert env["IMP_LISTEN"] == f"0.0.0.0:{GRPC_PORT}"
-    (svc_port,) = find(docs, "Service", "imp")["spec"]["ports"]
+    (svc_port,) = [p for p in find(docs, "Service", "imp")["spec"]["ports"]
+                   if p["name"] == "grpc"]
     assert svc_port["port"] == GRPC_PORT and svc_port["targetPort"] in ("grpc", GRPC_PORT)
     probes = {k: container[k] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
     if not tls_on(docs):
@@ -491,10 +494,18 @@ def test_network_policies_restrict_who_reaches_what(target):
     server = [p for p in policies.values() if p["podSelector"].get("matchLabels")
               and matches(p["podSelector"], imp_labels)]
     assert len(server) == 1
-    (rule,) = server[0]["ingress"]
+    rules = {tuple(p["port"] for p in r["ports"]): r for r in server[0]["ingress"]}
+    assert set(rules) == {(GRPC_PORT,), (METRICS_PORT,)}, "only gRPC and metrics are open"
+    rule = rules[(GRPC_PORT,)]
     assert rule["ports"] == [{"protocol": "TCP", "port": GRPC_PORT}]
     assert all(peer["podSelector"]["matchLabels"] for peer in rule["from"]), \
         "the gRPC port is not open to every pod"
+    # the metrics port (plain HTTP, no token): only Prometheus pods of one namespace
+    rule = rules[(METRICS_PORT,)]
+    assert rule["ports"] == [{"protocol": "TCP", "port": METRICS_PORT}]
+    for peer in rule["from"]:
+        assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+        assert peer["namespaceSelector"]["matchLabels"], "metrics open to every namespace"
     # Spark Connect (no authentication of its own) only from the IMP server
     spark_labels = find(docs, "Deployment", "imp-spark-connect")["spec"]["template"][
         "metadata"]["labels"]
@@ -503,6 +514,87 @@ def test_network_policies_restrict_who_reaches_what(target):
     (rule,) = spark["ingress"]
     assert all(matches(peer["podSelector"], imp_labels) and "namespaceSelector" not in peer
                for peer in rule["from"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_metrics_port_is_served_and_reachable(target):
+    """`imp serve` listens for Prometheus on the container's metrics port, which the
+    Service exposes by name (the ServiceMonitor scrapes it by that name)."""
+    docs = render(target)
+    _, container = imp_pod(docs)
+    env = container_env(docs, container)
+    assert env["IMP_METRICS_LISTEN"] == f"0.0.0.0:{METRICS_PORT}"
+    (port,) = [p for p in container["ports"] if p["name"] == "metrics"]
+    assert port["containerPort"] == METRICS_PORT and port["protocol"] == "TCP"
+    (svc_port,) = [p for p in find(docs, "Service", "imp")["spec"]["ports"]
+                   if p["name"] == "metrics"]
+    assert svc_port["port"] == METRICS_PORT and svc_port["targetPort"] == "metrics"
+
+
+@cache
+def monitoring() -> tuple[dict, ...]:
+    return render("monitoring")
+
+
+def test_service_monitor_scrapes_the_imp_service():
+    """The ServiceMonitor (a Prometheus Operator CRD, no schema bundled here: its fields
+    are checked one by one) selects the imp Service in its namespace and scrapes the
+    Service's metrics port at /metrics."""
+    base = render("base")
+    (monitor,) = [d for d in monitoring() if d["kind"] == "ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["name"] == "imp"
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    spec = monitor["spec"]
+    assert set(spec) == {"namespaceSelector", "selector", "endpoints"}
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    service = find(base, "Service", "imp")
+    selected = [d for d in base if d["kind"] == "Service"
+                and matches(spec["selector"], d["metadata"].get("labels", {}))]
+    assert selected == [service], "the ServiceMonitor must select the imp Service only"
+    (endpoint,) = spec["endpoints"]
+    assert set(endpoint) <= {"port", "path", "scheme", "interval", "scrapeTimeout"}
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    assert endpoint["scheme"] == "http"
+    seconds = {k: int(endpoint[k].rstrip("s")) for k in ("interval", "scrapeTimeout")}
+    assert 0 < seconds["scrapeTimeout"] <= seconds["interval"]
+
+
+def test_grafana_dashboard_shows_what_the_server_exports():
+    """The dashboard's ConfigMap is a valid core object; every query of every panel names
+    only metrics `imp serve` exports (services.exporter.METRIC_NAMES), and the metrics
+    an operator needs each have a panel."""
+    import json
+
+    from services.exporter import METRIC_NAMES
+
+    (cm,) = [d for d in monitoring() if d["kind"] == "ConfigMap"]
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(cm, version, strict=True)
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    (text,) = cm["data"].values()
+    dashboard = json.loads(text)
+    assert dashboard == json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    assert dashboard["uid"] and dashboard["title"]
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    used = set()
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for t in panel["targets"]:
+            names = {re.sub(r"_(bucket|sum|count|total)$", "", m)
+                     for m in re.findall(r"\bimp_[a-z_]+", t["expr"])}
+            assert names and names <= set(METRIC_NAMES), (panel["title"], names)
+            used |= names
+    assert {"imp_query_maintenance_duration_seconds", "imp_query_staleness_versions",
+            "imp_query_staleness_seconds", "imp_query_state_bytes", "imp_query_shards",
+            "imp_query_actor_restarts", "imp_query_load", "imp_grpc_calls",
+            "imp_grpc_call_duration_seconds"} <= used
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "query"]
+    assert "imp_query_shards" in variable["definition"]
 
 
 def test_overlays_differ_where_they_should():

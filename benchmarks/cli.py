@@ -178,6 +178,15 @@ def _bench_fuzz(args: argparse.Namespace) -> int:
     return 1 if report["summary"]["findings"] else code
 
 
+def _report_options(p: argparse.ArgumentParser, out: str) -> None:
+    """--json, --full, --out and --quiet of a suite writing its report to ``out``."""
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--full", action="store_true",
+                   help="with --json: print the whole report, not only the results")
+    p.add_argument("--out", default=out, help="where to write the full JSON report")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     """Adds ``bench`` with every suite to ``imp``'s subparsers."""
     bench = sub.add_parser("bench", help="run a benchmark suite")
@@ -284,18 +293,13 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     fz = bsub.add_parser("fuzz", help="random SQL over random update streams (sketch = "
                          "recapture, result = DuckDB) and mutated requests against a live "
                          "server (clear statuses, nothing changed); exit 1 on a finding")
-    fz.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    fz.add_argument("--full", action="store_true",
-                    help="with --json: print the whole report")
+    _report_options(fz, "bench-results/fuzz.json")
     fz.add_argument("--sql-cases", type=int, default=2000, help="random queries (0: none)")
     fz.add_argument("--batches", type=int, default=6, help="update batches per query")
     fz.add_argument("--seconds", type=float, default=None,
                     help="stop drawing queries after this long")
     fz.add_argument("--requests", type=int, default=3000, help="mutated requests (0: none)")
     fz.add_argument("--seed", type=int, default=1, help="seed of both fuzzers")
-    fz.add_argument("--out", default="bench-results/fuzz.json",
-                    help="where to write the full JSON report")
-    fz.add_argument("--quiet", action="store_true", help="no progress lines")
     fz.set_defaults(func=_bench_fuzz)
 
     # the IMP paper's experiments (issue 6): tpch, micro, breakeven, mixed, strategies, ...

@@ -62,12 +62,17 @@ def _start_server(root: Path, workers: int) -> tuple[subprocess.Popen, str]:
            "--log-level", "WARNING", "--max-watches", "1", "--metrics-listen", "off"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    return proc, _address(proc, "imp: serving on ")
+
+
+def _address(proc: subprocess.Popen, banner: str) -> str:
+    """The address a server process prints after ``banner`` on its first line."""
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    if not line.startswith("imp: serving on "):
+    if not line.startswith(banner):
         proc.kill()
-        raise RuntimeError(f"imp serve did not start (said {line!r}, exit {proc.poll()})")
-    return proc, line.split("imp: serving on ", 1)[1].strip()
+        raise RuntimeError(f"the server did not start (said {line!r}, exit {proc.poll()})")
+    return line.split(banner, 1)[1].strip()
 
 
 NOOP_SERVER = """
@@ -90,12 +95,7 @@ def _start_noop_server(workers: int) -> tuple[subprocess.Popen, str]:
     """A Python gRPC server with only the health service (``workers`` threads)."""
     proc = subprocess.Popen([sys.executable, "-c", NOOP_SERVER, str(workers)],
                             stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("noop: serving on "):
-        proc.kill()
-        raise RuntimeError(f"the no-op server did not start (said {line!r})")
-    return proc, line.split("noop: serving on ", 1)[1].strip()
+    return proc, _address(proc, "noop: serving on ")
 
 
 def _stop(proc: subprocess.Popen | None) -> None:

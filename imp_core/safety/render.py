@@ -7,9 +7,6 @@ listed here falls back to its ``str``.
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Any
-
 from imp_core.plan.expr import (
     BinaryOp,
     Case,
@@ -22,22 +19,9 @@ from imp_core.plan.expr import (
     Literal,
     UnaryOp,
 )
+from imp_core.plan.literal import sql_literal
 
 _OPS = {"and": "AND", "or": "OR"}
-
-
-def _sql_literal(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "TRUE" if v else "FALSE"
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    if isinstance(v, dt.datetime):
-        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
-    if isinstance(v, dt.date):
-        return f"DATE '{v.isoformat()}'"
-    return str(v)
 
 
 def sql_text(e: Expr) -> str:
@@ -49,7 +33,7 @@ def sql_text(e: Expr) -> str:
     if isinstance(e, ColumnRef):
         return e.name
     if isinstance(e, Literal):
-        return _sql_literal(e.value)
+        return sql_literal(e.value)
     if isinstance(e, BinaryOp):
         return f"{wrap(e.left)} {_OPS.get(e.op, e.op)} {wrap(e.right)}"
     if isinstance(e, UnaryOp):
@@ -66,7 +50,7 @@ def sql_text(e: Expr) -> str:
         vals = ", ".join(sql_text(v) for v in e.values)
         return f"{wrap(e.operand)} {'NOT IN' if e.negated else 'IN'} ({vals})"
     if isinstance(e, Like):
-        return f"{wrap(e.operand)} {'NOT LIKE' if e.negated else 'LIKE'} {_sql_literal(e.pattern)}"
+        return f"{wrap(e.operand)} {'NOT LIKE' if e.negated else 'LIKE'} {sql_literal(e.pattern)}"
     if isinstance(e, FuncCall):
         return f"{e.name}({', '.join(sql_text(a) for a in e.args)})"
     if isinstance(e, Cast):

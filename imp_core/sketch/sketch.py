@@ -7,27 +7,14 @@ Invariants: ids lie in ``[0, partitions.size)``; a sketch never changes after cr
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import decimal
 from dataclasses import dataclass
 from typing import Any
 
 from pyroaring import BitMap
 
 from imp_core.errors import SnapshotError
+from imp_core.plan.literal import sql_literal
 from imp_core.sketch.partition import PartitionSet, RangePartition
-
-
-def _sql_literal(v: Any) -> str:
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    if isinstance(v, dt.datetime):
-        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
-    if isinstance(v, dt.date):
-        return f"DATE '{v.isoformat()}'"
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    return repr(v)
 
 
 @dataclass(frozen=True)
@@ -41,9 +28,9 @@ class Range:
     def predicate(self, column: str) -> str:
         parts = []
         if self.lo is not None:
-            parts.append(f"{column} >= {_sql_literal(self.lo)}")
+            parts.append(f"{column} >= {sql_literal(self.lo)}")
         if self.hi is not None:
-            parts.append(f"{column} < {_sql_literal(self.hi)}")
+            parts.append(f"{column} < {sql_literal(self.hi)}")
         cond = " AND ".join(parts) if parts else "TRUE"
         if self.includes_null and self.lo is None:
             cond = f"({cond} OR {column} IS NULL)" if parts else "TRUE"

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from imp_core.errors import SchemaMismatchError
+from imp_core.plan.literal import sql_literal
 from imp_core.storage.batches import RESERVED, ROW_ID, check_domains, plain_schema, plain_strings
 from imp_core.storage.catalog import TableEntry, is_uri
 from imp_core.storage.matching import row_tuples
@@ -109,24 +110,16 @@ def check_keys(entry: TableEntry, batch: pa.Table, what: str) -> None:
 _PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-def _sql_literal(value: Any) -> str | None:
-    """``value`` as a SQL literal both Spark and delta-rs parse (None: not expressible)."""
-    if isinstance(value, bool):
+def _constraint_literal(value: Any) -> str | None:
+    """``value`` as a literal of a Delta CHECK constraint (None: not expressible)."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else None
     if isinstance(value, decimal.Decimal):
         # delta-rs 1.6 compares a decimal column with a literal at the wrong scale
         # (``p >= 900`` fails for 901.00): such domains rely on the change-feed check
         return None
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, dt.datetime):
-        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, (int, float, str, dt.date)) and not isinstance(value, bool):
+        return sql_literal(value)
     return None
 
 
@@ -143,7 +136,7 @@ def domain_constraints(domains: Mapping[str, tuple[Any, Any]]) -> dict[str, str]
         for bound, op in ((low, ">="), (high, "<=")):
             if bound is None:
                 continue
-            literal = _sql_literal(bound)
+            literal = _constraint_literal(bound)
             if literal is None:
                 parts = []
                 break

@@ -110,7 +110,7 @@ def _bench_grpc(args: argparse.Namespace) -> int:
     report = run_grpc_bench(clients=args.clients or CLIENTS, seconds=args.seconds,
                             warmup=args.warmup, rows=args.rows, fragments=args.fragments,
                             processes=args.processes, paced_rate=args.paced_rate,
-                            progress=not args.quiet)
+                            progress=not args.quiet, rounds=args.rounds)
     report["summary"] = summarize(report)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +176,22 @@ def _bench_fuzz(args: argparse.Namespace) -> int:
 
     code = _write_report(report, args, readable)
     return 1 if report["summary"]["findings"] else code
+
+
+def _bench_use(args: argparse.Namespace) -> int:
+    from benchmarks.query_use import run_use_bench
+
+    report = run_use_bench(sf=args.sf, queries=args.queries, fragments=args.fragments,
+                           repeats=args.repeats, max_read_share=args.max_read_share,
+                           data_root=args.data_root, progress=not args.quiet)
+
+    def readable() -> None:
+        print(f"{'query':8s} {'access':7s} {'use s':>7s} {'plain s':>8s} {'ratio':>6s} same")
+        for r in report["results"]:
+            print(f"{r['query']:8s} {r['access']:7s} {r['use_s']:7.2f} {r['plain_s']:8.2f} "
+                  f"{r['use_over_plain']:6.2f} {r['same_result']}")
+
+    return _write_report(report, args, readable)
 
 
 def _report_options(p: argparse.ArgumentParser, out: str) -> None:
@@ -258,6 +274,9 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="concurrent client counts (default 1,50)")
     p.add_argument("--seconds", type=float, default=5.0, help="measuring time per point")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternating rounds of the service and the no-op server per client "
+                   "count (their calls per second are summed for the ratio)")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up time per point")
     p.add_argument("--rows", type=int, default=20_000, help="rows of the bench table")
     p.add_argument("--fragments", type=int, default=256, help="fragments of the sketch")
@@ -289,6 +308,20 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                      help="where to write the full JSON report")
     cov.add_argument("--quiet", action="store_true", help="no progress lines")
     cov.set_defaults(func=_bench_coverage)
+
+    use = bsub.add_parser("use", help="RunQuery with the sketch (the service's access path) "
+                          "against the plain query, per TPC-H query: does a sketch ever cost "
+                          "time?")
+    _report_options(use, "bench-results/use.json")
+    use.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
+    use.add_argument("--queries", type=lambda s: s.split(","), default=["all22"],
+                     help="workload queries (all22: h01..h22)")
+    use.add_argument("--fragments", type=int, default=1000)
+    use.add_argument("--repeats", type=int, default=3, help="timed runs of each (median)")
+    use.add_argument("--max-read-share", type=float, default=None,
+                     help="the access path's threshold (default IMP_SKETCH_MAX_READ_SHARE's)")
+    use.add_argument("--data-root", default=".imp", help="TPC-H cache and store")
+    use.set_defaults(func=_bench_use)
 
     fz = bsub.add_parser("fuzz", help="random SQL over random update streams (sketch = "
                          "recapture, result = DuckDB) and mutated requests against a live "

@@ -220,14 +220,36 @@ def _measure(target: str, query: str | None, clients: int, processes: int, warmu
     }
 
 
+def _compare(target: str, noop_target: str, clients: int, procs: int, warmup: float,
+             seconds: float, rounds: int) -> dict[str, Any]:
+    """The service and the no-op server measured alternately, ``rounds`` times each (the
+    machine's state drifts: alternating keeps it out of the ratio); the service's figures
+    of its median round, with the summed calls per second of both and their ratio."""
+    imps, bases = [], []
+    for _ in range(rounds):
+        imps.append(_measure(target, QUERY, clients, procs, warmup, seconds))
+        bases.append(_measure(noop_target, None, clients, procs, warmup, seconds))
+    imp = sorted(imps, key=lambda r: r["calls_per_s"])[len(imps) // 2]
+    imp_rate = sum(r["calls_per_s"] for r in imps) / rounds
+    noop_rate = sum(r["calls_per_s"] for r in bases) / rounds
+    return {**imp, "rounds": rounds,
+            "round_calls_per_s": [r["calls_per_s"] for r in imps],
+            "noop_round_calls_per_s": [r["calls_per_s"] for r in bases],
+            "mean_calls_per_s": round(imp_rate, 1),
+            "noop_calls_per_s": round(noop_rate, 1),
+            "noop_p50_ms": sorted(r["getsketch_p50_ms"] for r in bases)[rounds // 2],
+            "ratio_to_noop": round(imp_rate / noop_rate, 3) if noop_rate else None}
+
+
 def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: float = 5.0,
                    warmup: float = 1.0, rows: int = 20_000, fragments: int = 256,
                    processes: int = 0, workers: int = 16, paced_rate: float = 10.0,
-                   progress: bool = True) -> dict[str, Any]:
+                   progress: bool = True, rounds: int = 3) -> dict[str, Any]:
     from imp_core.workloads.queries import load_query
     from services.client import SketchClient
 
     root = Path(tempfile.mkdtemp(prefix="imp-bench-grpc-"))
+    load_start = os.getloadavg()
     proc = noop = None
     try:
         _log(progress, f"bench grpc: t5000g with {rows:,} rows in {root}")
@@ -245,15 +267,10 @@ def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: floa
             for n in clients:
                 procs = processes or min(os.cpu_count() or 1, math.ceil(n / 25))
                 _log(progress, f"bench grpc: {n} client(s) in {procs} process(es), "
-                     f"{warmup:g} s warm-up + {seconds:g} s")
-                imp = _measure(target, QUERY, n, procs, warmup, seconds)
-                _log(progress, "bench grpc: the same against the no-op server")
-                base = _measure(noop_target, None, n, procs, warmup, seconds)
-                imp["noop_calls_per_s"] = base["calls_per_s"]
-                imp["noop_p50_ms"] = base["getsketch_p50_ms"]
-                imp["ratio_to_noop"] = round(imp["calls_per_s"] / base["calls_per_s"], 3) \
-                    if base["calls_per_s"] else None
-                results.append(imp)
+                     f"{rounds} round(s) of {warmup:g} s warm-up + {seconds:g} s against "
+                     "the service, then the no-op server")
+                results.append(_compare(target, noop_target, n, procs, warmup, seconds,
+                                        rounds))
             paced = []
             if paced_rate:
                 n = max(clients)
@@ -265,6 +282,8 @@ def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: floa
             "bench": "grpc",
             "environment": environment(),
             "parameters": {"clients": list(clients), "seconds": seconds, "warmup": warmup,
+                           "rounds": rounds, "load_at_start": list(load_start),
+                           "load_at_end": list(os.getloadavg()),
                            "rows": rows, "fragments": fragments, "server_workers": workers,
                            "paced_rate_per_client": paced_rate,
                            "query": QUERY, "backend": "local",

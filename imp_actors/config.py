@@ -162,6 +162,9 @@ class RuntimeConfig:
     # registration for single-shard queries (a sharded query keeps its inputs).
     join_state_budget_bytes: int | None = 256 << 20
     max_shards: int = 16  # shards of one query (each is an actor, ~170 MB of memory)
+    # a current sketch request looks for other writers' commits in a table's Delta log at
+    # most this often (the service's own commits are always seen at once)
+    fresh_recheck_s: float = 0.01
     # RunQuery with a sketch drops the filter of a table it would read more than this
     # share of (``imp_core.spark.access``); no filter left: the plain query
     sketch_max_read_share: float = 0.5

@@ -39,8 +39,7 @@ class QueryDirectory:
         self._routes: dict[str, set[str]] = {}
 
     def get(self, name: str) -> QueryRuntime:
-        with self.lock:
-            q = self._queries.get(name)
+        q = self._queries.get(name)  # a dict read is atomic; writers hold the lock
         if q is None:
             raise UnknownQueryError(f"no registered query {name!r}")
         return q
@@ -125,9 +124,10 @@ class RuntimeContext:
         kept.append(seconds)
         del kept[:-_KEEP_TIMINGS]
 
-    def latest_versions(self, q: QueryRuntime) -> dict[str, int]:
-        """The newest committed version of every table ``q`` reads."""
-        return {t: self.probe.latest(t) for t in q.tables}
+    def latest_versions(self, q: QueryRuntime, max_age: float = 0.0) -> dict[str, int]:
+        """The newest committed version of every table ``q`` reads (as found at most
+        ``max_age`` seconds ago, see ``VersionProbe``)."""
+        return {t: self.probe.latest(t, max_age) for t in q.tables}
 
     def stats(self) -> dict[str, Any]:
         """The service's counters, live queries and actors, feed and timings."""

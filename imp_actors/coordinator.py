@@ -215,9 +215,11 @@ class Coordinator:
             probed_join_sides=tuple(q.record.placement), autoscaling=q.autoscaling,
             load=query_load(q))
 
-    def get_sketch(self, name: str, fresh: bool = True) -> SketchVersion:
+    def get_sketch(self, name: str, fresh: bool = True,
+                   before_work: Callable[[], None] | None = None) -> SketchVersion:
         """``fresh``: the sketch at the latest committed versions (maintaining first);
-        otherwise the latest maintained sketch."""
+        otherwise the latest maintained sketch. ``before_work`` is called before any
+        maintenance starts (it may raise to not start it, e.g. for a client gone)."""
         q = self._get(name)
         q.last_used = time.time()
         latest = q.history.latest
@@ -228,10 +230,12 @@ class Coordinator:
                 latest = q.history.latest
             assert latest is not None
             return latest
-        target = self.ctx.latest_versions(q)
+        target = self.ctx.latest_versions(q, self.config.fresh_recheck_s)
         if latest is not None and dict(latest.versions) == target:
             self.counters["sketch_hits"] += 1
             return latest
+        if before_work is not None:
+            before_work()
         return self.state.maintain(q, target)
 
     def sketch_version(self, name: str, seq: int) -> SketchVersion:

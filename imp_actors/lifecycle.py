@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -177,8 +178,9 @@ class QueryRuntime:
     def name(self) -> str:
         return self.record.name
 
-    @property
+    @functools.cached_property
     def tables(self) -> tuple[str, ...]:
+        """The tables the query reads (its plan never changes)."""
         return tuple(sorted(self.plan.root.tables()))
 
     @property

@@ -3,7 +3,8 @@
 - ``protos``/``protogen``: the generated stubs (made from the .proto files, not stored);
 - ``servicer``: the thin servicer (request -> coordinator call -> response);
 - ``convert``: protobuf <-> domain records; ``records``: what the client returns;
-- ``errors``/``error_interceptor``: error codes -> gRPC statuses, in one interceptor;
+- ``errors``/``handlers``: error codes -> gRPC statuses, tokens and call metrics, in the
+  one wrapper every SketchService method handler gets;
 - ``auth``: bearer tokens; ``guards``: limits and the read-only SELECT rule;
 - ``config``: ``ServerConfig`` (IMP_* variables, ``imp serve`` flags);
 - ``server``: the server with health and reflection; ``client``: the Python client;

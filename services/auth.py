@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Callable, Iterable
+from typing import Iterable
 
 import grpc
 
-EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
-                   "/grpc.reflection.v1.ServerReflection/")
 _SCHEME = "bearer "
 
 
@@ -54,46 +52,20 @@ def client_identity(context: grpc.ServicerContext) -> str:
     return f"peer:{peer}"
 
 
-class TokenAuthInterceptor(grpc.ServerInterceptor):
-    """Refuses calls without a valid bearer token with UNAUTHENTICATED."""
+class TokenAuth:
+    """The accepted tokens; ``refusal`` says why a call's metadata is not let in (None:
+    it is). The server applies it to every SketchService call (``services.handlers``);
+    the health and reflection services are registered without it."""
 
-    def __init__(self, tokens: Iterable[str], exempt: tuple[str, ...] = EXEMPT_PREFIXES):
+    def __init__(self, tokens: Iterable[str]):
         self._tokens = tuple(t.encode("utf-8") for t in tokens)
         if not self._tokens:
             raise ValueError("token authentication needs at least one token")
-        self._exempt = exempt
 
-    def intercept_service(self, continuation: Callable, handler_call_details):
-        method = handler_call_details.method
-        if method.startswith(self._exempt):
-            return continuation(handler_call_details)
-        token = bearer_token(handler_call_details.invocation_metadata)
-        if token is not None and token_matches(token, self._tokens):
-            return continuation(handler_call_details)
-        handler = continuation(handler_call_details)
-        if handler is None:  # unknown method: let gRPC answer UNIMPLEMENTED
-            return None
-        message = ("missing bearer token (metadata 'authorization: Bearer <token>')"
-                   if token is None else "invalid bearer token")
-        return _refusal(handler, message)
-
-
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that aborts with UNAUTHENTICATED."""
-
-    def deny(_request, context):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-    def deny_stream(_request, context):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        yield  # pragma: no cover - makes this a generator
-
-    kwargs = dict(request_deserializer=handler.request_deserializer,
-                  response_serializer=handler.response_serializer)
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(deny, **kwargs)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(deny_stream, **kwargs)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(deny, **kwargs)
-    return grpc.stream_stream_rpc_method_handler(deny_stream, **kwargs)
+    def refusal(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+        token = bearer_token(metadata)
+        if token is None:
+            return "missing bearer token (metadata 'authorization: Bearer <token>')"
+        if not token_matches(token, self._tokens):
+            return "invalid bearer token"
+        return None

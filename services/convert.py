@@ -328,7 +328,22 @@ class SketchEncoder:
     def __init__(self) -> None:
         self._last: dict[tuple[str, bool], tuple[SketchVersion, pb.SketchVersion]] = {}
         self._building: dict[tuple[str, bool], _Build] = {}
+        self._responses: dict[tuple[str, bool], tuple[SketchVersion, Any]] = {}
         self._lock = threading.Lock()
+
+    def response(self, sv: SketchVersion, include_partitions: bool = False) -> bytes:
+        """The serialized ``GetSketchResponse{sketch}`` of ``sv``, made once while ``sv``
+        is the latest: the hot path of GetSketch (the same immutable version read again
+        and again) builds and serializes no message and takes no lock (a dict read is
+        atomic). The call's serializer sends bytes as they are (``services.handlers``)."""
+        key = (sv.query, include_partitions)
+        hit = self._responses.get(key)
+        if hit is not None and hit[0] is sv:
+            return hit[1]
+        out = pb.GetSketchResponse(
+            sketch=self.encode(sv, include_partitions)).SerializeToString()
+        self._responses[key] = (sv, out)
+        return out
 
     def encode(self, sv: SketchVersion, include_partitions: bool = False) -> pb.SketchVersion:
         key = (sv.query, include_partitions)
@@ -361,6 +376,8 @@ class SketchEncoder:
         with self._lock:
             for key in [k for k in self._last if k[0] == query]:
                 del self._last[key]
+            for key in [k for k in list(self._responses) if k[0] == query]:
+                self._responses.pop(key, None)
 
 
 class _Build:

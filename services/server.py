@@ -1,5 +1,6 @@
 """The gRPC server: ``SketchService`` plus the standard health and reflection services,
-behind the token and error-mapping interceptors, on an insecure or TLS port.
+its calls wrapped by ``services.handlers`` (token, errors to statuses, metrics), on an
+insecure or TLS port.
 
 ``SketchServer`` fronts a coordinator it is given (tests, benchmarks); ``serve`` is
 ``imp serve``: it builds the coordinator from a ``ServerConfig``, serves until SIGINT or
@@ -16,6 +17,7 @@ cannot be bound fails the start before any call is taken).
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 import os
@@ -31,11 +33,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from services.auth import TokenAuthInterceptor
+from services.auth import TokenAuth
 from services.config import ServerConfig
-from services.error_interceptor import ErrorMappingInterceptor
 from services.exporter import MetricsEndpoint, RuntimeCollector
 from services.guards import Guard
+from services.handlers import CallWrapper, register_service
 from services.metrics import CallMetrics
 from services.protos import SERVICE_NAME, rpc
 from services.servicer import SketchServicer
@@ -118,18 +120,14 @@ class SketchServer:
         self.guard = Guard(config.limits)
         self.stopping = threading.Event()
         self.health = health.HealthServicer()
-        interceptors: list[grpc.ServerInterceptor] = []
         tokens = config.auth_tokens()
-        if tokens:
-            interceptors.append(TokenAuthInterceptor(tokens))
-        interceptors.append(ErrorMappingInterceptor(self.metrics))
+        wrapper = CallWrapper(self.metrics, TokenAuth(tokens) if tokens else None)
         size = config.limits.max_message_bytes
         # an open WatchSketch stream holds its thread: the pool has one thread per allowed
         # watch on top of the workers, so watches never starve the other calls
         threads = config.workers + config.limits.max_watches
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="imp-grpc"),
-            interceptors=interceptors,
             options=[("grpc.max_receive_message_length", size),
                      ("grpc.max_send_message_length", size),
                      ("grpc.so_reuseport", 0),
@@ -142,7 +140,8 @@ class SketchServer:
             lambda: (self.guard.open_watches, self.servicer.stalled.dropped)))
         self.metrics_endpoint = MetricsEndpoint(config.metrics_listen, self.registry) \
             if config.metrics_listen is not None else None
-        rpc.add_SketchServiceServicer_to_server(self.servicer, self.server)
+        register_service(self.server, rpc.add_SketchServiceServicer_to_server, self.servicer,
+                         wrapper)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
@@ -238,6 +237,11 @@ def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, on_signal)
+        # what start-up made (modules, the coordinator, recovered queries) lives as long
+        # as the process: kept out of the cyclic collector, whose full passes would
+        # otherwise walk it again and again while calls are served
+        gc.collect()
+        gc.freeze()
         print(f"imp: serving on {server.address}", flush=True)
         if ready is not None:
             ready.set()

@@ -1,6 +1,6 @@
 """``SketchService``: each call converts its request, asks the coordinator, converts the
 answer. No business logic lives here: checks are ``Guard``'s, conversions ``convert``'s,
-errors become statuses in ``ErrorMappingInterceptor``.
+errors become statuses in ``services.handlers.CallWrapper``.
 
 Deadlines and cancellation: a call whose client has gone (cancelled, deadline passed) is
 not started; the long calls (RunQuery, Maintain, a current GetSketch, ApplyUpdate)
@@ -80,10 +80,10 @@ class SketchServicer(rpc.SketchServiceServicer):
             sv = self.c.sketch_version(request.query, request.seq)
         else:
             fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
-            if fresh:
-                _alive(context)
-            sv = self.c.get_sketch(request.query, fresh=fresh)
-        return pb.GetSketchResponse(sketch=self.sketches.encode(sv, request.include_partitions))
+            # a gone client starts no maintenance; a current sketch is answered at once
+            sv = self.c.get_sketch(request.query, fresh=fresh,
+                                   before_work=lambda: _alive(context))
+        return self.sketches.response(sv, request.include_partitions)
 
     def GetSketches(self, request, context):
         names = list(dict.fromkeys(request.queries)) or [q.name for q in self.c.queries()]

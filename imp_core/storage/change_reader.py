@@ -84,9 +84,6 @@ class ChangeReader:
             schema = self._schemas[table] = self.store.schema(table)
         return schema
 
-    def forget(self, table: str) -> None:
-        self._schemas.pop(table, None)
-
     # -- the policy ----------------------------------------------------------------------
     def uses_spark(self, table: str, start: int, end: int) -> bool:
         """Whether ``(start, end]`` of ``table`` is read through Spark."""

@@ -18,7 +18,7 @@ KEYS = {"clients", "calls", "calls_per_s", "getsketch_p50_ms", "getsketch_p99_ms
 def test_bench_grpc_json(tmp_path, capsys):
     out = tmp_path / "grpc.json"
     code = main(["bench", "grpc", "--json", "--clients", "1,3", "--seconds", "0.5",
-                 "--warmup", "0.2", "--rows", "2000", "--fragments", "16",
+                 "--rounds", "2", "--warmup", "0.2", "--rows", "2000", "--fragments", "16",
                  "--paced-rate", "20", "--processes", "1", "--quiet", "--out", str(out)])
     assert code == 0
     results = json.loads(capsys.readouterr().out)
@@ -29,8 +29,9 @@ def test_bench_grpc_json(tmp_path, capsys):
         assert 0 < r["getsketch_p50_ms"] <= r["getsketch_p99_ms"]
         assert r["calls_per_s"] > 0 and r["noop_calls_per_s"] > 0
         # the no-op server of the same run, with the same clients: the ratio of the two
-        assert r["ratio_to_noop"] == pytest.approx(r["calls_per_s"] / r["noop_calls_per_s"],
-                                                   abs=1e-3)
+        assert r["rounds"] == 2 and len(r["noop_round_calls_per_s"]) == 2
+        assert r["ratio_to_noop"] == pytest.approx(
+            r["mean_calls_per_s"] / r["noop_calls_per_s"], abs=1e-3)
     report = json.loads(out.read_text())
     assert report["bench"] == "grpc" and report["results"] == results
     [paced] = report["paced"]

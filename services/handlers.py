@@ -1,11 +1,16 @@
-"""The one place where exceptions become gRPC statuses.
+"""Every SketchService call passes through one wrapper, applied when the service is
+registered (no per-call interceptor pipeline): the bearer token is checked, a malformed
+request is refused, exceptions become gRPC statuses, and the finished call is counted.
 
 A domain error (``ImpError``) ends its call with the status its ``code`` names and its
 message, plus trailing metadata with its kind and SQL position; any other exception is
 logged here with its traceback and ends the call with INTERNAL and a short incident id,
 never the exception's text (it may hold paths or data). A ``MemoryError`` ends only its
-own call, with RESOURCE_EXHAUSTED. Every finished call is counted
-in ``CallMetrics``.
+own call, with RESOURCE_EXHAUSTED. Every finished call, refused ones included, is
+counted in ``CallMetrics``.
+
+Invariant: the health and reflection services are registered as they are (no token, no
+wrapper), every method of the wrapped services goes through ``CallWrapper``.
 """
 
 from __future__ import annotations
@@ -14,70 +19,73 @@ import gc
 import logging
 import time
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 
 from imp_core.errors import ImpError
+from services.auth import TokenAuth
 from services.errors import BadRequestError, error_metadata, status_of
 from services.metrics import CallMetrics
 
 log = logging.getLogger("imp.services")
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):
-    def __init__(self, metrics: CallMetrics | None = None):
+class _Unauthenticated(ImpError):
+    code = "UNAUTHENTICATED"
+
+
+class CallWrapper:
+    """Wraps the method handlers of a service (module docstring)."""
+
+    def __init__(self, metrics: CallMetrics | None = None, auth: TokenAuth | None = None):
         self.metrics = metrics or CallMetrics()
-        # wrapped handlers by method: the registered handler of a method is one object,
-        # so its wrapper is made once, not on every call
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self.auth = auth
 
-    def intercept_service(self, continuation: Callable, handler_call_details):
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        known = self._wrapped.get(method)
-        if known is not None and known[0] is handler:
-            return known[1]
-        wrapped = self._wrap(handler, method)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
-
-    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         kwargs = dict(request_deserializer=_tolerant(handler.request_deserializer),
-                      response_serializer=handler.response_serializer)
+                      response_serializer=_passthrough(handler.response_serializer))
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(handler.unary_unary, method), **kwargs)
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(handler.unary_stream, method), **kwargs)
-        return handler  # client-streaming calls (reflection) keep their own handling
+        raise TypeError(f"{method}: only unary requests are wrapped")
+
+    def _admit(self, request: Any, context: grpc.ServicerContext) -> None:
+        if self.auth is not None:
+            refusal = self.auth.refusal(context.invocation_metadata())
+            if refusal is not None:
+                raise _Unauthenticated(refusal)
+        _refuse_malformed(request)
 
     def _unary(self, behavior: Callable, method: str) -> Callable:
+        record = self.metrics.recorder(method)
+
         def call(request, context):
             start = time.perf_counter()
             try:
-                _refuse_malformed(request)
+                self._admit(request, context)
                 response = behavior(request, context)
             except Exception as error:  # noqa: BLE001 - mapped to a status by _abort
                 self._abort(error, context, method, start)
-            self.metrics.record(method, "OK", time.perf_counter() - start)
+            record("OK", time.perf_counter() - start)
             return response
 
         return call
 
     def _stream(self, behavior: Callable, method: str) -> Callable:
+        record = self.metrics.recorder(method)
+
         def call(request, context):
             start = time.perf_counter()
             try:
-                _refuse_malformed(request)
+                self._admit(request, context)
                 yield from behavior(request, context)
             except Exception as error:  # noqa: BLE001 - mapped to a status by _abort
                 self._abort(error, context, method, start)
-            code = "OK" if context.is_active() else "CANCELLED"
-            self.metrics.record(method, code, time.perf_counter() - start)
+            record("OK" if context.is_active() else "CANCELLED", time.perf_counter() - start)
 
         return call
 
@@ -111,6 +119,36 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
                       f"internal error (incident {incident}); the server log has the details")
 
 
+class _Capture:
+    """Stands in for a server while generated code (``add_*Servicer_to_server``)
+    registers a servicer: keeps the method handlers it hands over."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers come through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str,
+                                       handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.services[service] = dict(handlers)
+
+
+def register_service(server: grpc.Server, add_to_server: Callable[[Any, Any], None],
+                     servicer: Any, wrapper: CallWrapper) -> None:
+    """Registers ``servicer`` on ``server`` as the generated ``add_to_server`` would, with
+    every method handler passed through ``wrapper``."""
+    capture = _Capture()
+    add_to_server(servicer, capture)
+    if not capture.services:
+        raise RuntimeError("the generated code registered no method handlers")
+    for service, handlers in capture.services.items():
+        wrapped = {name: wrapper.wrap(h, f"/{service}/{name}") for name, h in handlers.items()}
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service,
+                                                                             wrapped),))
+        server.add_registered_method_handlers(service, wrapped)
+
+
 def _already_aborted(error: Exception, context: grpc.ServicerContext) -> bool:
     """True when ``error`` is the bare exception ``context.abort`` raises."""
     code = getattr(context, "code", None)
@@ -138,6 +176,18 @@ def _tolerant(deserialize: Callable | None) -> Callable | None:
             return _Malformed(str(exc) or type(exc).__name__)
 
     return safe
+
+
+def _passthrough(serialize: Callable | None) -> Callable | None:
+    """``serialize`` that sends bytes as they are: a handler may answer with a response
+    it serialized (and cached) itself."""
+    if serialize is None:
+        return None
+
+    def out(response: Any) -> bytes:
+        return response if type(response) is bytes else serialize(response)
+
+    return out
 
 
 def _refuse_malformed(request: object) -> None:

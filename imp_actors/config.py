@@ -205,6 +205,9 @@ class RuntimeConfig:
             changes["join_state_budget_bytes"] = _budget(env["IMP_JOIN_STATE_BUDGET_BYTES"])
         if env.get("IMP_LEASE_SECONDS"):
             changes["lease_seconds"] = _seconds(env["IMP_LEASE_SECONDS"], "IMP_LEASE_SECONDS")
+        if env.get("IMP_FRESH_RECHECK_S"):
+            changes["fresh_recheck_s"] = _nonnegative(env["IMP_FRESH_RECHECK_S"],
+                                                      "IMP_FRESH_RECHECK_S")
         if env.get("IMP_SKETCH_MAX_READ_SHARE"):
             changes["sketch_max_read_share"] = _share(env["IMP_SKETCH_MAX_READ_SHARE"],
                                                       "IMP_SKETCH_MAX_READ_SHARE")
@@ -238,6 +241,16 @@ def _seconds(raw: str, name: str) -> float:
         value = 0.0
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
+    return value
+
+
+def _nonnegative(raw: str, name: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < math.inf:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {raw!r}")
     return value
 
 

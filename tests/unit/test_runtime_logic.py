@@ -825,3 +825,26 @@ def test_declared_domains_hold_for_every_writer(root):
             c.get_sketch("h")
         assert err.value.code == "FAILED_PRECONDITION"
         assert c.get_sketch("h", fresh=False).seq == served.seq  # the last exact one
+
+
+def test_current_sketches_see_other_writers_within_the_recheck_window(root):
+    """A current sketch request looks at the Delta log at most every ``fresh_recheck_s``
+    (no file system call per request): the service's own commits count at once, another
+    writer's once the window has passed, and the sketch then equals a recapture."""
+    with Coordinator(make_config(root, poll_seconds=None, fresh_recheck_s=0.5)) as c:
+        c.register(workload_spec("g", "q_groups_1000"))
+        first = c.get_sketch("g")
+        rng = np.random.default_rng(5)
+        ins, dels = random_batch(c.store, "t1000g", rng, 5, salt=91_000_000)
+        own = c.apply_update("t1000g", inserts=ins, deletes=dels)
+        assert c.get_sketch("g").versions["t1000g"] == own.version  # at once
+        location = c.store.entry("t1000g").location
+        ins, _ = random_batch(c.store, "t1000g", rng, 5, salt=92_000_000)
+        write_deltalake(location, ins, mode="append")  # another writer
+        outside = c.store.version("t1000g")
+        seen = c.get_sketch("g")
+        assert seen.versions["t1000g"] in (own.version, outside)  # within the window
+        time.sleep(0.6)
+        current = c.get_sketch("g")
+        assert current.versions["t1000g"] == outside > first.versions["t1000g"]
+        assert current.sketch == reference_sketch(c, "g", current)

@@ -26,25 +26,38 @@ class BloomFilter:
     def __init__(self, expected: int, fp_rate: float = 0.01):
         expected = max(expected, 1024)
         bits = int(-expected * np.log(fp_rate) / (np.log(2) ** 2))
-        self.bits = 1 << max(10, int(np.ceil(np.log2(bits))))
+        # a power of two of at most 2**32 bits (512 MiB): positions fit 32 bits
+        self.bits = 1 << min(32, max(10, int(np.ceil(np.log2(bits)))))
         self.hashes = max(1, int(round(self.bits / expected * np.log(2))))
         self.hashes = min(self.hashes, 8)
         self.array = np.zeros(self.bits // 8, dtype=np.uint8)
         self.count = 0
 
     def _positions(self, keys: np.ndarray) -> np.ndarray:
+        """(hashes, n) bit positions: h1 + i * h2 (double hashing) modulo the bit count,
+        computed in 32 bits (the bit count is a power of two of at most 2**32, so the
+        low 32 bits of the 64-bit sums are the same)."""
         h = _mix(keys)
-        h1 = h & np.uint64(0xFFFFFFFF)
-        h2 = (h >> np.uint64(32)) | np.uint64(1)
-        i = np.arange(self.hashes, dtype=np.uint64)[:, None]
+        h1 = (h & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        h2 = ((h >> np.uint64(32)) | np.uint64(1)).astype(np.uint32)
+        mask = np.uint32(self.bits - 1)
+        out = np.empty((self.hashes, len(h)), dtype=np.uint32)
         with np.errstate(over="ignore"):
-            return ((h1[None, :] + i * h2[None, :]) & np.uint64(self.bits - 1)).astype(np.int64)
+            for i in range(self.hashes):
+                np.bitwise_and(h1 + np.uint32(i) * h2, mask, out=out[i])
+        return out
 
     def add(self, keys: np.ndarray) -> None:
         if len(keys) == 0:
             return
         pos = self._positions(keys).ravel()
-        np.bitwise_or.at(self.array, pos >> 3, (1 << (pos & 7)).astype(np.uint8))
+        if len(pos) * 32 < self.bits:  # a few keys: set their bits in place
+            np.bitwise_or.at(self.array, pos >> 3, (1 << (pos & 7)).astype(np.uint8))
+        else:  # many (a side's first load): one scatter over the unpacked bits is far
+            # cheaper than ufunc.at's per-element updates
+            bits = np.unpackbits(self.array, bitorder="little")
+            bits[pos] = 1
+            self.array = np.packbits(bits, bitorder="little")
         self.count += len(keys)
 
     def might_contain(self, keys: np.ndarray) -> np.ndarray:

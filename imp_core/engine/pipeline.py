@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar, Mapping
 
+import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
@@ -184,6 +185,20 @@ class IncrementalQuery:
     # -- reading ------------------------------------------------------------------------
     def sketch(self) -> Sketch:
         return Sketch(self.partitions, self.merge.sketch())
+
+    def result_bag(self) -> DeltaBatch:
+        """The annotated query result as a bag: equal (row, annotation) pairs may stand
+        apart, all with positive weights (consolidated only when a weight is not
+        positive). Cheaper than ``result`` on large results, for callers that take a bag
+        (join sides and buffers built from a subtree)."""
+        schema = arrow_schema(self.plan.root.schema)
+        if not self._result:
+            return DeltaBatch.empty(schema)
+        merged = DeltaBatch.concat(self._result, schema)
+        if len(merged) and not np.all(merged.weights > 0):
+            merged = merged.consolidate()
+        self._result = [merged] if len(merged) else []
+        return merged
 
     def result(self) -> DeltaBatch:
         """The annotated query result, consolidated."""

@@ -374,3 +374,78 @@ def test_side_index_probes_main_and_pending_parts_alike(monkeypatch, min_pending
             (i, v) for i, v, w in got for _ in range(-w) if w < 0) == Counter(
             (i, v) for i, v, w in want for _ in range(w) if w > 0) - Counter(
             (i, v) for i, v, w in want for _ in range(-w) if w < 0)
+
+
+# -- group keys and fragment counts ----------------------------------------------------------
+@settings(max_examples=80, deadline=None)
+@given(batches=st.lists(st.lists(st.one_of(st.none(), st.integers(-50, 50)), max_size=40),
+                        max_size=12),
+       wide=st.booleans())
+def test_integer_group_keys_match_a_dictionary(batches, wide):
+    """Integer keys kept in numpy arrays (sorted part + recent additions, NULL apart)
+    give every distinct key one dense id that never changes, like a dictionary."""
+    from imp_core.engine.operators.groups import GroupKeys
+
+    keys = GroupKeys([pa.int64() if wide else pa.int32()])
+    seen: dict = {}
+    for values in batches:
+        data = pa.table({"k": pa.array(values, pa.int64() if wide else pa.int32())})
+        gids, inv = keys.lookup(data, ("k",))
+        before = len(seen)
+        for v, i in zip(values, inv.tolist()):
+            g = int(gids[i])
+            if v in seen:
+                assert g == seen[v]
+            else:  # a new key gets a new id
+                assert g >= before and g not in seen.values()
+                seen[v] = g
+        assert sorted(seen.values()) == list(range(len(seen)))  # dense
+        keys._maybe_merge()
+    assert len(keys) == len(seen)
+    for v, g in seen.items():
+        assert keys.key_of(g) == (v,)
+    by_id = sorted(seen, key=seen.get)
+    assert keys.key_arrays(np.arange(len(seen), dtype=np.int64))[0].to_pylist() == by_id
+
+
+def test_integer_group_keys_merge_their_recent_additions():
+    from imp_core.engine.operators.groups import GroupKeys
+
+    keys = GroupKeys([pa.int64()])
+    rng = np.random.default_rng(2)
+    values = rng.permutation(20_000)
+    for part in np.array_split(values, 10):
+        keys.lookup(pa.table({"k": pa.array(part)}), ("k",))
+    assert len(keys._main_keys) >= 16_000 and len(keys._pending) <= 4096  # mostly merged
+    first, inv = keys.lookup(pa.table({"k": pa.array(values)}), ("k",))
+    ids = first[inv]
+    assert len(keys) == 20_000 and sorted(ids.tolist()) == list(range(20_000))
+    again, inv = keys.lookup(pa.table({"k": pa.array(values[::-1])}), ("k",))
+    assert (again[inv] == ids[::-1]).all()  # the same ids whichever order they come in
+    assert [keys.key_of(int(g))[0] for g in ids[:50]] == values[:50].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 7), st.sampled_from([1, -1])),
+                    max_size=60))
+def test_fragment_counts_keep_bitmaps_only_for_multi_fragment_groups(ops):
+    """Incremental F_g (size and single fragment per group, bitmaps for groups of two or
+    more fragments) equals counting from scratch, and restores from its snapshot."""
+    from imp_core.engine.operators.groups import FragmentCounts
+
+    fc = FragmentCounts(8)
+    fc.ensure(10)
+    total: Counter = Counter()
+    for g, frag, w in ops:
+        if total[(g, frag)] + w < 0:
+            continue  # never below zero, as in a real input
+        total[(g, frag)] += w
+        fc.update(np.array([g]), np.array([w]), Annotation.singletons(np.array([frag])))
+    want = {g: BitMap(f for (h, f), c in total.items() if h == g and c > 0) for g in range(10)}
+    for g in range(10):
+        assert fc.sketch(g) == want[g]
+        assert fc.size[g] == len(want[g]) and (g in fc.multi) == (len(want[g]) >= 2)
+    again = FragmentCounts(8)
+    again.restore(fc.snapshot(), 10)
+    for g in range(10):
+        assert again.sketch(g) == want[g] and again.single[g] == fc.single[g]

@@ -533,11 +533,10 @@ class AggregateOp(Operator):
         return DeltaBatch.of(data, 1, self.frags.annotation(gids))
 
     def state_bytes(self) -> int:
-        n = len(self.groups)
         size = self.cnt.nbytes + sum(a.nbytes for a in self.nonnull)
         size += sum(0 if s is None else (s.nbytes if s.dtype != object else 32 * len(s))
                     for s in self.sums)
-        size += self.frags.keys.nbytes + self.frags.counts.nbytes + 16 * n
+        size += self.frags.nbytes() + self.groups.nbytes()
         size += sum(0 if m is None else 64 * sum(len(s) for s in m.sets.values())
                     for m in self.minmax)
         return int(size)

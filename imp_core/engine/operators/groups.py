@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
@@ -20,19 +19,34 @@ from imp_core.engine.annotation import Annotation
 
 
 class GroupKeys:
+    """Dense ids of distinct group keys.
+
+    Keys of one non-NULL-able-in-practice integer column (the common case: a grouping on
+    an id) are held in numpy arrays, not in Python tuples: a sorted main part searched by
+    bisection, plus a dictionary of the keys added since it was last merged (merged once
+    it holds an eighth of the main part), and the key of every id: about 24 bytes a
+    group instead of about 200. Other keys (several columns, strings, dates) are
+    dictionary keys. A NULL key of an integer column has an id of its own."""
+
     def __init__(self, key_types: list[pa.DataType]):
         self.key_types = key_types
+        t = key_types[0] if len(key_types) == 1 else None
+        # integers that fit int64 exactly (not uint64, whose top half would wrap)
+        self._int = t is not None and (pa.types.is_signed_integer(t) or (
+            pa.types.is_unsigned_integer(t) and t.bit_width <= 32))
+        # general keys
         self.ids: dict[tuple, int] = {}
         self.columns: list[list[Any]] = [[] for _ in key_types]
-        self._index: pd.Index | None = None  # fast path: one non-null integer key
-        self._index_gids = np.zeros(0, dtype=np.int64)  # group id of each index entry
-        self._indexed = 0  # len(self.ids) when the index was built
+        # integer keys
+        self._n = 0
+        self._key_of = np.zeros(0, dtype=np.int64)  # key of each id (NULL's slot: 0)
+        self._main_keys = np.zeros(0, dtype=np.int64)  # sorted
+        self._main_gids = np.zeros(0, dtype=np.int64)
+        self._pending: dict[int, int] = {}
+        self._null_gid: int | None = None
 
     def __len__(self) -> int:
-        return len(self.ids)
-
-    def _single_int(self) -> bool:
-        return len(self.key_types) == 1 and pa.types.is_integer(self.key_types[0])
+        return self._n if self._int else len(self.ids)
 
     def lookup(self, data: pa.Table, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(distinct group ids in the batch, per-row index into them); adds new keys."""
@@ -41,7 +55,7 @@ class GroupKeys:
             gid = self._add(())
             return np.array([gid], dtype=np.int64), np.zeros(n, dtype=np.int64)
         cols = [data.column(c).combine_chunks() for c in names]
-        if self._single_int() and cols[0].null_count == 0:
+        if self._int and cols[0].null_count == 0:
             return self._lookup_int(cols[0].to_numpy())
         inverse = np.zeros(n, dtype=np.int64)
         for col in cols:
@@ -55,31 +69,59 @@ class GroupKeys:
         return gids, inverse
 
     def _lookup_int(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        uniq, inverse = np.unique(values, return_inverse=True)
-        if len(uniq) <= 4096 and 8 * len(uniq) < len(self.ids):
-            # a small batch among many groups: dictionary lookups cost O(batch), while
-            # rebuilding the index after a new group costs O(groups) (300 ms at 500K)
-            ids = self.ids
-            gids = np.fromiter((ids.get((k,), -1) for k in uniq.tolist()), dtype=np.int64,
-                               count=len(uniq))
-            for i in np.flatnonzero(gids < 0):
-                gids[i] = self._add((int(uniq[i]),))
-            return gids, inverse
-        if self._index is None or self._indexed != len(self.ids):
-            # a NULL key (registered by the general path) has no place in an int index
-            items = [(k[0], g) for k, g in self.ids.items() if k[0] is not None]
-            self._index = pd.Index(np.asarray([k for k, _ in items], dtype=np.int64))
-            self._index_gids = np.asarray([g for _, g in items], dtype=np.int64)
-            self._indexed = len(self.ids)
-        pos = self._index.get_indexer(uniq)
-        known = pos >= 0
+        uniq, inverse = np.unique(values.astype(np.int64, copy=False), return_inverse=True)
         gids = np.full(len(uniq), -1, dtype=np.int64)
-        gids[known] = self._index_gids[pos[known]]
-        for i in np.flatnonzero(~known):
-            gids[i] = self._add((int(uniq[i]),))
+        if len(self._main_keys):
+            pos = np.searchsorted(self._main_keys, uniq)
+            pos = np.minimum(pos, len(self._main_keys) - 1)
+            hit = self._main_keys[pos] == uniq
+            gids[hit] = self._main_gids[pos[hit]]
+        missing = np.flatnonzero(gids < 0)
+        if len(missing):
+            pending = self._pending
+            for i, k in zip(missing.tolist(), uniq[missing].tolist()):
+                g = pending.get(k)
+                gids[i] = self._new_int(k) if g is None else g
+            self._maybe_merge()
         return gids, inverse
 
+    def _new_int(self, key: int | None) -> int:
+        """A new id for ``key`` (None: the NULL key, which the index does not hold)."""
+        gid = self._n
+        self._n += 1
+        if len(self._key_of) < self._n:
+            self._key_of = np.concatenate(
+                [self._key_of, np.zeros(max(1024, len(self._key_of)), dtype=np.int64)])
+        if key is not None:
+            self._key_of[gid] = key
+            self._pending[key] = gid
+        return gid
+
+    def _maybe_merge(self) -> None:
+        if len(self._pending) <= max(4096, len(self._main_keys) // 8):
+            return
+        keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=len(self._pending))
+        gids = np.fromiter(self._pending.values(), dtype=np.int64, count=len(self._pending))
+        keys = np.concatenate([self._main_keys, keys])
+        gids = np.concatenate([self._main_gids, gids])
+        order = np.argsort(keys, kind="stable")
+        self._main_keys, self._main_gids = keys[order], gids[order]
+        self._pending = {}
+
     def _add(self, key: tuple) -> int:
+        if self._int:
+            (value,) = key
+            if value is None:
+                if self._null_gid is None:
+                    self._null_gid = self._new_int(None)
+                return self._null_gid
+            value = int(value)
+            found = self._find_int(value)
+            if found is not None:
+                return found
+            gid = self._new_int(value)
+            self._maybe_merge()
+            return gid
         gid = self.ids.get(key)
         if gid is None:
             gid = len(self.ids)
@@ -88,34 +130,89 @@ class GroupKeys:
                 col.append(v)
         return gid
 
+    def _find_int(self, key: int) -> int | None:
+        g = self._pending.get(key)
+        if g is not None:
+            return g
+        if len(self._main_keys):
+            i = int(np.searchsorted(self._main_keys, key))
+            if i < len(self._main_keys) and self._main_keys[i] == key:
+                return int(self._main_gids[i])
+        return None
+
+    def nbytes(self) -> int:
+        """About the memory the keys take: arrays as they are, a dictionary entry (with
+        its tuple and values) about 200 bytes, a recent integer key about 100."""
+        if self._int:
+            arrays = self._key_of.nbytes + self._main_keys.nbytes + self._main_gids.nbytes
+            return arrays + 100 * len(self._pending)
+        return 200 * len(self.ids)
+
     def key_arrays(self, gids: np.ndarray) -> list[pa.Array]:
+        if self._int:
+            gids = np.asarray(gids, dtype=np.int64)
+            values = self._key_of[gids]
+            mask = gids == self._null_gid if self._null_gid is not None else None
+            return [pa.array(values, mask=mask).cast(self.key_types[0])]
         idx = gids.tolist()
         return [pa.array([col[i] for i in idx], type=t)
                 for col, t in zip(self.columns, self.key_types)]
 
     def key_of(self, gid: int) -> tuple:
+        if self._int:
+            return (None,) if gid == self._null_gid else (int(self._key_of[gid]),)
         return tuple(col[gid] for col in self.columns)
 
 
 class FragmentCounts:
-    """F_g for all groups: sorted (g·P + ρ) keys with counts, plus each group's sketch."""
+    """F_g for all groups: sorted (g·P + ρ) keys with counts, plus each group's sketch.
+
+    A group's sketch is held as its size and, for a single fragment (the common case of a
+    group inside one range), that fragment (``size``, ``single``: 8 bytes a group); only
+    groups with two or more fragments keep a bitmap (``multi``), so a million groups in
+    one fragment each cost no million bitmap objects."""
 
     def __init__(self, nfrag: int):
         self.P = max(nfrag, 1)
         self.keys = np.zeros(0, dtype=np.int64)
         self.counts = np.zeros(0, dtype=np.int64)
-        self.sketches: list[BitMap] = []
+        self.multi: dict[int, BitMap] = {}  # groups whose sketch has >= 2 fragments
         self.size = np.zeros(0, dtype=np.int32)  # |sketch(g)|
         self.single = np.zeros(0, dtype=np.int32)  # the fragment when |sketch(g)| == 1
+        self.ngroups = 0
 
     def ensure(self, ngroups: int) -> None:
-        while len(self.sketches) < ngroups:
-            self.sketches.append(BitMap())
+        self.ngroups = max(self.ngroups, ngroups)
         if len(self.size) < ngroups:
             grow = max(ngroups, 2 * len(self.size))
             self.size = np.concatenate([self.size, np.zeros(grow - len(self.size), np.int32)])
             self.single = np.concatenate([self.single,
                                           np.full(grow - len(self.single), -1, np.int32)])
+
+    def nbytes(self) -> int:
+        """About the memory F_g takes: its arrays, and each multi-fragment group's bitmap
+        (its serialized size plus the object, about 100 bytes)."""
+        arrays = self.keys.nbytes + self.counts.nbytes + self.size.nbytes + self.single.nbytes
+        if len(self.multi) > 10_000:  # an estimate, not a walk over every bitmap
+            return arrays + len(self.multi) * (100 + 16)
+        return arrays + sum(100 + len(bm.serialize()) for bm in self.multi.values())
+
+    def sketch(self, g: int) -> BitMap:
+        """The sketch of group ``g`` (a fresh bitmap unless it has two or more fragments:
+        do not change it)."""
+        bm = self.multi.get(g)
+        if bm is not None:
+            return bm
+        return BitMap([int(self.single[g])]) if self.size[g] == 1 else BitMap()
+
+    def _set(self, g: int, bm: BitMap) -> None:
+        n = len(bm)
+        self.size[g] = n
+        self.single[g] = bm.min() if n == 1 else -1
+        if n >= 2:
+            self.multi[g] = bm
+        else:
+            self.multi.pop(g, None)
 
     def update(self, row_gid: np.ndarray, weights: np.ndarray,
                ann: Annotation) -> dict[int, BitMap]:
@@ -145,19 +242,19 @@ class FragmentCounts:
             self.counts = np.insert(self.counts, pos[~exists], dw[~exists])
         crossing = (old > 0) != (new > 0)
         before: dict[int, BitMap] = {}
+        now: dict[int, BitMap] = {}
         for key, now_in in zip(ukeys[crossing].tolist(), (new[crossing] > 0).tolist()):
             g, frag = divmod(key, self.P)
-            bm = self.sketches[g]
-            if g not in before:
-                before[g] = BitMap(bm)
+            bm = now.get(g)
+            if bm is None:
+                before[g] = self.sketch(g)
+                bm = now[g] = BitMap(before[g])
             if now_in:
                 bm.add(frag)
             else:
                 bm.discard(frag)
-        for g in before:
-            bm = self.sketches[g]
-            self.size[g] = len(bm)
-            self.single[g] = bm.min() if len(bm) == 1 else -1
+        for g, bm in now.items():
+            self._set(g, bm)
         if len(self.keys) > 1024 and (self.counts == 0).mean() > 0.5:
             keep = self.counts != 0
             self.keys, self.counts = self.keys[keep], self.counts[keep]
@@ -176,7 +273,8 @@ class FragmentCounts:
         if (size == 0).all():
             return Annotation.empty(len(gids))
         before = before or {}
-        return Annotation.from_bitmaps([before.get(g, self.sketches[g]) for g in gids.tolist()])
+        return Annotation.from_bitmaps([before[g] if g in before else self.sketch(g)
+                                        for g in gids.tolist()])
 
     def table_from_pairs(self, gids: np.ndarray, frags: np.ndarray,
                          counts: np.ndarray) -> pa.Table:
@@ -196,13 +294,21 @@ class FragmentCounts:
     def restore(self, table: pa.Table, ngroups: int) -> None:
         self.keys = table.column("key").to_numpy().astype(np.int64)
         self.counts = table.column("count").to_numpy().astype(np.int64)
-        self.sketches = []
+        self.multi = {}
         self.size = np.zeros(0, dtype=np.int32)
         self.single = np.zeros(0, dtype=np.int32)
+        self.ngroups = 0
         self.ensure(ngroups)
-        for key in self.keys[self.counts > 0].tolist():
-            g, frag = divmod(key, self.P)
-            self.sketches[g].add(frag)
-        for g, bm in enumerate(self.sketches):
-            self.size[g] = len(bm)
-            self.single[g] = bm.min() if len(bm) == 1 else -1
+        live = self.keys[self.counts > 0]  # sorted: by group, then fragment
+        g, frag = np.divmod(live, self.P)
+        sizes = np.bincount(g, minlength=len(self.size)).astype(np.int32)
+        self.size[:len(sizes)] = sizes[:len(self.size)]
+        one = sizes[g] == 1
+        self.single[g[one]] = frag[one].astype(np.int32)
+        many = ~one
+        if many.any():
+            groups, starts = np.unique(g[many], return_index=True)
+            frags = frag[many]
+            ends = list(starts[1:]) + [len(frags)]
+            for grp, a, b in zip(groups.tolist(), starts.tolist(), ends):
+                self.multi[grp] = BitMap(frags[a:b].tolist())

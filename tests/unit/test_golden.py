@@ -189,13 +189,14 @@ def _record(q: IncrementalQuery) -> dict[str, list[DeltaBatch]]:
 
 def _group_state(agg: AggregateOp, key: int) -> tuple[int, int, set, dict]:
     """(SUM, CNT, P, F_g) of a group, read from the operator's state."""
-    g = agg.groups.ids[(key,)]
+    g = agg.groups.gid_of((key,))
+    assert g is not None
     fg = {}
     for k, c in zip(agg.frags.keys.tolist(), agg.frags.counts.tolist()):
         gid, frag = divmod(k, agg.frags.P)
         if gid == g and c:
             fg[frag] = c
-    return int(agg.sums[0][g]), int(agg.cnt[g]), set(agg.frags.sketches[g]), fg
+    return int(agg.sums[0][g]), int(agg.cnt[g]), set(agg.frags.sketch(g)), fg
 
 
 def _merge_state(q: IncrementalQuery) -> dict[int, int]:
@@ -218,7 +219,7 @@ def test_figure_5_operator_by_operator():
     (agg,) = [o for o in q.operators if isinstance(o, AggregateOp)]
     # S[9] = (SUM = 6, CNT = 1, P = {f2, g1}, F_9 = {f2: 1, g1: 1})
     assert _group_state(agg, 9) == (6, 1, {F2, G1}, {F2: 1, G1: 1})
-    assert (5,) not in agg.groups.ids
+    assert agg.groups.gid_of((5,)) is None
     assert _merge_state(q) == {F2: 1, G1: 1}  # μ's S
 
     # ΔR = {+⟨(5, 8), {f1}⟩}

@@ -130,6 +130,13 @@ class GroupKeys:
                 col.append(v)
         return gid
 
+    def gid_of(self, key: tuple) -> int | None:
+        """The id of ``key`` (None if it was never seen); adds nothing."""
+        if self._int:
+            (value,) = key
+            return self._null_gid if value is None else self._find_int(int(value))
+        return self.ids.get(key)
+
     def _find_int(self, key: int) -> int | None:
         g = self._pending.get(key)
         if g is not None:

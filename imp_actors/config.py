@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Callable, Literal
 
 Backend = Literal["ray", "local"]
 
@@ -234,44 +234,35 @@ def _budget(raw: str) -> int | None:
     return value
 
 
-def _seconds(raw: str, name: str) -> float:
+def _setting(raw: str, name: str, conv: type, valid: Callable[[Any], bool],
+             expected: str) -> Any:
+    """``raw`` read by ``conv`` and accepted by ``valid``, else a ValueError naming the
+    variable and what it expects."""
     try:
-        value = float(raw.strip())
+        value = conv(raw.strip())
     except ValueError:
-        value = 0.0
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
+        value = None
+    if value is None or not valid(value):
+        raise ValueError(f"{name} must be {expected}, not {raw!r}")
     return value
+
+
+def _seconds(raw: str, name: str) -> float:
+    return _setting(raw, name, float, lambda v: 0 < v < math.inf,
+                    "a positive number of seconds")
 
 
 def _nonnegative(raw: str, name: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < math.inf:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {raw!r}")
-    return value
+    return _setting(raw, name, float, lambda v: 0 <= v < math.inf,
+                    "a number of seconds >= 0")
 
 
 def _share(raw: str, name: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a number from 0 to 1, not {raw!r}")
-    return value
+    return _setting(raw, name, float, lambda v: 0 <= v <= 1, "a number from 0 to 1")
 
 
 def _positive(raw: str, name: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, not {raw!r}")
-    return value
+    return _setting(raw, name, int, lambda v: v >= 1, "an integer >= 1")
 
 
 def _join(root: str, name: str) -> str:

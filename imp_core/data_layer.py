@@ -4,12 +4,14 @@ One ``DataLayer`` builds every maintained query's ``IncrementalQuery``, in the e
 ``Maintainer`` and in the service's query actors alike, with two capabilities beyond the
 operators' own state:
 
-- **join sides probed in the data layer**: an inner equi-join input listed in the query's
+- **join sides probed in the data layer**: an equi-join input listed in the query's
   ``JoinPlacement`` keeps no rows; its lookups go to Spark when a session is at hand
   (``SparkJoinSide``) or to the Delta table's files filtered by the join keys
-  (``FileJoinSide``: what an actor without Spark uses). The inputs of semi-, anti- and
-  outer joins are always held in memory (their operator, ``KeyedJoinOp``, recomputes
-  whole keys from both sides' rows). ``place_join_sides`` decides the
+  (``FileJoinSide``: what an actor without Spark uses). That holds for inner joins and
+  for semi-, anti- and outer joins (``KeyedJoinOp`` asks each side for the rows of the
+  keys a batch touches, which a lookup answers as well as an index in memory); the
+  inputs of a NOT IN (its facts about the whole right side) and of a join without equi
+  keys stay in memory. ``place_join_sides`` decides the
   placement once, at registration, from the estimated size of each side against a state
   budget, and the decision is recorded with the query so that every later wiring
   (restore, recovery) builds the same operators;
@@ -34,7 +36,19 @@ from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import VersionContext
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.engine.zset import DeltaBatch
-from imp_core.plan.nodes import Aggregate, Join, OuterJoin, PlanNode, QueryPlan, Scan, SemiJoin
+from imp_core.plan.expr import ColumnRef
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    OuterJoin,
+    PlanNode,
+    Project,
+    QueryPlan,
+    Scan,
+    Select,
+    SemiJoin,
+)
 from imp_core.sketch.partition import PartitionSet
 from imp_core.storage.file_side import FileJoinSide, RowFilter, TableFiles
 
@@ -43,15 +57,28 @@ from imp_core.storage.file_side import FileJoinSide, RowFilter, TableFiles
 JoinPlacement = frozenset
 
 
-def join_sides(root: PlanNode) -> Iterator[tuple[str, Join, str, PlanNode]]:
-    """``(side id, join, "left" | "right", input)`` of every inner equi-join in ``root``,
-    with ids as ``IncrementalQuery`` numbers its operators: the only join inputs that may
-    be probed in the data layer (never a ``SemiJoin``'s or an ``OuterJoin``'s)."""
+AnyJoin = Join | SemiJoin | OuterJoin
 
-    def walk(node: PlanNode, op_id: str) -> Iterator[tuple[str, Join, str, PlanNode]]:
+
+def probable(node: PlanNode) -> bool:
+    """Whether ``node`` is a join whose inputs may be probed in the data layer: an inner,
+    semi-, anti- or outer join with equi keys, but not a NOT IN (whose output depends on
+    whether the whole right side is empty or holds a NULL key)."""
+    if isinstance(node, SemiJoin) and node.null_aware:
+        return False
+    return isinstance(node, (Join, SemiJoin, OuterJoin)) and bool(node.equi_keys()[0])
+
+
+def join_sides(root: PlanNode) -> Iterator[tuple[str, AnyJoin, str, PlanNode]]:
+    """``(side id, join, "left" | "right", input)`` of every join in ``root`` whose inputs
+    may be probed in the data layer (``probable``), with ids as ``IncrementalQuery``
+    numbers its operators."""
+
+    def walk(node: PlanNode, op_id: str) -> Iterator[tuple[str, AnyJoin, str, PlanNode]]:
         for i, child in enumerate(node.children()):
             yield from walk(child, f"{op_id}.{i}")
-        if isinstance(node, Join) and node.equi_keys()[0]:
+        if probable(node):
+            assert isinstance(node, (Join, SemiJoin, OuterJoin))
             yield f"{op_id}:left", node, "left", node.left
             yield f"{op_id}:right", node, "right", node.right
 
@@ -59,28 +86,139 @@ def join_sides(root: PlanNode) -> Iterator[tuple[str, Join, str, PlanNode]]:
 
 
 def keyed_join_inputs(root: PlanNode) -> Iterator[PlanNode]:
-    """The inputs of every semi-, anti- and outer join in ``root`` (held in memory)."""
+    """The inputs of every semi-, anti- and outer join in ``root`` that are always held in
+    memory (NOT IN, no equi keys)."""
     for node in root.walk():
-        if isinstance(node, (SemiJoin, OuterJoin)):
+        if isinstance(node, (SemiJoin, OuterJoin)) and not probable(node):
             yield from node.children()
 
 
+def _trigger_inputs(join: AnyJoin, which: str) -> list[PlanNode]:
+    """The inputs of ``join`` whose deltas make its operator look up its ``which`` side."""
+    if isinstance(join, Join):
+        return [join.right if which == "left" else join.left]
+    if which == "left" and not (isinstance(join, OuterJoin) and join.kind == "full"):
+        return [join.right]
+    return [join.left, join.right]
+
+
+def probe_triggers(join: AnyJoin, which: str) -> frozenset[str]:
+    """The tables whose changes make the operator of ``join`` look up its ``which`` side:
+    an inner join probes a side with the other side's deltas; a semi-, anti- or left outer
+    join looks up its left rows only for keys its right delta touches (its output is
+    linear in the left input), its right rows for keys of either delta; a full outer join
+    looks up both sides for keys of either delta."""
+    return frozenset().union(*(n.tables() for n in _trigger_inputs(join, which)))
+
+
+def direct_tables(node: PlanNode) -> frozenset[str]:
+    """The tables whose every change may reach ``node``'s output. A change behind an
+    aggregation whose values are projected away (``membership_only``: only the group
+    keys leave, as in an IN subquery with HAVING) or behind a DISTINCT reaches it only
+    when a group appears or disappears, so those tables are left out."""
+    if isinstance(node, Scan):
+        return frozenset({node.table})
+    if isinstance(node, Distinct) or membership_only(node):
+        return frozenset()
+    out: frozenset[str] = frozenset()
+    for child in node.children():
+        out |= direct_tables(child)
+    return out
+
+
+def membership_only(node: PlanNode) -> bool:
+    """Whether ``node`` projects an aggregation (under selections) to group keys only."""
+    if not isinstance(node, Project):
+        return False
+    inner = node.input
+    while isinstance(inner, Select):
+        inner = inner.input
+    return isinstance(inner, Aggregate) and all(
+        isinstance(e.expr, ColumnRef) and e.expr.name in inner.group_by for e in node.exprs)
+
+
+def direct_triggers(join: AnyJoin, which: str) -> frozenset[str]:
+    """The triggers of a side (``probe_triggers``) whose every change may reach it."""
+    return frozenset().union(*(direct_tables(n) for n in _trigger_inputs(join, which)))
+
+
+# the share of a table's changes assumed to change a group's membership (a prior: no
+# rate is measured at registration)
+AGGREGATED_RATE = 0.01
+
+
+def _trigger_rate(join: AnyJoin, which: str, rates: Mapping[str, float]) -> float:
+    """The expected lookups of a side per unit of time: its triggers' rates of change,
+    those that reach it only through group membership weighted by ``AGGREGATED_RATE``."""
+    direct = direct_triggers(join, which)
+    return sum(rates.get(t, 0.0) * (1.0 if t in direct else AGGREGATED_RATE)
+               for t in probe_triggers(join, which))
+
+
+def filterable(node: PlanNode, keys: tuple[str, ...]) -> bool:
+    """Whether a lookup of the join input ``node`` by ``keys`` reads its tables filtered,
+    not whole: a key column copies a table column, and no table is scanned twice (a
+    file-read side filters per table, so a self-join's table is read whole)."""
+    from imp_core.plan.lineage import trace_column
+
+    scans = [n.table for n in node.walk() if isinstance(n, Scan)]
+    if len(scans) != len(set(scans)):
+        return False
+    return any(trace_column(node, k, through_padding=True) is not None for k in keys)
+
+
 def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
-                     budget_bytes: int | None) -> JoinPlacement:
-    """The inner equi-join sides to probe in the data layer so that the sides kept in
-    memory fit ``budget_bytes``: the largest sides go first, until the rest fits (None:
-    keep every side in memory; 0: probe every equi-join side). The inputs of semi-, anti-
-    and outer joins count against the budget but are never probed."""
+                     budget_bytes: int | None,
+                     change_rates: Mapping[str, float] | None = None) -> JoinPlacement:
+    """The join sides to probe in the data layer so that the sides kept in memory fit
+    ``budget_bytes`` (None: keep every side in memory; 0: probe every probable side). The
+    inputs of joins that cannot be probed (``keyed_join_inputs``) count against the
+    budget.
+
+    Without ``change_rates`` the largest sides go first, until the rest fits. With them
+    (a relative rate of change per table, e.g. its row count as a prior when nothing has
+    been measured) only *cold* sides are probed: a lookup reads them filtered
+    (``filterable``) and the query's most changing table does not trigger them directly
+    (``probe_triggers`` other than through group membership, ``direct_tables``), so that
+    the batches
+    of that table never wait for the data layer; they go in order of lookups per byte
+    saved (``_trigger_rate`` over the side's size). The state then stays above the
+    budget rather than make every batch of the busiest table pay a lookup.
+    """
     if budget_bytes is None:
         return frozenset()
-    sizes = [(side_bytes(child), sid) for sid, _, _, child in join_sides(root)]
-    total = sum(s for s, _ in sizes) + sum(side_bytes(c) for c in keyed_join_inputs(root))
-    probed = []
-    for size, sid in sorted(sizes, reverse=True):
-        if total <= budget_bytes and budget_bytes > 0:
-            break
-        probed.append(sid)
-        total -= size
+    if budget_bytes == 0:
+        return frozenset(sid for sid, *_ in join_sides(root))
+    sides = [(side_bytes(child), sid, join, which) for sid, join, which, child
+             in join_sides(root)]
+    total = sum(s for s, *_ in sides) + sum(side_bytes(c) for c in keyed_join_inputs(root))
+    probed: list[str] = []
+
+    def take(order: list[tuple[int, str, AnyJoin, str]], limit: int) -> None:
+        nonlocal total
+        for size, sid, _, _ in order:
+            if total <= limit and limit > 0:
+                return
+            if sid not in probed:
+                probed.append(sid)
+                total -= size
+
+    if change_rates is None:
+        take(sorted(sides, key=lambda s: (-s[0], s[1])), budget_bytes)
+        return frozenset(probed)
+
+    def per_byte(side: tuple[int, str, AnyJoin, str]) -> tuple[float, str]:
+        size, sid, join, which = side
+        rate = _trigger_rate(join, which, change_rates)
+        return (rate / size if size > 0 else float("inf"), sid)
+
+    tables = sorted(root.tables())
+    hottest = max(tables, key=lambda t: (change_rates.get(t, 0.0), t))
+    cold = [side for side in sides
+             if hottest not in direct_triggers(side[2], side[3])
+             and filterable(side[2].left if side[3] == "left" else side[2].right,
+                            side[2].equi_keys()[0 if side[3] == "left" else 1])]
+    take(sorted(cold, key=per_byte), budget_bytes)
     return frozenset(probed)
 
 
@@ -119,6 +257,7 @@ class DataLayer:
         self._spark = spark
         self.files = TableFiles(store, row_filter)
         self._footer_bytes: dict[tuple[str, int, tuple[str, ...]], int] = {}
+        self._row_counts: dict[tuple[str, int], int] = {}
 
     # -- Spark, when there is one --------------------------------------------------------
     @property
@@ -141,25 +280,33 @@ class DataLayer:
                                      tuple(self.files.columns_for(node, partitions, t)))
                    for t in sorted(node.tables()))
 
+    def _rows(self, table: str, version: int) -> int:
+        key = (table, version)
+        if key not in self._row_counts:
+            import pyarrow.dataset as ds
+
+            files = self.store.file_uris(table, version)
+            self._row_counts[key] = ds.dataset(files, format="parquet").count_rows() \
+                if files else 0
+        return self._row_counts[key]
+
     def _table_bytes(self, table: str, version: int, columns: tuple[str, ...]) -> int:
         # nested join inputs share tables: each table's footers are read once
         key = (table, version, columns)
         if key not in self._footer_bytes:
-            import pyarrow.dataset as ds
-
-            files = self.store.file_uris(table, version)
-            rows = ds.dataset(files, format="parquet").count_rows() if files else 0
             self._footer_bytes[key] = max(
                 self.store.column_bytes(table, version, list(columns)),
-                8 * rows * len(columns))
+                8 * self._rows(table, version) * len(columns))
         return self._footer_bytes[key]
 
     def place(self, plan: QueryPlan, partitions: PartitionSet, versions: Mapping[str, int],
               budget_bytes: int | None) -> JoinPlacement:
-        """``place_join_sides`` with this store's size estimates at ``versions``."""
+        """``place_join_sides`` with this store's size estimates at ``versions``, the
+        tables' row counts standing for their rates of change."""
+        rates = {t: float(self._rows(t, versions[t])) for t in sorted(plan.root.tables())}
         return place_join_sides(plan.root,
                                 lambda n: self.side_bytes(n, partitions, versions),
-                                budget_bytes)
+                                budget_bytes, rates)
 
     # -- pipelines -----------------------------------------------------------------------
     def wire(self, plan: QueryPlan, partitions: PartitionSet, options: EngineOptions,
@@ -168,7 +315,7 @@ class DataLayer:
         context = VersionContext()
         ids = {id(join): sid.split(":")[0] for sid, join, _, _ in join_sides(plan.root)}
 
-        def choose(node: Join, which: str) -> JoinSide | None:
+        def choose(node: AnyJoin, which: str) -> JoinSide | None:
             op_id = ids.get(id(node))
             if op_id is None or f"{op_id}:{which}" not in placement:
                 return None

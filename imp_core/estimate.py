@@ -5,13 +5,13 @@ the caller has them cheaply, per-column distinct counts and min/max: Delta log o
 Parquet statistics, declared value domains) and estimates, per operator, its output rows
 and the memory the incremental engine (``imp_core.engine``) would use for it:
 
-- ``state_bytes``: what the operator keeps between batches. An inner ``Join`` keeps both
-  inputs' rows (a ``SideIndex`` each: the rows, weight, annotation, key index and Bloom
-  filter), except an equi-join side probed in the data layer (``probed``: side ids as
-  ``imp_core.data_layer.join_sides`` names them); ``SemiJoin`` / ``OuterJoin`` keep both
-  inputs' rows (``KeyedJoinOp``); ``Aggregate`` / ``Distinct`` one entry per group plus
-  its fragment counts and min/max multisets; ``TopK`` its buffer (every input row when
-  unbounded). Scans, selections and projections keep nothing.
+- ``state_bytes``: what the operator keeps between batches. A ``Join``, ``SemiJoin`` or
+  ``OuterJoin`` keeps both inputs' rows (a ``SideIndex`` each: the rows, weight,
+  annotation, key index and Bloom filter), except a side probed in the data layer
+  (``probed``: side ids as ``imp_core.data_layer.join_sides`` names them);
+  ``Aggregate`` / ``Distinct`` one entry per group plus its fragment counts and
+  min/max multisets; ``TopK`` its buffer (every input row when unbounded). Scans,
+  selections and projections keep nothing.
 - ``work_bytes``: the largest batch a join materializes at once, which is all of its
   pairs when the whole input arrives in one batch (the bootstrap batch, the reference
   evaluator): the key-matched pairs of an equi-join, *every* pair of a join without
@@ -311,7 +311,7 @@ class _Context:
         work = pairs * (lbytes + rbytes + PAIR_BYTES)
         state = 0.0
         for side, rel, nbytes in (("left", left, lbytes), ("right", right, rbytes)):
-            if not (isinstance(node, Join) and lk and f"{op_id}:{side}" in self.probed):
+            if f"{op_id}:{side}" not in self.probed:  # only probable sides are ever listed
                 state += rel.rows * (nbytes + SIDE_INDEX_BYTES)
         if isinstance(node, SemiJoin):
             if lk:

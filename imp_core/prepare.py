@@ -171,8 +171,10 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
     sides: dict[int, float] = {}
     for op in est.operators:
         sides[id(op.node)] = op.rows * (op.row_bytes + SIDE_INDEX_BYTES)
+    # a table's rows stand for its rate of change (nothing is measured at registration)
+    rates = {t: float(s.rows) for t, s in stats.items()}
     probed = place_join_sides(root, lambda n: int(sides.get(id(n), 0)),
-                              join_state_budget_bytes)
+                              join_state_budget_bytes, rates)
     return estimate_plan(root, stats, sketched, probed, fragments=per_table)
 
 

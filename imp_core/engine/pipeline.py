@@ -143,7 +143,7 @@ class IncrementalQuery:
             op = JoinOp(node, op_id, self.options.use_bloom, dedupe_annotations=bool(shared),
                         choose_side=self.join_sides)
         elif isinstance(node, (SemiJoin, OuterJoin)):
-            op = KeyedJoinOp(node, op_id)
+            op = KeyedJoinOp(node, op_id, choose_side=self.join_sides)
         elif isinstance(node, Aggregate):
             op = AggregateOp(node, op_id, nfrag, self.options.minmax_buffer,
                              self._source_for(node.input))
@@ -213,18 +213,17 @@ class IncrementalQuery:
         probes their Bloom filters spared and the kind of each side ("memory" or the data
         layer that answers its probes); for semi-, anti- and outer joins (kind
         "semi_join", "anti_join", "outer_join") the join type ("semi", "anti", "nai" for
-        NOT IN, "left", "full") and their sides, always "memory"."""
+        NOT IN, "left", "full") and the kind of each side."""
         out = []
         for op in self.operators:
             row = {"op": op.op_id, "kind": op.kind, **asdict(op.stats),
                    "state_bytes": op.state_bytes()}
-            if isinstance(op, JoinOp):
+            if isinstance(op, (JoinOp, KeyedJoinOp)):
                 sides = (op.left, op.right)
                 row["probes_skipped"] = sum(getattr(s, "probes_skipped", 0) for s in sides)
                 row["sides"] = [getattr(s, "kind", "memory") for s in sides]
-            elif isinstance(op, KeyedJoinOp):
+            if isinstance(op, KeyedJoinOp):
                 row["join_type"] = op.mode
-                row["sides"] = ["memory", "memory"]
             out.append(row)
         return out
 

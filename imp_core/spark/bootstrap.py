@@ -23,10 +23,11 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   inputs; the output of a join below is joined on the driver from its inputs, which are
   shipped for their own sides anyway. A side served by the data layer (``_data_side``: a
   ``SparkJoinSide``) gets its versions and a Bloom filter of the side's distinct keys.
-- A semi-, anti- or outer join (``KeyedJoinOp``; its sides are always held in memory),
-  and a comparison with a scalar subquery's value (``ScalarFilterOp``), is built on the
-  driver like an in-memory join: its state is both inputs' annotated rows
-  (``state_from_sides``) and its output the engine's operator stepped once over them, so
+- A semi-, anti- or outer join (``KeyedJoinOp``), and a comparison with a scalar
+  subquery's value (``ScalarFilterOp``), is built on the driver like an in-memory join:
+  its output is the engine's operator stepped once over both inputs' annotated rows, its
+  state those rows for a side in memory and, for a side served by the data layer, the
+  versions and Bloom filter that step left (``state_from_sides``), so
   every operator above it is stepped by the engine too (``has_stateful``). Spark evaluates
   such a subtree (``imp_core.spark.compile_joins``) only where the data layer serves a
   join: the output of a join with a side served by Spark, and a served side's keys.
@@ -226,12 +227,17 @@ class _Bootstrap:
             self.stats.sources[op.op_id] = "spark" if not (
                 _in_memory(op.left) and _in_memory(op.right)) else "engine"
         elif isinstance(op, (KeyedJoinOp, ScalarFilterOp)):
-            # both sides in memory: their rows are the state, the output one engine step
+            # the output is one engine step over both inputs' rows; a side in memory holds
+            # those rows, a side served by the data layer the versions and Bloom filter
+            # that step gave it (the batch context is at the bootstrap's versions)
             left, right = (self.output(c) for c in w.children)
-            state = op.state_from_sides(SideIndex.state_from_rows(left),
-                                        SideIndex.state_from_rows(right))
             self.outputs[op.op_id] = op.step([left, right]) if len(left) or len(right) \
                 else op.empty()
+            state = op.state_from_sides(
+                op.left.snapshot() if _data_side(op.left) else
+                SideIndex.state_from_rows(left),
+                op.right.snapshot() if _data_side(op.right) else
+                SideIndex.state_from_rows(right))
             self.stats.sources[op.op_id] = "engine"
         elif has_stateful(w.children[0].node) or (
                 not self.joins_in_spark and _memory_join_below(w.children[0])):

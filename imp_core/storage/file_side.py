@@ -16,9 +16,13 @@ through the side's own inner equi-joins (semi-join reduction of the other tables
 reads), so a side spanning several tables reads of each only rows that can join with a
 match. A key column may be traced through the NULL-padded side of an outer join
 (``trace_column(..., through_padding=True)``): filtering that table only turns rows whose
-key is outside the filter into padded rows, whose NULL key matches no probe either. The
-right input of a semi- or anti-join is never filtered (nothing traces into it), so the
-presence, absence and NULLs of partners stay exact.
+key is outside the filter into padded rows, whose NULL key matches no probe either. Key
+filters also pass from the left input of a semi- or anti-join or a left outer join to
+its right input along the equi keys (one way only): every partner of a left row that is
+read has a key value that row holds, so the right rows left out partner no row read.
+Nothing passes into the right input of a NOT IN (whose output depends on whether the
+whole right side is empty or holds a NULL) or out of any right input of those joins
+(left rows without partners are output rows of anti- and outer joins).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from imp_core.engine.probed_side import ProbedSide, VersionContext
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.lineage import trace_column
-from imp_core.plan.nodes import Join, PlanNode, Scan
+from imp_core.plan.nodes import Join, OuterJoin, PlanNode, Scan, SemiJoin
 from imp_core.sketch.partition import PartitionSet
 
 # (table, rows) -> the rows this reader may see (e.g. one shard's share)
@@ -127,8 +131,16 @@ class FileJoinSide(ProbedSide):
                 self._pushdown[key] = (found[0].table, found[1])
         # equi-join conditions inside the side between columns of tables read once:
         # ((table, column), (table, column)) pairs along which key filters propagate
+        # (both ways for inner joins, left to right for semi-, anti- and left outer joins)
         self._links: list[tuple[tuple[str, str], tuple[str, str]]] = []
-        for join in (n for n in node.walk() if isinstance(n, Join)):
+        for join in node.walk():
+            if isinstance(join, Join):
+                both_ways = True
+            elif isinstance(join, SemiJoin) and not join.null_aware or \
+                    isinstance(join, OuterJoin) and join.kind == "left":
+                both_ways = False
+            else:
+                continue
             left_keys, right_keys, _ = join.equi_keys()
             for lk, rk in zip(left_keys, right_keys):
                 lt = trace_column(join.left, lk, through_padding=True)
@@ -137,7 +149,7 @@ class FileJoinSide(ProbedSide):
                         or counts[rt[0].table] != 1:
                     continue
                 pair = ((lt[0].table, lt[1]), (rt[0].table, rt[1]))
-                self._links += [pair, (pair[1], pair[0])]
+                self._links += [pair, (pair[1], pair[0])] if both_ways else [pair]
 
     def _read(self, conditions: dict[str, dict[str, pa.Array]]) -> dict[str, pa.Table]:
         """The side's tables at its versions, reduced by semi-joins: a table with

@@ -362,7 +362,8 @@ def test_sql_queries_through_the_coordinator_equal_spark_recaptures(spark, tmp_p
 def test_bootstrap_and_maintenance_with_probed_sides_over_a_semi_join(spark, tables, tmp_path):
     """Both inputs of the inner join above a semi-join are probed in Spark: the left one
     is the semi-join's subtree (its Bloom filter of keys from Spark's annotated SQL), the
-    join's output is Spark's; the semi-join's own state is built on the driver."""
+    join's output is Spark's; the semi-join's output is built on the driver, and its own
+    sides, probed too, hold the versions and Bloom filters that step left them."""
     import numpy as np
 
     from imp_core.data_layer import DataLayer, join_sides
@@ -382,13 +383,17 @@ def test_bootstrap_and_maintenance_with_probed_sides_over_a_semi_join(spark, tab
     wiring.context.begin(None, versions)
     run = bootstrap(spark, store, wiring.pipeline, versions)
     (join,) = [o for o in wiring.pipeline.operators if o.kind == "join"]
+    (semi,) = [o for o in wiring.pipeline.operators if o.kind == "semi_join"]
     assert is_probed(join.left) and is_probed(join.right)
+    assert is_probed(semi.left) and is_probed(semi.right)
+    assert semi.left.versions == {t: versions[t] for t in semi.left.tables}
     assert run.sources[join.op_id] == "spark"
     engine = IncrementalQuery(plan, pset)
     engine.apply({t: TableDelta.inserts(tables[t]) for t in case.tables})
     got, want = canonical_state(wiring.pipeline), canonical_state(engine)
-    assert {k: v for k, v in got.items() if k != join.op_id} == \
-        {k: v for k, v in want.items() if k != join.op_id}
+    probed = {join.op_id, semi.op_id}
+    assert {k: v for k, v in got.items() if k not in probed} == \
+        {k: v for k, v in want.items() if k not in probed}
     rng = np.random.default_rng(3)
     for step in range(2):
         s = store.read("s")

@@ -25,7 +25,15 @@ from test_data_layer import FACTS, _random_change, _store, _tables
 
 from imp_actors.resharding import reshard
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
-from imp_core.data_layer import DataLayer, join_sides, place_join_sides, row_bound
+from imp_core.data_layer import (
+    DataLayer,
+    direct_triggers,
+    filterable,
+    join_sides,
+    place_join_sides,
+    probe_triggers,
+    row_bound,
+)
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import is_probed
@@ -37,10 +45,13 @@ from imp_core.plan.nodes import (
     Aggregate,
     Field,
     Join,
+    NamedExpr,
     OuterJoin,
     PlanNode,
+    Project,
     QueryPlan,
     Scan,
+    Select,
     SemiJoin,
 )
 from imp_core.reference import reference_capture
@@ -90,24 +101,91 @@ def _tags() -> Scan:
     return Scan("tags", ("tk", "z"), (Field("tags.tk", pa.int64()), Field("tags.z", pa.int64())))
 
 
-def test_only_inner_join_inputs_are_probed_and_keyed_inputs_count_against_the_budget():
+def test_keyed_join_inputs_are_probable_but_not_those_of_not_in():
     inner = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
     root = SemiJoin(inner, _tags(), _eq("dims.w", "tags.tk"), anti=True)
     sides = list(join_sides(root))
-    assert [(sid, which) for sid, _, which, _ in sides] == [("0.0:left", "left"),
-                                                          ("0.0:right", "right")]
-    assert all(isinstance(j, Join) for _, j, _, _ in sides)
+    assert [(sid, which) for sid, _, which, _ in sides] == [
+        ("0.0:left", "left"), ("0.0:right", "right"), ("0:left", "left"),
+        ("0:right", "right")]
     sizes = {"facts": 50, "dims": 10, "tags": 100}
 
     def size(node: PlanNode) -> int:
         return sum(sizes[t] for t in node.tables())
 
-    # in memory: the inner join's sides (50 + 10) and the semi-join's inputs, the inner
-    # join's rows (estimated from its tables, 60) and tags (100): 220 in all
+    # in memory: the inner join's sides (50 + 10), the anti-join's inputs (60 + 100)
     assert place_join_sides(root, size, 220) == frozenset()
-    assert place_join_sides(root, size, 200) == frozenset({"0.0:left"})  # 170 left
-    # the keyed inputs alone exceed 150: every probable side goes
-    assert place_join_sides(root, size, 150) == frozenset({"0.0:left", "0.0:right"})
+    assert place_join_sides(root, size, 200) == frozenset({"0:right"})  # 120 left
+    assert place_join_sides(root, size, 100) == frozenset({"0:right", "0:left"})
+
+    nai = SemiJoin(inner, _tags(), _eq("dims.w", "tags.tk"), anti=True, null_aware=True)
+    assert [sid for sid, *_ in join_sides(nai)] == ["0.0:left", "0.0:right"]
+    # NOT IN's inputs count against the budget but are never probed
+    assert place_join_sides(nai, size, 150) == frozenset({"0.0:left", "0.0:right"})
+
+
+def test_placement_by_change_rate_probes_the_sides_few_changes_ask_for():
+    """With rates of change, a side goes first when few lookups per byte follow: an inner
+    join's side is looked up on the other side's changes, a semi-join's left side only on
+    its right input's, its right side on either's."""
+    inner = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
+    root = SemiJoin(inner, _tags(), _eq("dims.w", "tags.tk"))
+    sizes = {"facts": 100, "dims": 40, "tags": 30}
+
+    def size(node: PlanNode) -> int:
+        return sum(sizes[t] for t in node.tables())
+
+    assert probe_triggers(inner, "left") == {"dims"}
+    assert probe_triggers(root, "left") == {"tags"}
+    assert probe_triggers(root, "right") == {"facts", "dims", "tags"}
+    # facts changes most: its own side (asked when dims change) goes before the larger
+    # semi-join input (asked when tags change), and dims' side (asked on every facts
+    # change) stays in memory as long as anything else can go
+    rates = {"facts": 1000.0, "dims": 1.0, "tags": 10.0}
+    total = 100 + 40 + 140 + 30
+    assert place_join_sides(root, size, total - 100, rates) == frozenset({"0.0:left"})
+    assert place_join_sides(root, size, total - 200, rates) == \
+        frozenset({"0.0:left", "0:left"})
+    # dims' side, which every facts change asks for, and the semi-join's right input,
+    # which every change asks for, stay in memory however small the budget
+    assert place_join_sides(root, size, 20, rates) == frozenset({"0.0:left", "0:left"})
+    assert place_join_sides(root, size, 1, rates) == frozenset({"0.0:left", "0:left"})
+    # behind an aggregation the busiest table's changes rarely reach a side: an IN
+    # subquery grouped over facts leaves the semi-join's left input cold
+    grouped = Aggregate(_facts("f2"), ("f2.k",), (AggCall("count_star", None, "n"),))
+    having = Select(grouped, op(">", col("n"), lit(3)))
+    keys_only = Project(having, (NamedExpr("f2.k", col("f2.k")),))
+    over_groups = SemiJoin(_dims(), keys_only, _eq("dims.dk", "f2.k"))
+    assert direct_triggers(over_groups, "left") == frozenset()
+    assert probe_triggers(over_groups, "left") == {"facts"}
+    assert place_join_sides(over_groups, size, 1, rates) == frozenset({"0:left"})
+    # the aggregate's values themselves change with every facts change: not cold
+    over_values = Join(_dims(), grouped, _eq("dims.dk", "f2.k"))
+    assert direct_triggers(over_values, "left") == {"facts"}
+    assert place_join_sides(over_values, size, 1, rates) == frozenset()
+    # without rates the largest side goes first
+    assert place_join_sides(root, size, total - 100) == frozenset({"0:left"})
+    assert place_join_sides(root, size, 0, rates) == frozenset(s for s, *_ in join_sides(root))
+
+
+def test_a_side_read_whole_by_every_lookup_is_not_probed():
+    """A side scanning a table twice (a self-join) is read whole by a file lookup: with
+    rates it stays in memory whatever the budget but 0 (every side)."""
+    self_join = Join(_facts(), _facts("f2"), _eq("facts.k", "f2.k"))
+    root = SemiJoin(self_join, _tags(), _eq("facts.v", "tags.tk"))
+    assert not filterable(self_join, ("facts.v",))
+    assert filterable(_tags(), ("tags.tk",))
+
+    def size(node: PlanNode) -> int:
+        return 100 * len(node.tables()) + (100 if node is self_join else 0)
+
+    rates = {"facts": 1000.0, "tags": 1.0}
+    placed = place_join_sides(root, size, 1, rates)
+    # the left input (tags' changes ask for it) would be cold, were it not read whole
+    assert "0:left" not in placed
+    assert "0:left" in place_join_sides(root, size, 0, rates)
+    full = OuterJoin(_facts(), _dims(), _eq("facts.k", "dims.dk"), "full")
+    assert probe_triggers(full, "left") == {"facts", "dims"}
 
 
 def test_row_bounds_of_semi_and_outer_joins():
@@ -120,15 +198,17 @@ def test_row_bounds_of_semi_and_outer_joins():
 
 class _PlanRun:
     """A hand-built plan maintained through the data layer, every inner join side probed
-    from the files, from the store's change feed."""
+    from the files (with ``probe_keyed`` every probable side of semi-, anti- and outer
+    joins too), from the store's change feed."""
 
-    def __init__(self, store, root: PlanNode):
+    def __init__(self, store, root: PlanNode, probe_keyed: bool = False):
         self.store = store
         self.plan = QueryPlan("-- built by hand", root)
         data = store.read("facts")
         self.partitions = PartitionSet((RangePartition.equi_depth("facts", "k",
                                                                   data.column("k"), 4),))
-        placement = frozenset(sid for sid, *_ in join_sides(root))
+        placement = frozenset(sid for sid, join, *_ in join_sides(root)
+                              if probe_keyed or isinstance(join, Join))
         self.wiring = DataLayer(store).wire(self.plan, self.partitions, EngineOptions(),
                                             placement)
         self.versions = {t: store.version(t) for t in sorted(root.tables())}
@@ -169,18 +249,45 @@ def _probed_outer_join_padded_key() -> PlanNode:
     return Join(_facts(), outer, _eq("facts.k", "dims.dk"))
 
 
-@pytest.mark.parametrize("build", [_semi_over_probed_join, _probed_outer_join_preserved_key,
-                                   _probed_outer_join_padded_key])
-def test_probed_sides_around_keyed_joins_stay_exact(tmp_path, build):
+def _anti_over_probed_join() -> PlanNode:
+    inner = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
+    anti = SemiJoin(inner, _tags(), op("and", _eq("dims.w", "tags.tk"),
+                                       op(">", col("tags.z"), col("facts.v"))), anti=True)
+    return Aggregate(anti, ("dims.w",), (AggCall("count_star", None, "n"),))
+
+
+def _not_in_over_probed_join() -> PlanNode:
+    inner = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
+    return SemiJoin(inner, _tags(), _eq("dims.w", "tags.tk"), anti=True, null_aware=True)
+
+
+def _full_outer_join() -> PlanNode:
+    outer = OuterJoin(_dims(), _tags(), _eq("dims.w", "tags.tk"), "full")
+    return Join(_facts(), outer, _eq("facts.k", "dims.dk"))
+
+
+KEYED_BUILDS = [_semi_over_probed_join, _probed_outer_join_preserved_key,
+                _probed_outer_join_padded_key, _anti_over_probed_join,
+                _not_in_over_probed_join, _full_outer_join]
+
+
+@pytest.mark.parametrize("probe_keyed", [False, True], ids=["keyed-in-memory", "keyed-probed"])
+@pytest.mark.parametrize("build", KEYED_BUILDS)
+def test_probed_sides_around_keyed_joins_stay_exact(tmp_path, build, probe_keyed):
+    """Inner join sides probed from the files, the sides of the semi-, anti- and outer
+    joins held in memory or probed as well (but never a NOT IN's): after every change the
+    sketch and the annotated result equal a recapture."""
     rng = np.random.default_rng(17)
     store = _store(tmp_path, _tables(rng))
-    run = _PlanRun(store, build())
+    run = _PlanRun(store, build(), probe_keyed)
     joins = [op for op in run.wiring.pipeline.operators if op.kind == "join"]
     keyed = [op for op in run.wiring.pipeline.operators
-             if op.kind in ("semi_join", "outer_join")]
+             if op.kind in ("semi_join", "anti_join", "outer_join")]
     assert joins and keyed
     assert all(is_probed(s) for op in joins for s in (op.left, op.right))
-    assert all(not is_probed(s) for op in keyed for s in (op.left, op.right))
+    not_in = build is _not_in_over_probed_join
+    assert all(is_probed(s) == (probe_keyed and not not_in)
+               for op in keyed for s in (op.left, op.right))
     if build is _probed_outer_join_padded_key:  # dims.dk on the padded side filters reads
         assert joins[0].right._pushdown == {"dims.dk": ("dims", "dk")}
     run.check()
@@ -189,9 +296,28 @@ def test_probed_sides_around_keyed_joins_stay_exact(tmp_path, build):
         run.maintain()
         run.check()
     stats = {row["kind"]: row for row in run.wiring.pipeline.stats()}
-    keyed_row = stats.get("semi_join") or stats["outer_join"]
-    assert keyed_row["sides"] == ["memory", "memory"]
-    assert keyed_row["join_type"] in ("semi", "left")
+    keyed_row = stats.get("semi_join") or stats.get("anti_join") or stats["outer_join"]
+    kind = "files" if probe_keyed and not not_in else "memory"
+    assert keyed_row["sides"] == [kind, kind]
+    assert keyed_row["join_type"] in ("semi", "anti", "nai", "left", "full")
+
+
+def test_a_semi_join_passes_key_filters_to_its_right_input_one_way():
+    """A probed side over a semi-join reads the right input only for the keys the left
+    rows read hold; a NOT IN's right input is read whole."""
+    from imp_core.engine.probed_side import VersionContext
+    from imp_core.storage.file_side import FileJoinSide, TableFiles
+
+    semi = SemiJoin(_dims(), _tags(), _eq("dims.w", "tags.tk"))
+    pset = PartitionSet(())
+    side = FileJoinSide(semi, ("dims.dk",), pset, TableFiles(None), VersionContext())
+    assert side._links == [(("dims", "w"), ("tags", "tk"))]
+    nai = SemiJoin(_dims(), _tags(), _eq("dims.w", "tags.tk"), anti=True, null_aware=True)
+    assert FileJoinSide(nai, ("dims.dk",), pset, TableFiles(None), VersionContext())._links \
+        == []
+    right_outer_as_left = OuterJoin(_tags(), _dims(), _eq("tags.tk", "dims.w"), "full")
+    assert FileJoinSide(right_outer_as_left, ("dims.dk",), pset, TableFiles(None),
+                        VersionContext())._links == []
 
 
 # -- sharding --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ provider; the state tables ``left`` and ``right`` are the sides' own snapshots.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,8 @@ from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.nodes import Join, arrow_schema
 
-SideChooser = Callable[[Join, str], "JoinSide | None"]
+# (a join: inner, semi-, anti- or outer; "left" | "right") -> its provider, or None
+SideChooser = Callable[[Any, str], "JoinSide | None"]
 
 
 class JoinOp(TwoSidedOp):

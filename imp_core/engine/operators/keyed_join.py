@@ -8,7 +8,13 @@ delta touches (non-NULL keys of ΔL and ΔR):
     Δout = F(L_new|K, R_new|K) − F(L_old|K, R_old|K)
 
 where F is the operator applied to the stored rows of those keys only. Rows of other
-keys cannot change, because F's output for a key depends only on that key's rows. A
+keys cannot change, because F's output for a key depends only on that key's rows.
+Except for the full outer join, F is linear in its left input once the right rows of a
+key are fixed, so for a key only ΔL touches F(L_new|k, R|k) − F(L_old|k, R|k) =
+F(ΔL|k, R|k): the stored left rows are looked up only for the keys ΔR touches
+(``K_R``), the right rows for all of K:
+
+    Δout = F(L_old|K_R + ΔL, R_new|K) − F(L_old|K_R, R_old|K) A
 left row with a NULL key never has a partner (SQL equality), so it passes through
 (anti, left outer) or is dropped (semi) without consulting the other side. Without equi
 keys there is one key, so every step recomputes F over both whole sides.
@@ -26,19 +32,22 @@ Lineage (the provenance each output row carries, section 4 of the paper extended
   NULL-padded row carries only its own side's fragments.
 
 State: both sides' annotated rows, each in a ``SideIndex`` keyed on the equi keys (the
-state tables ``left`` and ``right``, the same layout as the inner join's).
+state tables ``left`` and ``right``, the same layout as the inner join's), or another
+``JoinSide`` provider chosen by ``choose_side`` (a side probed in the data layer keeps
+no rows, only its versions and a Bloom filter of its keys). The inputs of a NOT IN and
+of a join without equi keys are always in memory: F then needs whole sides.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.join_index import SideIndex, key_hashes
+from imp_core.engine.join_index import JoinSide, SideIndex, key_hashes
 from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
@@ -54,7 +63,8 @@ class KeyedJoinOp(TwoSidedOp):
     RIGHT: ClassVar[StateTable] = StateTable("right", "the right input's annotated rows")
     STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
 
-    def __init__(self, node: SemiJoin | OuterJoin, op_id: str):
+    def __init__(self, node: SemiJoin | OuterJoin, op_id: str,
+                 choose_side: Callable[..., JoinSide | None] | None = None):
         super().__init__(node, op_id)
         self.left_keys, self.right_keys, self.residual = node.equi_keys()
         self.left_schema = arrow_schema(node.left.schema)
@@ -68,8 +78,13 @@ class KeyedJoinOp(TwoSidedOp):
             self.kind = "outer_join"
         # the Bloom filter only helps probes from deltas; here every probe asks for keys
         # the delta itself holds, so most succeed
-        self.left = SideIndex(self.left_schema, self.left_keys, use_bloom=False)
-        self.right = SideIndex(self.right_schema, self.right_keys, use_bloom=False)
+        probable = bool(self.left_keys) and self.mode != "nai"
+        left = choose_side(node, "left") if choose_side and probable else None
+        right = choose_side(node, "right") if choose_side and probable else None
+        self.left = left if left is not None else \
+            SideIndex(self.left_schema, self.left_keys, use_bloom=False)
+        self.right = right if right is not None else \
+            SideIndex(self.right_schema, self.right_keys, use_bloom=False)
         self._right_facts: tuple[int, int] | None = None  # (total weight, NULL-key weight)
 
     # -- the operator F -----------------------------------------------------------------
@@ -140,6 +155,10 @@ class KeyedJoinOp(TwoSidedOp):
 
     # -- maintenance --------------------------------------------------------------------
     def _facts(self) -> tuple[int, int]:
+        """The right side's total weight and NULL-key weight: what NOT IN depends on
+        (the other modes never read them, and a probed side could not tell them)."""
+        if self.mode != "nai":
+            return (0, 0)
         if self._right_facts is None:
             rows = self.right.contents()
             _, valid, _ = key_hashes(rows.data, self.right_keys)
@@ -164,7 +183,10 @@ class KeyedJoinOp(TwoSidedOp):
         rvalid = key_hashes(dr.data, self.right_keys)[1] if len(dr) else np.zeros(0, bool)
         dl_keyed, dr_keyed = dl.filter(lvalid), dr.filter(rvalid)
         keys = self._touched_keys(dl_keyed, dr_keyed)
-        old_left, old_right = self._rows_of(keys)
+        # the left rows of keys only ΔL touches are not needed (see the module doc)
+        lkeys = keys if self.mode == "full" else \
+            self._touched_keys(dl_keyed.take(np.zeros(0, dtype=np.int64)), dr_keyed)
+        old_left, old_right = self._rows_of(lkeys, keys)
         old = self._apply_f(old_left, old_right, old_facts)
         # the keys' new rows are their old rows plus the keyed deltas (every keyed delta
         # row's key is in K), so the sides are looked up once per step
@@ -212,19 +234,29 @@ class KeyedJoinOp(TwoSidedOp):
         keys = pa.concat_tables(parts)
         return keys.group_by(names, use_threads=False).aggregate([])
 
-    def _rows_of(self, keys: pa.Table) -> tuple[DeltaBatch, DeltaBatch]:
-        """The stored rows of both sides whose keys are in ``keys`` (consolidated)."""
-        probe = DeltaBatch(keys, np.ones(keys.num_rows, dtype=np.int64),
-                           Annotation.empty(keys.num_rows))
-        _, lrows = self.left.probe(probe, self.left_keys)
-        rkeys = keys.rename_columns(list(self.right_keys))
-        _, rrows = self.right.probe(probe.with_data(rkeys), self.right_keys)
-        return lrows.consolidate(), rrows.consolidate()
+    def _rows_of(self, lkeys: pa.Table, rkeys: pa.Table) -> tuple[DeltaBatch, DeltaBatch]:
+        """The stored left rows whose keys are in ``lkeys`` and right rows whose keys are
+        in ``rkeys`` (both named like the left keys; consolidated)."""
+        lrows = rrows = None
+        if lkeys.num_rows:
+            _, lrows = self.left.probe(_key_batch(lkeys), self.left_keys)
+        if rkeys.num_rows:
+            named = rkeys.rename_columns(list(self.right_keys))
+            _, rrows = self.right.probe(_key_batch(named), self.right_keys)
+        return (lrows.consolidate() if lrows is not None else
+                DeltaBatch.empty(self.left_schema),
+                rrows.consolidate() if rrows is not None else
+                DeltaBatch.empty(self.right_schema))
 
     # -- state ------------------------------------------------------------------------
     def restore(self, state: dict[str, pa.Table]) -> None:
         super().restore(state)
         self._right_facts = None
+
+
+def _key_batch(keys: pa.Table) -> DeltaBatch:
+    return DeltaBatch(keys, np.ones(keys.num_rows, dtype=np.int64),
+                      Annotation.empty(keys.num_rows))
 
 
 def equal_key_pairs(left: pa.Table, left_keys: tuple[str, ...], right: pa.Table,

@@ -2,6 +2,8 @@
 
 Delta rule (bilinear, so deletions are just negative weights):
     Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR + ΔL ⋈ ΔR = ΔL ⋈ R_old + L_new ⋈ ΔR
+(with a left side probed in the data layer, L_new ⋈ ΔR is L_old ⋈ ΔR + ΔL ⋈ ΔR: the
+side is asked only for its old contents, none at all from empty state)
 and each output row's annotation is P_left ∪ P_right (section 5.2.4).
 State: both sides' contents, each behind a ``SideIndex`` (hash of the equi-keys, and a
 Bloom filter that lets a delta skip probes that cannot match) or another ``JoinSide``
@@ -17,6 +19,7 @@ import pyarrow as pa
 
 from imp_core.engine.join_index import JoinSide, SideIndex
 from imp_core.engine.operators.two_sided import TwoSidedOp
+from imp_core.engine.probed_side import is_probed
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
@@ -71,6 +74,12 @@ class JoinOp(TwoSidedOp):
         ri = np.tile(np.arange(len(side)), len(dl))
         return self._combine(dl.take(li), side.take(ri))
 
+    def _delta_pairs(self, dl: DeltaBatch, dr: DeltaBatch) -> DeltaBatch:
+        index = SideIndex(arrow_schema(self.node.left.schema), self.left_keys, False)
+        index.apply(dl)
+        idx, matched = index.probe(dr, self.right_keys)
+        return self._combine(matched, dr.take(idx))
+
     def _delta_right(self, dr: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
             idx, matched = self.left.probe(dr, self.right_keys)
@@ -82,6 +91,14 @@ class JoinOp(TwoSidedOp):
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
         dl, dr = inputs
+        if len(dl) and len(dr) and self.left_keys and is_probed(self.left):
+            # a probed left side answers for its old contents (nothing at all from empty
+            # state, the bootstrap), and the deltas pair in memory:
+            # L_new ⋈ ΔR = L_old ⋈ ΔR + ΔL ⋈ ΔR
+            parts = [self._delta_left(dl), self._delta_right(dr), self._delta_pairs(dl, dr)]
+            self.left.apply(dl)
+            self.right.apply(dr)
+            return DeltaBatch.concat(parts, self.output_schema)
         parts = []
         if len(dl):
             parts.append(self._delta_left(dl))  # ΔL ⋈ R_old

@@ -175,6 +175,9 @@ def test_a_probed_side_keeps_no_rows_and_reads_only_matching_keys(tmp_path):
     assert not is_probed(kept.left) and join.state_bytes() < kept.state_bytes()
     # the facts side's key k is a plain copy of facts.k: lookups filter the Parquet read
     assert list(join.left._pushdown.values()) == [("facts", "k")]
+    # the bootstrap batch (both sides' whole contents from empty state) paired the deltas
+    # in memory: no side was read back from the files
+    assert join.left.lookups == join.right.lookups == 0
     before = join.left.lookups
     _random_change(store, rng, 50_000)
     probed.maintain()

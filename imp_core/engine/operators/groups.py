@@ -57,13 +57,31 @@ class GroupKeys:
         cols = [data.column(c).combine_chunks() for c in names]
         if self._int and cols[0].null_count == 0:
             return self._lookup_int(cols[0].to_numpy())
+        # each row's key as one integer: the columns' dictionary codes in mixed radix,
+        # compacted by sorting only when the radix product could overflow
         inverse = np.zeros(n, dtype=np.int64)
+        radix = 1
         for col in cols:
             enc = pc.dictionary_encode(col, null_encoding="encode")
             codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            inverse = inverse * (len(enc.dictionary) + 1) + codes
-            _, inverse = np.unique(inverse, return_inverse=True)
-        uniq, first = np.unique(inverse, return_index=True)
+            size = len(enc.dictionary) + 1
+            if radix * size >= 1 << 62:
+                _, inverse = np.unique(inverse, return_inverse=True)
+                radix = int(inverse.max()) + 1 if n else 1
+            inverse = inverse * size + codes
+            radix *= size
+        if radix <= max(4 * n, 1 << 20):
+            # few possible codes (e.g. two flag columns): dense in O(n), no sort
+            seen = np.zeros(radix, dtype=bool)
+            seen[inverse] = True
+            uniq = np.flatnonzero(seen)
+            rank = np.cumsum(seen) - 1
+            row_of = np.empty(radix, dtype=np.int64)
+            row_of[inverse] = np.arange(n, dtype=np.int64)  # some row holding each code
+            first, inverse = row_of[uniq], rank[inverse]
+        else:
+            uniq, first, inverse = np.unique(inverse, return_index=True,
+                                             return_inverse=True)
         keys = zip(*[c.take(pa.array(first)).to_pylist() for c in cols])
         gids = np.fromiter((self._add(k) for k in keys), dtype=np.int64, count=len(first))
         return gids, inverse

@@ -408,6 +408,48 @@ def test_integer_group_keys_match_a_dictionary(batches, wide):
     assert keys.key_arrays(np.arange(len(seen), dtype=np.int64))[0].to_pylist() == by_id
 
 
+_PAIR_VALUES = st.one_of(st.integers(-3, 3), st.integers(-(1 << 31), (1 << 31) - 1))
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(_PAIR_VALUES, _PAIR_VALUES), max_size=12),
+                        max_size=6),
+       spill=st.sampled_from([None, "wide", "null"]))
+def test_two_column_integer_keys_match_a_dictionary(batches, spill):
+    """Keys of two integer columns packed into one integer give every distinct pair one
+    dense id that never changes, like a dictionary, and keep their ids when a key that
+    does not pack (beyond 32 bits, NULL) turns them into dictionary keys."""
+    from imp_core.engine.operators.groups import GroupKeys
+
+    keys = GroupKeys([pa.int64(), pa.int32()])
+    seen: dict = {}
+    odd = {"wide": (1 << 40, 1), "null": (None, 2)}.get(spill or "")
+    if odd is not None and batches:
+        batches = batches[:1] + [[odd]] + batches[1:]
+    for pairs in batches:
+        data = pa.table({"a": pa.array([p[0] for p in pairs], pa.int64()),
+                         "b": pa.array([p[1] for p in pairs], pa.int32())})
+        gids, inv = keys.lookup(data, ("a", "b"))
+        before = len(seen)
+        for pair, i in zip(pairs, inv.tolist()):
+            g = int(gids[i])
+            if pair in seen:
+                assert g == seen[pair]
+            else:
+                assert g >= before and g not in seen.values()
+                seen[pair] = g
+        assert sorted(seen.values()) == list(range(len(seen)))
+    assert len(keys) == len(seen)
+    for pair, g in seen.items():
+        assert keys.gid_of(pair) == g
+        assert keys.key_of(g) == pair
+    assert keys._packed == (odd is None or not batches)
+    by_id = sorted(seen, key=seen.get)
+    arrays = keys.key_arrays(np.arange(len(seen), dtype=np.int64))
+    assert list(zip(arrays[0].to_pylist(), arrays[1].to_pylist())) == by_id
+    assert arrays[1].type == pa.int32()
+
+
 def test_integer_group_keys_merge_their_recent_additions():
     from imp_core.engine.operators.groups import GroupKeys
 

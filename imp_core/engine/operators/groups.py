@@ -25,15 +25,19 @@ class GroupKeys:
     an id) are held in numpy arrays, not in Python tuples: a sorted main part searched by
     bisection, plus a dictionary of the keys added since it was last merged (merged once
     it holds an eighth of the main part), and the key of every id: about 24 bytes a
-    group instead of about 200. Other keys (several columns, strings, dates) are
-    dictionary keys. A NULL key of an integer column has an id of its own."""
+    group instead of about 200. Keys of two such columns (a grouping on a composite id,
+    as partsupp's) are held the same way, packed into one integer while both values fit
+    32 bits and neither is NULL; the first key that does not fit turns them into
+    dictionary keys, ids unchanged. Other keys (strings, dates, more columns) are
+    dictionary keys. A NULL key of one integer column has an id of its own."""
 
     def __init__(self, key_types: list[pa.DataType]):
         self.key_types = key_types
-        t = key_types[0] if len(key_types) == 1 else None
         # integers that fit int64 exactly (not uint64, whose top half would wrap)
-        self._int = t is not None and (pa.types.is_signed_integer(t) or (
-            pa.types.is_unsigned_integer(t) and t.bit_width <= 32))
+        exact = [pa.types.is_signed_integer(t) or (
+            pa.types.is_unsigned_integer(t) and t.bit_width <= 32) for t in key_types]
+        self._int = len(key_types) == 1 and exact[0]
+        self._packed = len(key_types) == 2 and all(exact)
         # general keys
         self.ids: dict[tuple, int] = {}
         self.columns: list[list[Any]] = [[] for _ in key_types]
@@ -46,7 +50,7 @@ class GroupKeys:
         self._null_gid: int | None = None
 
     def __len__(self) -> int:
-        return self._n if self._int else len(self.ids)
+        return self._n if self._int or self._packed else len(self.ids)
 
     def lookup(self, data: pa.Table, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(distinct group ids in the batch, per-row index into them); adds new keys."""
@@ -57,6 +61,11 @@ class GroupKeys:
         cols = [data.column(c).combine_chunks() for c in names]
         if self._int and cols[0].null_count == 0:
             return self._lookup_int(cols[0].to_numpy())
+        if self._packed:
+            packed = _pack(cols)
+            if packed is not None:
+                return self._lookup_int(packed)
+            self._to_general()
         # each row's key as one integer: the columns' dictionary codes in mixed radix,
         # compacted by sorting only when the radix product could overflow
         inverse = np.zeros(n, dtype=np.int64)
@@ -127,6 +136,17 @@ class GroupKeys:
         self._pending = {}
 
     def _add(self, key: tuple) -> int:
+        if self._packed:
+            packed = _pack_key(key)
+            if packed is None:
+                self._to_general()
+            else:
+                found = self._find_int(packed)
+                if found is not None:
+                    return found
+                gid = self._new_int(packed)
+                self._maybe_merge()
+                return gid
         if self._int:
             (value,) = key
             if value is None:
@@ -153,7 +173,23 @@ class GroupKeys:
         if self._int:
             (value,) = key
             return self._null_gid if value is None else self._find_int(int(value))
+        if self._packed:
+            packed = _pack_key(key)
+            return None if packed is None else self._find_int(packed)
         return self.ids.get(key)
+
+    def _to_general(self) -> None:
+        """Turn packed keys into dictionary keys, every id kept."""
+        values = self._key_of[:self._n]
+        high, low = _unpack(values)
+        for gid, key in enumerate(zip(high.tolist(), low.tolist())):
+            self.ids[key] = gid
+            for col, v in zip(self.columns, key):
+                col.append(v)
+        self._packed = False
+        self._n = 0
+        self._key_of = self._main_keys = self._main_gids = np.zeros(0, dtype=np.int64)
+        self._pending = {}
 
     def _find_int(self, key: int) -> int | None:
         g = self._pending.get(key)
@@ -168,7 +204,7 @@ class GroupKeys:
     def nbytes(self) -> int:
         """About the memory the keys take: arrays as they are, a dictionary entry (with
         its tuple and values) about 200 bytes, a recent integer key about 100."""
-        if self._int:
+        if self._int or self._packed:
             arrays = self._key_of.nbytes + self._main_keys.nbytes + self._main_gids.nbytes
             return arrays + 100 * len(self._pending)
         return 200 * len(self.ids)
@@ -179,6 +215,10 @@ class GroupKeys:
             values = self._key_of[gids]
             mask = gids == self._null_gid if self._null_gid is not None else None
             return [pa.array(values, mask=mask).cast(self.key_types[0])]
+        if self._packed:
+            high, low = _unpack(self._key_of[np.asarray(gids, dtype=np.int64)])
+            return [pa.array(high).cast(self.key_types[0]),
+                    pa.array(low).cast(self.key_types[1])]
         idx = gids.tolist()
         return [pa.array([col[i] for i in idx], type=t)
                 for col, t in zip(self.columns, self.key_types)]
@@ -186,7 +226,41 @@ class GroupKeys:
     def key_of(self, gid: int) -> tuple:
         if self._int:
             return (None,) if gid == self._null_gid else (int(self._key_of[gid]),)
+        if self._packed:
+            high, low = _unpack(self._key_of[gid:gid + 1])
+            return int(high[0]), int(low[0])
         return tuple(col[gid] for col in self.columns)
+
+
+_LOW = np.int64(0xFFFFFFFF)
+_SIGN = np.int64(0x80000000)
+
+
+def _pack(cols: list[pa.Array]) -> np.ndarray | None:
+    """Two integer columns as one int64 per row (high word the first, low the second),
+    or None when a value is NULL or does not fit 32 bits signed."""
+    if any(c.null_count for c in cols):
+        return None
+    high, low = (c.to_numpy().astype(np.int64, copy=False) for c in cols)
+    for v in (high, low):
+        if len(v) and (v.min() < -(1 << 31) or v.max() >= 1 << 31):
+            return None
+    return (high << 32) | (low & _LOW)
+
+
+def _pack_key(key: tuple) -> int | None:
+    high, low = key
+    if high is None or low is None:
+        return None
+    high, low = int(high), int(low)
+    if not (-(1 << 31) <= high < 1 << 31 and -(1 << 31) <= low < 1 << 31):
+        return None
+    return (high << 32) | (low & 0xFFFFFFFF)
+
+
+def _unpack(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    low = ((values & _LOW) ^ _SIGN) - _SIGN
+    return values >> 32, low
 
 
 class FragmentCounts:

@@ -50,7 +50,13 @@ from imp_core.plan.nodes import (
     SemiJoin,
 )
 from imp_core.sketch.partition import PartitionSet
-from imp_core.storage.file_side import FileJoinSide, RowFilter, TableFiles
+from imp_core.storage.file_side import (
+    FileJoinSide,
+    RowFilter,
+    TableFiles,
+    key_pushdown,
+    scan_counts,
+)
 
 # a join side's place: "<operator id>:left" or "<operator id>:right" (operator ids as the
 # pipeline numbers its operators: "0" the root, "0.1" its second child, ...)
@@ -157,14 +163,9 @@ def _trigger_rate(join: AnyJoin, which: str, rates: Mapping[str, float]) -> floa
 
 def filterable(node: PlanNode, keys: tuple[str, ...]) -> bool:
     """Whether a lookup of the join input ``node`` by ``keys`` reads its tables filtered,
-    not whole: a key column copies a table column, and no table is scanned twice (a
-    file-read side filters per table, so a self-join's table is read whole)."""
-    from imp_core.plan.lineage import trace_column
-
-    scans = [n.table for n in node.walk() if isinstance(n, Scan)]
-    if len(scans) != len(set(scans)):
-        return False
-    return any(trace_column(node, k, through_padding=True) is not None for k in keys)
+    not whole: a key filters a read (``key_pushdown``) and no table is scanned twice
+    (the files of a self-join's table are read whole)."""
+    return bool(key_pushdown(node, keys)) and max(scan_counts(node).values()) == 1
 
 
 def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
@@ -180,45 +181,36 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
     been measured) only *cold* sides are probed: a lookup reads them filtered
     (``filterable``) and the query's most changing table does not trigger them directly
     (``probe_triggers`` other than through group membership, ``direct_tables``), so that
-    the batches
-    of that table never wait for the data layer; they go in order of lookups per byte
-    saved (``_trigger_rate`` over the side's size). The state then stays above the
-    budget rather than make every batch of the busiest table pay a lookup.
+    the batches of that table never wait for the data layer; they go in order of lookups
+    per byte saved (``_trigger_rate`` over the side's size). The state then stays above
+    the budget rather than make every batch of the busiest table pay a lookup.
     """
     if budget_bytes is None:
         return frozenset()
     if budget_bytes == 0:
         return frozenset(sid for sid, *_ in join_sides(root))
-    sides = [(side_bytes(child), sid, join, which) for sid, join, which, child
+    sides = [(side_bytes(child), sid, join, which, child) for sid, join, which, child
              in join_sides(root)]
-    total = sum(s for s, *_ in sides) + sum(side_bytes(c) for c in keyed_join_inputs(root))
-    probed: list[str] = []
-
-    def take(order: list[tuple[int, str, AnyJoin, str]], limit: int) -> None:
-        nonlocal total
-        for size, sid, _, _ in order:
-            if total <= limit and limit > 0:
-                return
-            if sid not in probed:
-                probed.append(sid)
-                total -= size
-
+    total = sum(s[0] for s in sides) + sum(side_bytes(c) for c in keyed_join_inputs(root))
     if change_rates is None:
-        take(sorted(sides, key=lambda s: (-s[0], s[1])), budget_bytes)
-        return frozenset(probed)
+        order = sorted(sides, key=lambda s: (-s[0], s[1]))
+    else:
+        hottest = max(sorted(root.tables()), key=lambda t: (change_rates.get(t, 0.0), t))
 
-    def per_byte(side: tuple[int, str, AnyJoin, str]) -> tuple[float, str]:
-        size, sid, join, which = side
-        rate = _trigger_rate(join, which, change_rates)
-        return (rate / size if size > 0 else float("inf"), sid)
+        def per_byte(side: tuple[int, str, AnyJoin, str, PlanNode]) -> tuple[float, str]:
+            size, sid, join, which, _ = side
+            rate = _trigger_rate(join, which, change_rates)
+            return (rate / size if size > 0 else float("inf"), sid)
 
-    tables = sorted(root.tables())
-    hottest = max(tables, key=lambda t: (change_rates.get(t, 0.0), t))
-    cold = [side for side in sides
-             if hottest not in direct_triggers(side[2], side[3])
-             and filterable(side[2].left if side[3] == "left" else side[2].right,
-                            side[2].equi_keys()[0 if side[3] == "left" else 1])]
-    take(sorted(cold, key=per_byte), budget_bytes)
+        order = sorted((s for s in sides if hottest not in direct_triggers(s[2], s[3])
+                        and filterable(s[4], s[2].equi_keys()[0 if s[3] == "left" else 1])),
+                       key=per_byte)
+    probed = []
+    for size, sid, *_ in order:
+        if total <= budget_bytes:
+            break
+        probed.append(sid)
+        total -= size
     return frozenset(probed)
 
 

@@ -109,6 +109,28 @@ class TableFiles:
         return out
 
 
+def scan_counts(node: PlanNode) -> dict[str, int]:
+    """How many scans of each table ``node`` holds."""
+    counts: dict[str, int] = {}
+    for s in node.walk():
+        if isinstance(s, Scan):
+            counts[s.table] = counts.get(s.table, 0) + 1
+    return counts
+
+
+def key_pushdown(node: PlanNode, key_columns: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """Key column -> (table, source column) it copies, for the keys a lookup's read can
+    filter by: those tracing to a table ``node`` scans once (a file-read side reads each
+    table once, so a table scanned twice is read whole)."""
+    counts = scan_counts(node)
+    out: dict[str, tuple[str, str]] = {}
+    for key in key_columns:
+        found = trace_column(node, key, through_padding=True)
+        if found is not None and counts[found[0].table] == 1:
+            out[key] = (found[0].table, found[1])
+    return out
+
+
 class FileJoinSide(ProbedSide):
     """A ``ProbedSide`` answered from the Delta tables' files at the side's versions."""
 
@@ -120,15 +142,8 @@ class FileJoinSide(ProbedSide):
         self.partitions = partitions
         self.files = files
         self._scans = [n for n in node.walk() if isinstance(n, Scan)]
-        # key column -> the source column of the scan it copies (when read once)
-        counts: dict[str, int] = {}
-        for s in self._scans:
-            counts[s.table] = counts.get(s.table, 0) + 1
-        self._pushdown: dict[str, tuple[str, str]] = {}
-        for key in key_columns:
-            found = trace_column(node, key, through_padding=True)
-            if found is not None and counts[found[0].table] == 1:
-                self._pushdown[key] = (found[0].table, found[1])
+        counts = scan_counts(node)
+        self._pushdown = key_pushdown(node, key_columns)
         # equi-join conditions inside the side between columns of tables read once:
         # ((table, column), (table, column)) pairs along which key filters propagate
         # (both ways for inner joins, left to right for semi-, anti- and left outer joins)

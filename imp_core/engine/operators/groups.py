@@ -138,28 +138,16 @@ class GroupKeys:
     def _add(self, key: tuple) -> int:
         if self._packed:
             packed = _pack_key(key)
-            if packed is None:
-                self._to_general()
-            else:
-                found = self._find_int(packed)
-                if found is not None:
-                    return found
-                gid = self._new_int(packed)
-                self._maybe_merge()
-                return gid
+            if packed is not None:
+                return self._find_or_new_int(packed)
+            self._to_general()
         if self._int:
             (value,) = key
             if value is None:
                 if self._null_gid is None:
                     self._null_gid = self._new_int(None)
                 return self._null_gid
-            value = int(value)
-            found = self._find_int(value)
-            if found is not None:
-                return found
-            gid = self._new_int(value)
-            self._maybe_merge()
-            return gid
+            return self._find_or_new_int(int(value))
         gid = self.ids.get(key)
         if gid is None:
             gid = len(self.ids)
@@ -190,6 +178,14 @@ class GroupKeys:
         self._n = 0
         self._key_of = self._main_keys = self._main_gids = np.zeros(0, dtype=np.int64)
         self._pending = {}
+
+    def _find_or_new_int(self, key: int) -> int:
+        found = self._find_int(key)
+        if found is not None:
+            return found
+        gid = self._new_int(key)
+        self._maybe_merge()
+        return gid
 
     def _find_int(self, key: int) -> int | None:
         g = self._pending.get(key)
@@ -234,6 +230,7 @@ class GroupKeys:
 
 _LOW = np.int64(0xFFFFFFFF)
 _SIGN = np.int64(0x80000000)
+_INT32 = range(-(1 << 31), 1 << 31)  # what each packed value must fit
 
 
 def _pack(cols: list[pa.Array]) -> np.ndarray | None:
@@ -243,7 +240,7 @@ def _pack(cols: list[pa.Array]) -> np.ndarray | None:
         return None
     high, low = (c.to_numpy().astype(np.int64, copy=False) for c in cols)
     for v in (high, low):
-        if len(v) and (v.min() < -(1 << 31) or v.max() >= 1 << 31):
+        if len(v) and (int(v.min()) not in _INT32 or int(v.max()) not in _INT32):
             return None
     return (high << 32) | (low & _LOW)
 
@@ -253,7 +250,7 @@ def _pack_key(key: tuple) -> int | None:
     if high is None or low is None:
         return None
     high, low = int(high), int(low)
-    if not (-(1 << 31) <= high < 1 << 31 and -(1 << 31) <= low < 1 << 31):
+    if high not in _INT32 or low not in _INT32:
         return None
     return (high << 32) | (low & 0xFFFFFFFF)
 

@@ -91,19 +91,19 @@ class JoinOp(TwoSidedOp):
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
         dl, dr = inputs
-        if len(dl) and len(dr) and self.left_keys and is_probed(self.left):
-            # a probed left side answers for its old contents (nothing at all from empty
-            # state, the bootstrap), and the deltas pair in memory:
-            # L_new ⋈ ΔR = L_old ⋈ ΔR + ΔL ⋈ ΔR
-            parts = [self._delta_left(dl), self._delta_right(dr), self._delta_pairs(dl, dr)]
-            self.left.apply(dl)
-            self.right.apply(dr)
-            return DeltaBatch.concat(parts, self.output_schema)
+        # a probed left side is asked only for its old contents (none at all from empty
+        # state, the bootstrap) and ΔL ⋈ ΔR pairs in memory; an index in memory answers
+        # L_new ⋈ ΔR in one probe once ΔL is applied
+        pair_deltas = bool(len(dl) and len(dr) and self.left_keys and is_probed(self.left))
         parts = []
         if len(dl):
             parts.append(self._delta_left(dl))  # ΔL ⋈ R_old
-            self.left.apply(dl)
+            if not pair_deltas:
+                self.left.apply(dl)
         if len(dr):
-            parts.append(self._delta_right(dr))  # L_new ⋈ ΔR = L_old ⋈ ΔR + ΔL ⋈ ΔR
+            parts.append(self._delta_right(dr))  # L_new ⋈ ΔR, or L_old ⋈ ΔR
+            if pair_deltas:
+                parts.append(self._delta_pairs(dl, dr))  # + ΔL ⋈ ΔR
+                self.left.apply(dl)
             self.right.apply(dr)
         return DeltaBatch.concat(parts, self.output_schema)

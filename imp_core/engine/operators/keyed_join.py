@@ -14,8 +14,9 @@ key are fixed, so for a key only ΔL touches F(L_new|k, R|k) − F(L_old|k, R|k)
 F(ΔL|k, R|k): the stored left rows are looked up only for the keys ΔR touches
 (``K_R``), the right rows for all of K:
 
-    Δout = F(L_old|K_R + ΔL, R_new|K) − F(L_old|K_R, R_old|K) A
-left row with a NULL key never has a partner (SQL equality), so it passes through
+    Δout = F(L_old|K_R + ΔL, R_new|K) − F(L_old|K_R, R_old|K)
+
+A left row with a NULL key never has a partner (SQL equality), so it passes through
 (anti, left outer) or is dropped (semi) without consulting the other side. Without equi
 keys there is one key, so every step recomputes F over both whole sides.
 

@@ -25,6 +25,7 @@ from imp_actors.sharding import route_rows
 from imp_actors.worker import WorkerSpec, WorkerStatus
 from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import SnapshotError, WorkerLostError
+from imp_core.plan.arrow_filter import scan_filter
 from imp_core.scan_spec import restrict_delta
 
 log = logging.getLogger(__name__)
@@ -182,8 +183,12 @@ class ShardManager:
         h.load(self.spec(q, shard)).result()
         changes = {}
         for t in q.tables:
-            rows = self.ctx.store.read(t, versions[t], columns=self.read_columns(q, t))
-            mine = restrict_delta(TableDelta.inserts(rows), q.specs.get(t))
+            spec = q.specs.get(t)
+            where = None if spec is None else \
+                scan_filter(spec.predicate, self.ctx.feed.schema(t))
+            rows = self.ctx.store.read(t, versions[t], columns=self.read_columns(q, t),
+                                       row_filter=where)
+            mine = restrict_delta(TableDelta.inserts(rows), spec)
             changes[t] = route_rows(t, mine, q.key, q.shards)[shard]
         h.apply(changes, {}, versions).result()
         return h.status().result()

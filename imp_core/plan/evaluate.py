@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
+from imp_core.plan import decimal64
 from imp_core.plan.expr import (
     BinaryOp,
     Case,
@@ -112,10 +113,20 @@ class _Evaluator:
         self.table = table
         self.n = table.num_rows
         self._columns: dict[str, pa.Array] = {}  # each column combined once per evaluation
+        # results of compound subexpressions: the expressions of one projection often
+        # share them (TPC-H q01's price * (1 - discount) feeds two sums)
+        self._memo: dict[Expr, pa.Array | pa.Scalar] = {}
 
     def eval(self, expr: Expr) -> pa.Array | pa.Scalar:
-        method = getattr(self, "_" + type(expr).__name__)
-        return method(expr)
+        if isinstance(expr, (ColumnRef, Literal)):
+            return getattr(self, "_" + type(expr).__name__)(expr)
+        try:
+            found = self._memo.get(expr)
+        except TypeError:  # an unhashable literal value: evaluate without the memo
+            return getattr(self, "_" + type(expr).__name__)(expr)
+        if found is None:
+            found = self._memo[expr] = getattr(self, "_" + type(expr).__name__)(expr)
+        return found
 
     # -- leaves -------------------------------------------------------------------------
     def _ColumnRef(self, e: ColumnRef) -> pa.Array:
@@ -327,9 +338,12 @@ def _decimal_arith(op: str, left, right):
         scale = max(s1, s2)
         precision = max(p1 - s1, p2 - s2) + scale + 1
     fn = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[op]
+    target_p, target_s = _adjust(precision, scale)
+    fast = decimal64.arith(op, left, right, pa.decimal128(target_p, target_s), scale)
+    if fast is not None:
+        return fast
     if precision <= MAX_PRECISION:
         return pc.call_function(fn, [left, right])
-    target_p, target_s = _adjust(precision, scale)
     wide = pc.call_function(fn, [_cast(left, pa.decimal256(p1, s1)),
                                  _cast(right, pa.decimal256(p2, s2))])
     if target_s < scale:
@@ -339,7 +353,27 @@ def _decimal_arith(op: str, left, right):
 
 def evaluate(expr: Expr, table: pa.Table) -> pa.Array:
     """Evaluate ``expr`` on every row of ``table``; always returns an array of len(table)."""
+    return _finish(_Evaluator(table), expr)
+
+
+def evaluate_all(exprs: list[Expr], table: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    """``evaluate`` of each of ``exprs`` over one ``table``, sharing the columns read and
+    the subexpressions computed; a bare column comes back as it is stored (possibly
+    chunked, not copied)."""
     ev = _Evaluator(table)
+    out = []
+    for e in exprs:
+        col = table.column(e.name) if isinstance(e, ColumnRef) and e.name in \
+            table.column_names else None
+        if col is not None and not (pa.types.is_string_view(col.type)
+                                    or pa.types.is_large_string(col.type)):
+            out.append(col)
+        else:
+            out.append(_finish(ev, e))
+    return out
+
+
+def _finish(ev: _Evaluator, expr: Expr) -> pa.Array:
     out = ev.eval(expr)
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()

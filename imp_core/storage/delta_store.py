@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from imp_core.errors import SchemaMismatchError, TableExistsError, VersionError
@@ -207,14 +208,18 @@ class DeltaStore:
         version: int | None = None,
         columns: Sequence[str] | None = None,
         with_row_ids: bool = False,
+        row_filter: pc.Expression | None = None,
     ) -> pa.Table:
         """The snapshot at ``version`` (latest if None), in no particular row order.
 
         ``columns`` selects columns (naming ``__rid`` explicitly is allowed on a keyless
-        table); ``with_row_ids`` appends ``__rid`` to the default columns.
+        table); ``with_row_ids`` appends ``__rid`` to the default columns; ``row_filter``
+        (over the stored columns, which need not be among ``columns``) keeps only the
+        rows where it is TRUE, applied while the files are decoded.
         """
         entry = self.catalog.get(name)
-        return read_snapshot(entry, self._delta(entry, version), columns, with_row_ids)
+        return read_snapshot(entry, self._delta(entry, version), columns, with_row_ids,
+                             row_filter)
 
     # --- changing ----------------------------------------------------------------------
 

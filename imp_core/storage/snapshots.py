@@ -80,7 +80,7 @@ def user_schema(stored: pa.Schema) -> pa.Schema:
 
 
 def read_snapshot(entry: TableEntry, table: DeltaTable, columns: Sequence[str] | None,
-                  with_row_ids: bool) -> pa.Table:
+                  with_row_ids: bool, row_filter: pc.Expression | None = None) -> pa.Table:
     """The rows of ``table``'s loaded snapshot (see ``DeltaStore.read``)."""
     stored = stored_schema(table)
     if columns is None:
@@ -93,7 +93,8 @@ def read_snapshot(entry: TableEntry, table: DeltaTable, columns: Sequence[str] |
     files = table.file_uris()
     if not files:
         return pa.schema([stored.field(c) for c in columns]).empty_table()
-    return ds.dataset(files, schema=stored, format="parquet").to_table(columns=list(columns))
+    return ds.dataset(files, schema=stored, format="parquet").to_table(
+        columns=list(columns), filter=row_filter)
 
 
 def column_bytes(files: Sequence[str], columns: Sequence[str] | None,

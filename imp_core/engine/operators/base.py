@@ -18,7 +18,7 @@ import pyarrow as pa
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.state import StateLayout
 from imp_core.engine.zset import DeltaBatch
-from imp_core.plan.evaluate import evaluate, evaluate_predicate
+from imp_core.plan.evaluate import evaluate_all, evaluate_predicate
 from imp_core.plan.nodes import PlanNode, Project, Scan, Select, arrow_schema
 from imp_core.sketch.partition import PartitionSet
 
@@ -180,7 +180,7 @@ class ProjectOp(Operator):
         if self.rename_only:
             data = batch.data.select([e.expr.name for e in self.exprs])
             return batch.with_data(data.rename_columns(self.output_schema.names))
-        cols = [evaluate(e.expr, batch.data) for e in self.exprs]
+        cols = evaluate_all([e.expr for e in self.exprs], batch.data)
         cols = [c.cast(f.type) if c.type != f.type else c
                 for c, f in zip(cols, self.output_schema)]
         return batch.with_data(pa.Table.from_arrays(cols, schema=self.output_schema))

@@ -322,10 +322,7 @@ class FragmentCounts:
             rows = ann.row_ids()
             pair = row_gid[rows] * self.P + ann.values
             w = weights[rows]
-        ukeys, inv = np.unique(pair, return_inverse=True)
-        dw = np.bincount(inv, weights=w, minlength=len(ukeys)).round().astype(np.int64)
-        nz = dw != 0
-        ukeys, dw = ukeys[nz], dw[nz]
+        ukeys, dw = _net_weights(pair, w)
         pos = np.searchsorted(self.keys, ukeys)
         exists = pos < len(self.keys)
         exists[exists] = self.keys[pos[exists]] == ukeys[exists]
@@ -408,3 +405,18 @@ class FragmentCounts:
             ends = list(starts[1:]) + [len(frags)]
             for grp, a, b in zip(groups.tolist(), starts.tolist(), ends):
                 self.multi[grp] = BitMap(frags[a:b].tolist())
+
+
+def _net_weights(pair: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct non-negative keys in ascending order, the net weight of each), keys of
+    net weight 0 left out. Counted densely when the keys' range is at most a few times
+    the batch (a bootstrap's millions of rows over few groups): no sort."""
+    top = int(pair.max()) + 1
+    if top <= max(4 * len(pair), 1 << 16):
+        dw = np.bincount(pair, weights=w, minlength=top).round().astype(np.int64)
+        ukeys = np.flatnonzero(dw)
+        return ukeys, dw[ukeys]
+    ukeys, inv = np.unique(pair, return_inverse=True)
+    dw = np.bincount(inv, weights=w, minlength=len(ukeys)).round().astype(np.int64)
+    nz = dw != 0
+    return ukeys[nz], dw[nz]

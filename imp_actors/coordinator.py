@@ -84,7 +84,8 @@ class Coordinator:
         blobs = BlobStore(config.registry_dir)
         lease = StoreLease(blobs, config.lease_seconds)
         self.ctx = RuntimeContext(
-            config, store, options or EngineOptions(), make_backend(config),
+            config, store, options or EngineOptions(topk_buffer=config.topk_buffer),
+            make_backend(config),
             Registry(blobs, fence=lease.check), CheckpointStore(config.checkpoints_dir),
             VersionProbe(store), spark, feed, QueryDirectory(), lease)
         self.shards = ShardManager(self.ctx)

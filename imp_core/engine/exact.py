@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from imp_core.plan.decimal64 import from_unscaled
 from imp_core.plan.evaluate import aggregate_type
 
 FLOAT_SHIFT = 1100
@@ -97,6 +98,13 @@ def finalize_sum(sums: Sequence[int], nonnull: Sequence[int], dtype: pa.DataType
     """Output array of SUM over ``dtype`` given exact sums and non-NULL counts."""
     out_type = aggregate_type("sum", dtype)
     k = kind_of(dtype)
+    if k == "decimal" and isinstance(sums, np.ndarray) and sums.dtype != object \
+            and pa.types.is_decimal128(out_type) and out_type.scale == dtype.scale:
+        s = sums.astype(np.int64, copy=False)
+        if len(s) == 0 or max(abs(int(s.min())), abs(int(s.max()))) < 10 ** min(
+                out_type.precision, 18):
+            n = np.asarray(nonnull)
+            return from_unscaled(np.where(n > 0, s, 0), n > 0, out_type)
     vals: list[object] = []
     for s, n in zip(sums, nonnull):
         if n == 0:

@@ -59,7 +59,7 @@ class EngineOptions:
 
     use_bloom: bool = True
     minmax_buffer: int | None = None  # keep this many distinct values per group (None: all)
-    topk_buffer: int | None = None  # keep this many top-k entries (None: all)
+    topk_buffer: int | None = None  # keep this many top-k entries, at least k (None: all)
     keep_result: bool = True  # maintain the query result besides the sketch
 
     @property
@@ -150,7 +150,10 @@ class IncrementalQuery:
         elif isinstance(node, Distinct):
             op = AggregateOp(distinct_node(node), op_id, nfrag)
         elif isinstance(node, TopK):
-            op = TopKOp(node, op_id, self.options.topk_buffer, self._source_for(node.input))
+            buffer = self.options.topk_buffer
+            # a buffer is a default for every top-k: one with a larger k keeps k entries
+            buffer = None if buffer is None else max(buffer, node.k)
+            op = TopKOp(node, op_id, buffer, self._source_for(node.input))
         else:
             raise TypeError(f"no incremental operator for {type(node).__name__}")
         self.operators.append(op)

@@ -42,16 +42,27 @@ def _safely(e: Expr, schema: pa.Schema) -> pc.Expression | None:
         return None  # a literal Arrow will not take as the column's type: not pushed
 
 
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
 def _same_type(column: pa.DataType, literal: pa.DataType) -> bool:
-    if column == literal:
+    if column == literal or (_is_string(column) and _is_string(literal)):
         return True
     return pa.types.is_integer(column) and pa.types.is_integer(literal)
 
 
 def _column(e: Expr, schema: pa.Schema) -> pa.DataType | None:
     if isinstance(e, ColumnRef) and schema.get_field_index(e.name) >= 0:
-        return schema.field(e.name).type
+        t = schema.field(e.name).type
+        return pa.string() if _is_string(t) else t
     return None
+
+
+def _field(name: str, t: pa.DataType) -> pc.Expression:
+    # a file may hold strings in another encoding than the schema says (string_view):
+    # compare on one
+    return pc.field(name).cast(pa.string()) if _is_string(t) else pc.field(name)
 
 
 def _translate(e: Expr, schema: pa.Schema) -> pc.Expression | None:
@@ -70,7 +81,7 @@ def _translate(e: Expr, schema: pa.Schema) -> pc.Expression | None:
         if t is None or not isinstance(right, Literal) or right.value is None \
                 or not _same_type(t, right.dtype):
             return None
-        return getattr(pc.field(left.name), _CMP[op])(pa.scalar(right.value, t))
+        return getattr(_field(left.name, t), _CMP[op])(pa.scalar(right.value, t))
     if isinstance(e, UnaryOp) and e.op in ("is_null", "is_not_null"):
         if _column(e.operand, schema) is None:
             return None
@@ -90,7 +101,7 @@ def _translate(e: Expr, schema: pa.Schema) -> pc.Expression | None:
         # NULL, which a NOT above would turn into TRUE
         out = None
         for v in e.values:
-            eq = pc.field(e.operand.name) == pa.scalar(v.value, t)
+            eq = _field(e.operand.name, t) == pa.scalar(v.value, t)
             out = eq if out is None else out | eq
         return out
     return None

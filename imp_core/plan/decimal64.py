@@ -86,8 +86,15 @@ def arith(op: str, left, right, out_type: pa.Decimal128Type, scale: int) -> pa.A
         z = np.subtract(np.multiply(x, fa, dtype=np.int64), np.multiply(y, fb, dtype=np.int64))
     if out_type.scale < scale:
         z = _round_half_up(z, scale - out_type.scale)
-    n = len(z)
     valid = vx if vy is None else vy if vx is None else vx & vy
+    return from_unscaled(z, valid, out_type)
+
+
+def from_unscaled(z: np.ndarray, valid: np.ndarray | None,
+                  out_type: pa.Decimal128Type) -> pa.Array:
+    """The decimal128 array of unscaled int64 values ``z`` (NULL where ``valid`` is
+    False); the caller has checked that every value fits ``out_type``'s precision."""
+    n = len(z)
     words = np.empty((n, 2), dtype=np.int64)
     words[:, 0] = z
     words[:, 1] = z >> 63

@@ -214,8 +214,9 @@ class DeltaStore:
 
         ``columns`` selects columns (naming ``__rid`` explicitly is allowed on a keyless
         table); ``with_row_ids`` appends ``__rid`` to the default columns; ``row_filter``
-        (over the stored columns, which need not be among ``columns``) keeps only the
-        rows where it is TRUE, applied while the files are decoded.
+        (over the stored columns, which need not be among ``columns``) lets the scan
+        leave out rows where it is not TRUE while the files are decoded; it is a hint
+        (a filter the scan cannot apply is ignored), so callers still filter.
         """
         entry = self.catalog.get(name)
         return read_snapshot(entry, self._delta(entry, version), columns, with_row_ids,

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -33,6 +34,8 @@ from imp_core.errors import (
 )
 from imp_core.storage.batches import ROW_ID, plain_schema
 from imp_core.storage.catalog import TableEntry
+
+log = logging.getLogger(__name__)
 
 FileStats = tuple[str, Any, Any, int | None]  # (uri, min, max, null count) of one file
 
@@ -93,8 +96,14 @@ def read_snapshot(entry: TableEntry, table: DeltaTable, columns: Sequence[str] |
     files = table.file_uris()
     if not files:
         return pa.schema([stored.field(c) for c in columns]).empty_table()
-    return ds.dataset(files, schema=stored, format="parquet").to_table(
-        columns=list(columns), filter=row_filter)
+    dataset = ds.dataset(files, schema=stored, format="parquet")
+    if row_filter is not None:
+        try:
+            return dataset.to_table(columns=list(columns), filter=row_filter)
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            # the filter only spares work (callers apply their predicate): read all
+            log.info("table %s: row filter not applicable in the scan (%s)", entry.name, exc)
+    return dataset.to_table(columns=list(columns))
 
 
 def column_bytes(files: Sequence[str], columns: Sequence[str] | None,

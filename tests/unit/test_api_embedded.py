@@ -136,3 +136,20 @@ def test_partition_and_bounds_accessors():
     assert q.bounds("t") == [1, 3] == q.bounds("T")
     with pytest.raises(PartitionError, match="no partition on table"):
         q.bounds("nope")
+
+
+def test_a_top_k_buffer_below_k_keeps_k_and_refills_after_deletes():
+    """A buffer is a default for every top-k (the service's IMP_TOPK_BUFFER): a query
+    whose k is larger keeps k entries; deleting the best rows refills it, so the
+    maintained result and sketch stay those of a recapture."""
+    from imp_core.engine.pipeline import EngineOptions
+
+    eng = Engine(EngineOptions(topk_buffer=2))
+    rows = [(i, i % 3, float(i)) for i in range(40)]
+    eng.create_table("t", _table(rows), key="id")
+    sql, parts = "SELECT id, v FROM t ORDER BY v DESC LIMIT 5", {"t.id": [10, 20, 30]}
+    q = eng.register(sql, partitions=parts)
+    for best in range(39, 30, -1):  # delete the current best, one row at a time
+        eng.delete("t", _table([rows[best]]))
+        assert _rows(q.result()) == Counter({(i, float(i)): 1 for i in range(best - 5, best)})
+        assert q.sketch == eng.register(sql, partitions=parts).sketch

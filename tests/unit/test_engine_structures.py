@@ -491,3 +491,60 @@ def test_fragment_counts_keep_bitmaps_only_for_multi_fragment_groups(ops):
     again.restore(fc.snapshot(), 10)
     for g in range(10):
         assert again.sketch(g) == want[g] and again.single[g] == fc.single[g]
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 7),
+                                           st.sampled_from([1, 1, 2, -1])), max_size=40),
+                        max_size=6))
+def test_fragment_counts_bulk_first_fragments_equal_one_by_one(batches):
+    """Setting many groups' first fragment at once (a first state's path) gives the same
+    sketches and the same sketches-before as one bitmap per group."""
+    from imp_core.engine.operators.groups import FragmentCounts
+
+    bulk, single = FragmentCounts(8), FragmentCounts(8)
+    bulk.BULK_CROSSINGS = 0  # every batch takes the bulk path where it applies
+    total: Counter = Counter()
+    for ops in batches:
+        ok = []
+        for g, frag, w in ops:
+            if total[(g, frag)] + w >= 0:
+                total[(g, frag)] += w
+                ok.append((g, frag, w))
+        if not ok:
+            continue
+        g, frag, w = (np.array(c) for c in zip(*ok))
+        ann = Annotation.singletons(frag.astype(np.int32))
+        for fc in (bulk, single):
+            fc.ensure(31)
+        a, b = bulk.update(g, w, ann), single.update(g, w, ann)
+        assert {k: BitMap(v) for k, v in a.items()} == {k: BitMap(v) for k, v in b.items()}
+        for h in range(31):
+            assert bulk.sketch(h) == single.sketch(h)
+            assert bulk.size[h] == single.size[h] and bulk.single[h] == single.single[h]
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(-60, 60), max_size=50), max_size=8),
+       bulk_add=st.integers(0, 8))
+def test_integer_group_keys_made_at_once_match_a_dictionary(batches, bulk_add):
+    """New integer keys given ids in one go (a first state's path) keep the same
+    guarantees: one dense, stable id per distinct key."""
+    from imp_core.engine.operators.groups import GroupKeys
+
+    keys = GroupKeys([pa.int64()])
+    keys.BULK_ADD = bulk_add
+    seen: dict = {}
+    for values in batches:
+        gids, inv = keys.lookup(pa.table({"k": pa.array(values, pa.int64())}), ("k",))
+        before = len(seen)
+        for v, i in zip(values, inv.tolist()):
+            g = int(gids[i])
+            if v in seen:
+                assert g == seen[v]
+            else:
+                assert g >= before and g not in seen.values()
+                seen[v] = g
+        assert sorted(seen.values()) == list(range(len(seen)))
+    for v, g in seen.items():
+        assert keys.key_of(g) == (v,) and keys.gid_of((v,)) == g

@@ -661,6 +661,22 @@ def test_bad_join_state_budget_is_refused_with_its_name(monkeypatch, raw):
         RuntimeConfig.from_env()
 
 
+@pytest.mark.parametrize("raw,want", [("250", 250), ("none", None), (None, 1000)])
+def test_topk_buffer_from_the_environment(monkeypatch, raw, want):
+    if raw is None:
+        monkeypatch.delenv("IMP_TOPK_BUFFER", raising=False)
+    else:
+        monkeypatch.setenv("IMP_TOPK_BUFFER", raw)
+    assert RuntimeConfig.from_env().topk_buffer == want
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "many"])
+def test_bad_topk_buffer_is_refused_with_its_name(monkeypatch, raw):
+    monkeypatch.setenv("IMP_TOPK_BUFFER", raw)
+    with pytest.raises(ValueError, match="IMP_TOPK_BUFFER"):
+        RuntimeConfig.from_env()
+
+
 # -- request bounds (issue 13, P1 and P2) ---------------------------------------------------------
 def test_shards_are_bounded_before_any_actor_starts(root):
     """``shards: 100000`` once spawned actors past every cap; now the count is checked

@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import BitMap
+from pyroaring import BitMap, FrozenBitMap
 
 from imp_core.engine.annotation import Annotation
+
+_EMPTY = FrozenBitMap()  # the sketch before of a group that had no fragment
 
 
 class GroupKeys:
@@ -30,6 +32,8 @@ class GroupKeys:
     32 bits and neither is NULL; the first key that does not fit turns them into
     dictionary keys, ids unchanged. Other keys (strings, dates, more columns) are
     dictionary keys. A NULL key of one integer column has an id of its own."""
+
+    BULK_ADD = 4096  # new integer keys in one batch beyond which ids are made at once
 
     def __init__(self, key_types: list[pa.DataType]):
         self.key_types = key_types
@@ -104,7 +108,9 @@ class GroupKeys:
             hit = self._main_keys[pos] == uniq
             gids[hit] = self._main_gids[pos[hit]]
         missing = np.flatnonzero(gids < 0)
-        if len(missing):
+        if len(missing) > self.BULK_ADD:
+            self._add_many(uniq, gids, missing)
+        elif len(missing):
             pending = self._pending
             for i, k in zip(missing.tolist(), uniq[missing].tolist()):
                 g = pending.get(k)
@@ -124,8 +130,33 @@ class GroupKeys:
             self._pending[key] = gid
         return gid
 
-    def _maybe_merge(self) -> None:
-        if len(self._pending) <= max(4096, len(self._main_keys) // 8):
+    def _add_many(self, uniq: np.ndarray, gids: np.ndarray, missing: np.ndarray) -> None:
+        """Ids for the keys ``uniq[missing]`` (sorted, not in the main part), written
+        into ``gids``: those pending keep theirs, the rest get new ids in one go and go
+        straight into the main part (a first state adds millions: no per-key work)."""
+        self._maybe_merge(force=True)
+        keys = uniq[missing]
+        if len(self._main_keys):
+            pos = np.minimum(np.searchsorted(self._main_keys, keys), len(self._main_keys) - 1)
+            hit = self._main_keys[pos] == keys
+            gids[missing[hit]] = self._main_gids[pos[hit]]
+            missing, keys = missing[~hit], keys[~hit]
+        m = len(keys)
+        new = np.arange(self._n, self._n + m, dtype=np.int64)
+        self._n += m
+        if len(self._key_of) < self._n:
+            grown = np.zeros(max(self._n, 2 * len(self._key_of)), dtype=np.int64)
+            grown[:len(self._key_of)] = self._key_of
+            self._key_of = grown
+        self._key_of[new] = keys
+        gids[missing] = new
+        at = np.searchsorted(self._main_keys, keys)
+        self._main_keys = np.insert(self._main_keys, at, keys)
+        self._main_gids = np.insert(self._main_gids, at, new)
+
+    def _maybe_merge(self, force: bool = False) -> None:
+        if not self._pending or (not force and len(self._pending)
+                                 <= max(4096, len(self._main_keys) // 8)):
             return
         keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=len(self._pending))
         gids = np.fromiter(self._pending.values(), dtype=np.int64, count=len(self._pending))
@@ -268,6 +299,10 @@ class FragmentCounts:
     groups with two or more fragments keep a bitmap (``multi``), so a million groups in
     one fragment each cost no million bitmap objects."""
 
+    # crossings in one batch beyond which groups gaining their first fragment are set at
+    # once (a first state) rather than one bitmap each
+    BULK_CROSSINGS = 1024
+
     def __init__(self, nfrag: int):
         self.P = max(nfrag, 1)
         self.keys = np.zeros(0, dtype=np.int64)
@@ -334,9 +369,12 @@ class FragmentCounts:
             self.keys = np.insert(self.keys, pos[~exists], ukeys[~exists])
             self.counts = np.insert(self.counts, pos[~exists], dw[~exists])
         crossing = (old > 0) != (new > 0)
+        ckeys, cin = ukeys[crossing], new[crossing] > 0
         before: dict[int, BitMap] = {}
+        if len(ckeys) > self.BULK_CROSSINGS:
+            ckeys, cin = self._first_fragments(ckeys, cin, before)
         now: dict[int, BitMap] = {}
-        for key, now_in in zip(ukeys[crossing].tolist(), (new[crossing] > 0).tolist()):
+        for key, now_in in zip(ckeys.tolist(), cin.tolist()):
             g, frag = divmod(key, self.P)
             bm = now.get(g)
             if bm is None:
@@ -352,6 +390,24 @@ class FragmentCounts:
             keep = self.counts != 0
             self.keys, self.counts = self.keys[keep], self.counts[keep]
         return before
+
+    def _first_fragments(self, ckeys: np.ndarray, cin: np.ndarray,
+                         before: dict[int, BitMap]) -> tuple[np.ndarray, np.ndarray]:
+        """Apply, without a bitmap each, the crossings of groups whose sketch was empty
+        and gains exactly one fragment (a first state: millions of such groups); their
+        sketch before goes into ``before`` (one shared empty bitmap). Returns the other
+        crossings, still in key order."""
+        g, frag = np.divmod(ckeys, self.P)
+        starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+        counts = np.diff(np.append(starts, len(g)))
+        ug = g[starts]
+        simple = (counts == 1) & cin[starts] & (self.size[ug] == 0)
+        sg = ug[simple]
+        self.size[sg] = 1
+        self.single[sg] = frag[starts[simple]]
+        before.update(dict.fromkeys(sg.tolist(), _EMPTY))
+        rest = ~np.repeat(simple, counts)
+        return ckeys[rest], cin[rest]
 
     def annotation(self, gids: np.ndarray, before: dict[int, BitMap] | None = None,
                    size: np.ndarray | None = None, single: np.ndarray | None = None

@@ -191,13 +191,22 @@ class KeyedJoinOp(TwoSidedOp):
         old = self._apply_f(old_left, old_right, old_facts)
         # the keys' new rows are their old rows plus the keyed deltas (every keyed delta
         # row's key is in K), so the sides are looked up once per step
-        new_left = DeltaBatch.concat([old_left, dl_keyed], self.left_schema).consolidate()
-        new_right = DeltaBatch.concat([old_right, dr_keyed], self.right_schema).consolidate()
+        new_left = DeltaBatch.concat([old_left, dl_keyed], self.left_schema)
+        new_right = DeltaBatch.concat([old_right, dr_keyed], self.right_schema)
+        # F needs rows whose retractions have cancelled; rows of positive weight only
+        # (a first state) may repeat: F of repeated rows is F of their sum, so the
+        # sort-heavy consolidation of a whole table is skipped
+        positive = bool((new_left.weights > 0).all() and (new_right.weights > 0).all())
+        if not positive:
+            new_left, new_right = new_left.consolidate(), new_right.consolidate()
         self._store(dl, dr, new_facts)
         new = self._apply_f(new_left, new_right, new_facts)
         parts = [new, old.negate(), self._passing(dl.filter(~lvalid), dr.filter(~rvalid),
                                                   new_facts)]
-        return DeltaBatch.concat(parts, self.output_schema).consolidate()
+        out = DeltaBatch.concat(parts, self.output_schema)
+        if positive and len(old) == 0 and bool((out.weights > 0).all()):
+            return out  # nothing retracted, so nothing can cancel
+        return out.consolidate()
 
     def _passing(self, dl: DeltaBatch, dr: DeltaBatch, facts: tuple[int, int]) -> DeltaBatch:
         """The output of rows with a NULL key, which no row of the other side matches."""

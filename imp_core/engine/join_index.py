@@ -148,7 +148,7 @@ class SideIndex:
             # one chunk per column: a probe's take() over many chunks costs about as
             # much as copying the side, on every probe
             merged = merged.with_data(merged.data.combine_chunks())
-        self._main, self._pending = merged, []
+        self._main, self._pending = merged.compact(), []
         self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
         self._recent = None
@@ -233,7 +233,7 @@ class SideIndex:
         return self.state_from_rows(self.contents())
 
     def restore(self, table: pa.Table) -> None:
-        self._main = batch_from_arrow(table)
+        self._main = batch_from_arrow(table).compact()
         self._pending = []
         self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
@@ -272,4 +272,4 @@ def _search(pkeys: np.ndarray, candidates: np.ndarray, sorted_keys: np.ndarray,
 
 
 def _batch_bytes(b: DeltaBatch) -> int:
-    return b.data.nbytes + b.weights.nbytes + b.annotation.values.nbytes
+    return b.nbytes()

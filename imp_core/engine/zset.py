@@ -78,6 +78,29 @@ class DeltaBatch:
     def with_data(self, data: pa.Table) -> DeltaBatch:
         return DeltaBatch(data, self.weights, self.annotation)
 
+    # -- memory -------------------------------------------------------------------------
+    def compact(self) -> DeltaBatch:
+        """The same batch, held in less memory where its parts are uniform: weights all
+        equal (a table's rows: all 1) and annotations all empty (a table that is not
+        partitioned) become read-only views of one value instead of 8 bytes a row.
+        Operations on such a batch return ordinary arrays; none writes into a batch's
+        arrays in place."""
+        n = len(self)
+        weights, ann = self.weights, self.annotation
+        if n and weights.strides != (0,) and weights[0] == weights[-1] \
+                and (weights == weights[0]).all():
+            weights = np.broadcast_to(np.int64(weights[0]), n)
+        if n and ann.offsets.strides != (0,) and len(ann.values) == 0:
+            ann = Annotation(np.broadcast_to(np.int64(0), n + 1), ann.values)
+        if weights is self.weights and ann is self.annotation:
+            return self
+        return DeltaBatch(self.data, weights, ann)
+
+    def nbytes(self) -> int:
+        """Bytes held: data, weights and annotation (a view of one value holds none)."""
+        return self.data.nbytes + _held(self.weights) + _held(self.annotation.offsets) \
+            + self.annotation.values.nbytes
+
     def negate(self) -> DeltaBatch:
         return DeltaBatch(self.data, -self.weights, self.annotation)
 
@@ -138,3 +161,7 @@ def batch_from_arrow(table: pa.Table) -> DeltaBatch:
     weights = table.column(WEIGHT).to_numpy().astype(np.int64)
     data = table.drop_columns([WEIGHT, ANN])
     return DeltaBatch(data, weights, Annotation(offsets, values))
+
+
+def _held(a: np.ndarray) -> int:
+    return 0 if a.strides == (0,) else a.nbytes

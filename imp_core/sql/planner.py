@@ -33,6 +33,7 @@ from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.sql.from_clause import set_operation_name
 from imp_core.sql.normalize import normalize_statements
+from imp_core.sql.prune import prune_join_inputs
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
 from imp_core.sql.text import SqlText
 
@@ -62,8 +63,9 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
         raise SqlSyntaxError(str(error)) from None
     except RecursionError:
         raise UnsupportedSqlError("deeply nested expression") from None
-    _check_types(planned.node)
-    return QueryPlan(sql=sql, root=planned.node, order_by=planned.order_by)
+    root = prune_join_inputs(planned.node)
+    _check_types(root)
+    return QueryPlan(sql=sql, root=root, order_by=planned.order_by)
 
 
 def parse_sketch_header(sql: str) -> list[tuple[str, str]]:

@@ -308,9 +308,12 @@ def test_where_conjuncts_go_to_scan_join_or_top():
                                  BinaryOp(">", BinaryOp("+", ColumnRef("t50g.c"),
                                                         ColumnRef("tjoinhelp.aa")),
                                           Literal(1, pa.int32())))
-    inner = outer.left
+    # join inputs carry only the columns read above them (t50g.b only filters t50g)
+    assert isinstance(outer.left, Project)
+    inner = outer.left.input
     assert inner.equi_keys() == (("t5000g.a",), ("t50g.a",), None)
-    assert isinstance(inner.right, Select) and isinstance(inner.right.input, Scan)
+    assert isinstance(inner.right, Project) and inner.right.column_names == ("t50g.a", "t50g.c")
+    assert isinstance(inner.right.input, Select) and isinstance(inner.right.input.input, Scan)
 
 
 def test_expressions():

@@ -6,6 +6,9 @@ union over a group. CSR keeps all of these vectorized.
 
 Invariants: ``offsets`` is int64, non-decreasing, ``offsets[0] == 0`` and
 ``offsets[-1] == len(values)``; ``values`` is int32; within a row ids are distinct.
+One id per row (a table's rows) is held without offsets (``stored_offsets`` None: the
+offsets are ``0..n``, made only when asked for), which spares 8 bytes a row of join
+sides holding millions of table rows.
 """
 
 from __future__ import annotations
@@ -19,8 +22,14 @@ from pyroaring import BitMap
 
 @dataclass(frozen=True, eq=False)
 class Annotation:
-    offsets: np.ndarray  # int64, len n + 1
+    stored_offsets: np.ndarray | None  # int64, len n + 1; None: one id per row
     values: np.ndarray  # int32
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self.stored_offsets is None:
+            return np.arange(len(self.values) + 1, dtype=np.int64)
+        return self.stored_offsets
 
     # -- construction -------------------------------------------------------------------
     @staticmethod
@@ -30,8 +39,25 @@ class Annotation:
     @staticmethod
     def singletons(ids: np.ndarray) -> Annotation:
         """One fragment per row (the result of ``annotate`` on a base table)."""
-        ids = np.asarray(ids, dtype=np.int32)
-        return Annotation(np.arange(len(ids) + 1, dtype=np.int64), ids)
+        return Annotation(None, np.asarray(ids, dtype=np.int32))
+
+    def compact(self) -> Annotation:
+        """The same sets in less memory: one id per row without offsets; all rows empty
+        with offsets as a read-only view of one zero."""
+        if self.stored_offsets is None or self.stored_offsets.strides == (0,):
+            return self
+        n = len(self)
+        if n and len(self.values) == 0:
+            return Annotation(np.broadcast_to(np.int64(0), n + 1), self.values)
+        if n and self.is_singleton():
+            return Annotation(None, self.values)
+        return self
+
+    def nbytes(self) -> int:
+        """Bytes held (offsets that are implicit or a view of one value hold none)."""
+        o = self.stored_offsets
+        held = 0 if o is None or o.strides == (0,) else o.nbytes
+        return held + self.values.nbytes
 
     @staticmethod
     def from_sets(sets: Sequence[Iterable[int]]) -> Annotation:
@@ -58,6 +84,8 @@ class Annotation:
             return Annotation.empty()
         if len(parts) == 1:
             return parts[0]
+        if all(p.stored_offsets is None for p in parts):
+            return Annotation(None, np.concatenate([p.values for p in parts]))
         offsets = [np.zeros(1, dtype=np.int64)]
         base = 0
         for p in parts:
@@ -68,17 +96,25 @@ class Annotation:
 
     # -- queries -----------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        if self.stored_offsets is None:
+            return len(self.values)
+        return len(self.stored_offsets) - 1
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        if self.stored_offsets is None:
+            return np.ones(len(self.values), dtype=np.int64)
+        return np.diff(self.stored_offsets)
 
     def is_singleton(self) -> bool:
+        if self.stored_offsets is None:
+            return True
         return len(self.values) == len(self) and bool(np.all(self.lengths == 1))
 
     def row(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]]
+        if self.stored_offsets is None:
+            return self.values[i:i + 1]
+        return self.values[self.stored_offsets[i]:self.stored_offsets[i + 1]]
 
     def row_sets(self) -> list[tuple[int, ...]]:
         """Each row's ids as a sorted tuple (hashable; for consolidation and oracles)."""
@@ -88,6 +124,8 @@ class Annotation:
 
     def row_ids(self) -> np.ndarray:
         """For each value, the row it belongs to."""
+        if self.stored_offsets is None:
+            return np.arange(len(self.values), dtype=np.int64)
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
 
     def fragment_counts(self, weights: np.ndarray, size: int) -> np.ndarray:
@@ -100,6 +138,8 @@ class Annotation:
     # -- transformations ------------------------------------------------------------------
     def take(self, idx: np.ndarray) -> Annotation:
         idx = np.asarray(idx, dtype=np.int64)
+        if self.stored_offsets is None:
+            return Annotation(None, self.values[idx])
         # only the taken rows' lengths: a few rows taken from a large side stay cheap
         starts = self.offsets[idx]
         lengths = self.offsets[idx + 1] - starts

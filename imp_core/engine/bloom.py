@@ -23,28 +23,44 @@ def _mix(keys: np.ndarray) -> np.ndarray:
 
 
 class BloomFilter:
+    # a filter made for n keys is sized for HEADROOM * n: room for the inserts to come
+    # before it saturates and is rebuilt
+    HEADROOM = 1.25
+
     def __init__(self, expected: int, fp_rate: float = 0.01):
         expected = max(expected, 1024)
         bits = int(-expected * np.log(fp_rate) / (np.log(2) ** 2))
-        # a power of two of at most 2**32 bits (512 MiB): positions fit 32 bits
-        self.bits = 1 << min(32, max(10, int(np.ceil(np.log2(bits)))))
+        # a multiple of 64 below 2**32 (positions fit 32 bits), or 2**32 itself
+        self.bits = 1 << 32 if bits >= (1 << 32) - 64 else -(-bits // 64) * 64
         self.hashes = max(1, int(round(self.bits / expected * np.log(2))))
         self.hashes = min(self.hashes, 8)
         self.array = np.zeros(self.bits // 8, dtype=np.uint8)
         self.count = 0
 
+    @staticmethod
+    def for_keys(n: int) -> BloomFilter:
+        """A filter for a side now holding ``n`` distinct keys."""
+        return BloomFilter(int(n * BloomFilter.HEADROOM))
+
     def _positions(self, keys: np.ndarray) -> np.ndarray:
-        """(hashes, n) bit positions: h1 + i * h2 (double hashing) modulo the bit count,
-        computed in 32 bits (the bit count is a power of two of at most 2**32, so the
-        low 32 bits of the 64-bit sums are the same)."""
+        """(hashes, n) bit positions from h1 + i * h2 (double hashing) in 32 bits: the
+        low bits when the bit count is a power of two (filters of earlier versions, kept
+        in checkpoints, are read the same way), else the 32-bit value scaled to the bit
+        count (multiply-shift), which needs no power-of-two size."""
         h = _mix(keys)
         h1 = (h & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         h2 = ((h >> np.uint64(32)) | np.uint64(1)).astype(np.uint32)
-        mask = np.uint32(self.bits - 1)
         out = np.empty((self.hashes, len(h)), dtype=np.uint32)
+        power_of_two = self.bits & (self.bits - 1) == 0
+        mask = np.uint32(self.bits - 1)
+        scale = np.uint64(self.bits)
         with np.errstate(over="ignore"):
             for i in range(self.hashes):
-                np.bitwise_and(h1 + np.uint32(i) * h2, mask, out=out[i])
+                mixed = h1 + np.uint32(i) * h2
+                if power_of_two:
+                    np.bitwise_and(mixed, mask, out=out[i])
+                else:
+                    out[i] = (mixed.astype(np.uint64) * scale) >> np.uint64(32)
         return out
 
     def add(self, keys: np.ndarray) -> None:

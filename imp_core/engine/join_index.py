@@ -97,10 +97,15 @@ class SideIndex:
     # a large main part (a merge re-indexes the main part: rare at this size)
     MAX_PENDING = 32768
 
-    def __init__(self, schema: pa.Schema, key_columns: tuple[str, ...], use_bloom: bool = True):
+    def __init__(self, schema: pa.Schema, key_columns: tuple[str, ...], use_bloom: bool = True,
+                 merge_equal: bool = False):
         self.schema = schema
         self.key_columns = key_columns
         self.use_bloom = use_bloom and bool(key_columns)
+        # hold equal (row, annotation) pairs as one row of summed weight: for a side that
+        # only decides membership (a semi-join's right input, often one key column with
+        # many rows a key) this keeps one row per key and fragment
+        self.merge_equal = merge_equal
         self._main = DeltaBatch.empty(schema)
         self._pending: list[DeltaBatch] = []
         self._pending_bytes = 0  # bytes of the pending parts (nbytes is asked per batch)
@@ -132,7 +137,7 @@ class SideIndex:
 
     def _rebuild_bloom(self, extra: int = 0) -> None:
         data = self.contents()
-        self.bloom = BloomFilter(2 * (len(data) + extra))
+        self.bloom = BloomFilter.for_keys(len(data) + extra)
         keys, valid, _ = key_hashes(data.data, self.key_columns)
         self.bloom.add(keys[valid & (data.weights > 0)])
 
@@ -140,7 +145,14 @@ class SideIndex:
         """Fold the pending part into the main one (its index is rebuilt when needed)."""
         if not self._pending:
             return
-        merged = DeltaBatch.concat([self._main, *self._pending], self.schema)
+        pending = self._pending
+        if self.merge_equal:
+            rows = DeltaBatch.concat(pending, self.schema)
+            merged_rows = rows.consolidate()
+            # rows all distinct already keep their uniform weights (held as one value)
+            if len(merged_rows) < 0.9 * len(rows):
+                pending = [merged_rows]
+        merged = DeltaBatch.concat([self._main, *pending], self.schema)
         neg = int((merged.weights < 0).sum())
         if neg and 4 * neg >= len(merged):
             merged = merged.consolidate()

@@ -111,7 +111,7 @@ class ProbedSide:
         ins = delta.filter(delta.weights > 0)
         keys, valid, _ = key_hashes(ins.data, self.key_columns)
         if self.bloom is None:
-            self.bloom = BloomFilter(2 * int(valid.sum()))
+            self.bloom = BloomFilter.for_keys(int(valid.sum()))
         self.bloom.add(keys[valid])
         if self.bloom.saturated():
             self.rebuild_bloom()
@@ -120,7 +120,7 @@ class ProbedSide:
         assert self.versions is not None
         self.lookups += 1
         keys, valid, _ = key_hashes(self.distinct_keys(), self.key_columns)
-        self.bloom = BloomFilter(2 * int(valid.sum()))
+        self.bloom = BloomFilter.for_keys(int(valid.sum()))
         self.bloom.add(keys[valid])
 
     # -- lookups ------------------------------------------------------------------------

@@ -81,8 +81,9 @@ class DeltaBatch:
     # -- memory -------------------------------------------------------------------------
     def compact(self) -> DeltaBatch:
         """The same batch, held in less memory where its parts are uniform: weights all
-        equal (a table's rows: all 1) and annotations all empty (a table that is not
-        partitioned) become read-only views of one value instead of 8 bytes a row.
+        equal (a table's rows: all 1) become a read-only view of one value instead of 8
+        bytes a row, and annotations lose their offsets where they are implied (one id
+        per row, or none; see ``Annotation.compact``).
         Operations on such a batch return ordinary arrays; none writes into a batch's
         arrays in place."""
         n = len(self)
@@ -90,16 +91,14 @@ class DeltaBatch:
         if n and weights.strides != (0,) and weights[0] == weights[-1] \
                 and (weights == weights[0]).all():
             weights = np.broadcast_to(np.int64(weights[0]), n)
-        if n and ann.offsets.strides != (0,) and len(ann.values) == 0:
-            ann = Annotation(np.broadcast_to(np.int64(0), n + 1), ann.values)
+        ann = ann.compact()
         if weights is self.weights and ann is self.annotation:
             return self
         return DeltaBatch(self.data, weights, ann)
 
     def nbytes(self) -> int:
         """Bytes held: data, weights and annotation (a view of one value holds none)."""
-        return self.data.nbytes + _held(self.weights) + _held(self.annotation.offsets) \
-            + self.annotation.values.nbytes
+        return self.data.nbytes + _held(self.weights) + self.annotation.nbytes()
 
     def negate(self) -> DeltaBatch:
         return DeltaBatch(self.data, -self.weights, self.annotation)

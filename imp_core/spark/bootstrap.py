@@ -274,7 +274,7 @@ class _Bootstrap:
             distinct = self._collect(f"{rel.with_clause}SELECT DISTINCT {keys}\n"
                                      f"FROM {rel.name}")
             hashes, valid, _ = key_hashes(distinct, side.key_columns)
-            side.bloom = BloomFilter(2 * int(valid.sum()))
+            side.bloom = BloomFilter.for_keys(int(valid.sum()))
             side.bloom.add(hashes[valid])
         return side.snapshot()
 

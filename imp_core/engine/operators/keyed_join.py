@@ -84,8 +84,10 @@ class KeyedJoinOp(TwoSidedOp):
         right = choose_side(node, "right") if choose_side and probable else None
         self.left = left if left is not None else \
             SideIndex(self.left_schema, self.left_keys, use_bloom=False)
+        # semi-, anti-joins read their right rows for membership only
         self.right = right if right is not None else \
-            SideIndex(self.right_schema, self.right_keys, use_bloom=False)
+            SideIndex(self.right_schema, self.right_keys, use_bloom=False,
+                      merge_equal=self.mode in ("semi", "anti", "nai"))
         self._right_facts: tuple[int, int] | None = None  # (total weight, NULL-key weight)
 
     # -- the operator F -----------------------------------------------------------------

@@ -189,6 +189,24 @@ class Annotation:
         out[starts[rows] + m + rank] = self.values[own]
         return Annotation(offsets, out)
 
+    def common_ids(self) -> np.ndarray:
+        """The ids every row holds (sorted; empty for no rows)."""
+        n = len(self)
+        if n == 0 or len(self.values) < n:
+            return np.zeros(0, dtype=np.int32)
+        counts = np.bincount(self.values)
+        return np.flatnonzero(counts == n).astype(np.int32)  # ids are distinct in a row
+
+    def without(self, ids: np.ndarray) -> Annotation:
+        """Every row's ids minus ``ids``."""
+        if len(ids) == 0 or len(self.values) == 0:
+            return self
+        keep = ~np.isin(self.values, ids)
+        lengths = np.bincount(self.row_ids()[keep], minlength=len(self))
+        offsets = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return Annotation(offsets, self.values[keep])
+
     def deduplicated(self) -> Annotation:
         """Drop repeated ids within a row (only self-joins of a partitioned table need it)."""
         if len(self.values) == 0:

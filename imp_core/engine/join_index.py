@@ -107,6 +107,9 @@ class SideIndex:
         # many rows a key) this keeps one row per key and fragment
         self.merge_equal = merge_equal
         self._main = DeltaBatch.empty(schema)
+        # ids every main-part row holds besides the ids of its own annotation (rows that
+        # passed a scalar subquery's filter all carry its sketch: q22's ~1,000 ids a row)
+        self._shared = np.zeros(0, dtype=np.int32)
         self._pending: list[DeltaBatch] = []
         self._pending_bytes = 0  # bytes of the pending parts (nbytes is asked per batch)
         self._pending_rows = 0
@@ -136,7 +139,8 @@ class SideIndex:
                 self.bloom.add(keys[valid])
 
     def _rebuild_bloom(self, extra: int = 0) -> None:
-        data = self.contents()
+        self._merge()
+        data = self._main  # keys and weights only: the shared ids need not be added
         self.bloom = BloomFilter.for_keys(len(data) + extra)
         keys, valid, _ = key_hashes(data.data, self.key_columns)
         self.bloom.add(keys[valid & (data.weights > 0)])
@@ -152,7 +156,18 @@ class SideIndex:
             # rows all distinct already keep their uniform weights (held as one value)
             if len(merged_rows) < 0.9 * len(rows):
                 pending = [merged_rows]
-        merged = DeltaBatch.concat([self._main, *pending], self.schema)
+        main, incoming = self._main, DeltaBatch.concat(pending, self.schema)
+        common = incoming.annotation.common_ids()
+        if len(main):
+            common = np.intersect1d(self._shared, common).astype(np.int32)
+            dropped = np.setdiff1d(self._shared, common)
+            if len(dropped):  # ids no longer shared by all go back into the rows
+                main = DeltaBatch(main.data, main.weights,
+                                  main.annotation.with_shared(dropped))
+        incoming = DeltaBatch(incoming.data, incoming.weights,
+                              incoming.annotation.without(common))
+        self._shared = common
+        merged = DeltaBatch.concat([main, incoming], self.schema)
         neg = int((merged.weights < 0).sum())
         if neg and 4 * neg >= len(merged):
             merged = merged.consolidate()
@@ -167,12 +182,19 @@ class SideIndex:
 
     def contents(self) -> DeltaBatch:
         self._merge()
-        return self._main
+        return self.main_part()
 
     def main_part(self) -> DeltaBatch:
-        """The main part of the contents (the same object until the next merge); with
-        ``pending_parts`` all of them, without merging (a scan need not copy the side)."""
-        return self._main
+        """The main part of the contents (the same object until the next merge unless
+        its rows share ids, which are added to a copy each time: holding that copy would
+        undo the saving); with ``pending_parts`` all of them, without merging."""
+        return self._with_shared(self._main)
+
+    def _with_shared(self, rows: DeltaBatch) -> DeltaBatch:
+        """Main-part ``rows`` with their whole annotations."""
+        if len(self._shared) == 0 or len(rows) == 0:
+            return rows
+        return DeltaBatch(rows.data, rows.weights, rows.annotation.with_shared(self._shared))
 
     def pending_parts(self) -> list[DeltaBatch]:
         """The deltas applied since the last merge, in order."""
@@ -216,6 +238,8 @@ class SideIndex:
         if self._pending:
             parts.append(self._pending_index())
         found = [_search(pkeys, candidates, *part) for part in parts]
+        if len(self._main):
+            found[0] = (found[0][0], self._with_shared(found[0][1]))
         probe_idx = np.concatenate([f[0] for f in found])
         matched = DeltaBatch.concat([f[1] for f in found], self.schema)
         if not exact and len(probe_idx):
@@ -245,8 +269,10 @@ class SideIndex:
         return self.state_from_rows(self.contents())
 
     def restore(self, table: pa.Table) -> None:
-        self._main = batch_from_arrow(table).compact()
-        self._pending = []
+        self._main, self._shared = DeltaBatch.empty(self.schema), np.zeros(0, dtype=np.int32)
+        rows = batch_from_arrow(table)
+        self._pending = [rows] if len(rows) else []
+        self._merge()  # the restored rows become the main part, shared ids factored out
         self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
         self._recent = None
@@ -257,7 +283,7 @@ class SideIndex:
     def nbytes(self) -> int:
         # the stored parts' sizes: merging them here would copy the whole side on every
         # call (callers ask after each batch)
-        return _batch_bytes(self._main) + self._pending_bytes
+        return _batch_bytes(self._main) + self._shared.nbytes + self._pending_bytes
 
 
 def _sorted_index(rows: DeltaBatch, key_columns: tuple[str, ...]

@@ -589,3 +589,50 @@ def test_implicit_singleton_offsets_behave_like_explicit_ones(ids, data):
     w = np.ones(len(ids), dtype=np.int64)
     assert (implicit.fragment_counts(w, 21) == explicit.fragment_counts(w, 21)).all()
     assert implicit.nbytes() == ids.nbytes < explicit.nbytes() or len(ids) == 0
+
+
+@pytest.mark.parametrize("min_pending", [1, 4096])
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 5), st.sets(
+    st.integers(0, 60), max_size=2)), min_size=1, max_size=5), st.booleans()), max_size=12))
+def test_side_index_factors_ids_all_rows_share(min_pending, steps):
+    """A side whose rows all carry the same ids (a scalar subquery's sketch) holds them
+    once; contents, probes and a snapshot's restore give every row its whole set, also
+    after rows without some of those ids arrive (they go back into the rows)."""
+    from imp_core.engine.join_index import SideIndex
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    side = SideIndex(schema, ("k",))
+    side.MIN_PENDING = min_pending
+    shared = set(range(100, 140))
+    model: Counter = Counter()
+    serial = 0
+    for rows, narrow in steps:
+        if narrow:
+            shared = set(list(shared)[: len(shared) // 2])  # later rows lack some ids
+        sets = [own | shared for _, own in rows]
+        values = list(range(serial, serial + len(rows)))
+        serial += len(rows)
+        data = pa.table({"k": [k for k, _ in rows], "v": values}, schema=schema)
+        side.apply(DeltaBatch(data, np.ones(len(rows), np.int64), Annotation.from_sets(sets)))
+        for (k, _), v, s in zip(rows, values, sets):
+            model[(k, v, frozenset(s))] += 1
+
+        def as_counter(b: DeltaBatch) -> Counter:
+            out: Counter = Counter()
+            for k, v, s, w in zip(b.data.column("k").to_pylist(), b.data.column("v").to_pylist(),
+                                  b.annotation.row_sets(), b.weights.tolist()):
+                out[(k, v, frozenset(s))] += w
+            return out
+
+        assert as_counter(side.contents()) == model
+        probe = DeltaBatch(pa.table({"k": [0, 3]}), np.ones(2, np.int64), Annotation.empty(2))
+        idx, matched = side.probe(probe, ("k",))
+        want = Counter({key: w for key, w in model.items() if key[0] in (0, 3)})
+        assert as_counter(matched) == want and set(idx.tolist()) <= {0, 1}
+        again = SideIndex(schema, ("k",))
+        again.restore(side.snapshot())
+        assert as_counter(again.contents()) == model
+    if len(model) >= 3 and len(side._shared) >= 20:  # the shared ids are held once
+        held = side._main.annotation.nbytes() + side._shared.nbytes
+        assert held < sum(len(s) for _, _, s in model) * 4

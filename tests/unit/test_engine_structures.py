@@ -187,8 +187,19 @@ def test_annotation_singletons_and_empty():
 @given(st.lists(st.tuples(nullable(st.integers(0, 2)),
                           st.sampled_from(["x", "y", None]),
                           fragment_sets(4, max_size=2),
-                          st.integers(-2, 2)), max_size=25))
-def test_consolidate_matches_counter(entries):
+                          st.integers(-2, 2)), max_size=25),
+       st.sampled_from([0, DeltaBatch.SMALL]))
+def test_consolidate_matches_counter(entries, small):
+    """Arrow's group-by (SMALL 0) and the Python path for a few rows agree with a
+    counter, keep first-occurrence order and leave no zero weight."""
+    DeltaBatch.SMALL, saved = small, DeltaBatch.SMALL
+    try:
+        _check_consolidate(entries)
+    finally:
+        DeltaBatch.SMALL = saved
+
+
+def _check_consolidate(entries):
     data = pa.table({"i": pa.array([e[0] for e in entries], pa.int64()),
                      "s": pa.array([e[1] for e in entries], pa.string())})
     batch = DeltaBatch(data, np.array([e[3] for e in entries], dtype=np.int64),
@@ -203,6 +214,11 @@ def test_consolidate_matches_counter(entries):
     assert (out.weights != 0).all()
     keys = list(zip(zip(*[c.to_pylist() for c in out.data.columns]), out.annotation.row_sets()))
     assert len(keys) == len(set(keys)) == len(model)
+    first = {}
+    for i, key in enumerate(zip(zip(*[c.to_pylist() for c in data.columns]),
+                                batch.annotation.row_sets())):
+        first.setdefault(key, i)
+    assert [first[k] for k in keys] == sorted(first[k] for k in keys)
 
 
 def test_consolidate_singleton_annotations():

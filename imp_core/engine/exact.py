@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from imp_core.plan.decimal64 import from_unscaled
+from imp_core.plan.decimal64 import from_unscaled, unscaled_int64
 from imp_core.plan.evaluate import aggregate_type
 
 FLOAT_SHIFT = 1100
@@ -39,14 +39,9 @@ def exact_values(arr: pa.Array) -> np.ndarray:
     """The exact integer representation of each value (NULL -> 0): int64 or object."""
     t = arr.type
     if pa.types.is_decimal(t):
-        if pa.types.is_decimal128(t) and arr.offset == 0:
-            words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[: 2 * len(arr)]
-            lo, hi = words[0::2], words[1::2]
-            if np.array_equal(hi, lo >> 63):
-                out = lo.copy()
-                if arr.null_count:
-                    out[arr.is_null().to_numpy(zero_copy_only=False)] = 0
-                return out
+        fits = unscaled_int64(arr)
+        if fits is not None:
+            return np.array(fits[0], dtype=np.int64)  # a copy, not a view of the array
         scale = t.scale
         return np.array([0 if v is None else int(v.scaleb(scale)) for v in arr.to_pylist()],
                         dtype=object)

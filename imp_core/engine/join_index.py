@@ -149,17 +149,19 @@ class SideIndex:
         """Fold the pending part into the main one (its index is rebuilt when needed)."""
         if not self._pending:
             return
-        pending = self._pending
+        main, incoming = self._main, DeltaBatch.concat(self._pending, self.schema)
         if self.merge_equal:
-            rows = DeltaBatch.concat(pending, self.schema)
-            merged_rows = rows.consolidate()
+            merged_rows = incoming.consolidate()
             # rows all distinct already keep their uniform weights (held as one value)
-            if len(merged_rows) < 0.9 * len(rows):
-                pending = [merged_rows]
-        main, incoming = self._main, DeltaBatch.concat(pending, self.schema)
-        common = incoming.annotation.common_ids()
-        if len(main):
-            common = np.intersect1d(self._shared, common).astype(np.int32)
+            if len(merged_rows) < 0.9 * len(incoming):
+                incoming = merged_rows
+        if not len(main):
+            common = incoming.annotation.common_ids()
+        elif len(self._shared) == 0:
+            common = self._shared  # the main rows share no ids: the result has none
+        else:
+            common = np.intersect1d(self._shared, incoming.annotation.common_ids()
+                                    ).astype(np.int32)
             dropped = np.setdiff1d(self._shared, common)
             if len(dropped):  # ids no longer shared by all go back into the rows
                 main = DeltaBatch(main.data, main.weights,

@@ -28,7 +28,15 @@ def _unscaled(v, scale: int) -> tuple[np.ndarray | int, np.ndarray | None] | Non
             return None
         x = int(v.as_py().scaleb(scale))
         return (x, None) if -INT64_LIMIT < x < INT64_LIMIT else None
-    if not isinstance(v, pa.Array) or v.type.byte_width != 16:
+    if not isinstance(v, pa.Array):
+        return None
+    return unscaled_int64(v)
+
+
+def unscaled_int64(v: pa.Array) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(the unscaled value of each row of a decimal128 array as int64, NULL rows 0;
+    validity or None when there are no NULLs); None if a value does not fit int64."""
+    if not pa.types.is_decimal128(v.type):
         return None
     n = len(v)
     words = np.frombuffer(v.buffers()[1], dtype=np.int64, count=2 * (v.offset + n))

@@ -122,13 +122,18 @@ class GroupKeys:
         """A new id for ``key`` (None: the NULL key, which the index does not hold)."""
         gid = self._n
         self._n += 1
-        if len(self._key_of) < self._n:
-            self._key_of = np.concatenate(
-                [self._key_of, np.zeros(max(1024, len(self._key_of)), dtype=np.int64)])
+        self._grow_key_of()
         if key is not None:
             self._key_of[gid] = key
             self._pending[key] = gid
         return gid
+
+    def _grow_key_of(self) -> None:
+        """Room in ``_key_of`` for every id (doubling: amortized O(1) an id)."""
+        if len(self._key_of) < self._n:
+            grown = np.zeros(max(self._n, 2 * len(self._key_of), 1024), dtype=np.int64)
+            grown[:len(self._key_of)] = self._key_of
+            self._key_of = grown
 
     def _add_many(self, uniq: np.ndarray, gids: np.ndarray, missing: np.ndarray) -> None:
         """Ids for the keys ``uniq[missing]`` (sorted, not in the main part), written
@@ -144,10 +149,7 @@ class GroupKeys:
         m = len(keys)
         new = np.arange(self._n, self._n + m, dtype=np.int64)
         self._n += m
-        if len(self._key_of) < self._n:
-            grown = np.zeros(max(self._n, 2 * len(self._key_of)), dtype=np.int64)
-            grown[:len(self._key_of)] = self._key_of
-            self._key_of = grown
+        self._grow_key_of()
         self._key_of[new] = keys
         gids[missing] = new
         at = np.searchsorted(self._main_keys, keys)

@@ -1,5 +1,5 @@
-"""Command-line wiring of the paper suites: ``imp bench tpch|micro|breakeven|mixed|
-strategies|memory|all`` (``benchmarks.cli`` adds them with ``add_paper_suites``).
+"""Command-line wiring of the paper suites: ``imp bench tpch|scale|micro|breakeven|
+mixed|strategies|memory|all`` (``benchmarks.cli`` adds them with ``add_paper_suites``).
 
 Each writes its full report to ``--out`` (JSON with machine, versions, load, parameters,
 plus PNG plots beside it), shows progress on stderr, and prints the result rows as JSON
@@ -73,7 +73,7 @@ def _run(fn: Callable[..., dict[str, Any]], **fixed: Any):
 
 
 def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
-    from benchmarks import breakeven, micro, mixed, strategies, tpch
+    from benchmarks import breakeven, micro, mixed, scale, strategies, tpch
 
     p = bsub.add_parser("tpch", help="IMP vs full maintenance on TPC-H: the paper's 12 "
                         "queries (lineitem batches) or the 22 standard ones (--queries all22; "
@@ -114,6 +114,31 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
         return run(args)
 
     p.set_defaults(func=tpch_handler)
+
+    p = bsub.add_parser("scale", help="every TPC-H query registered at once in one "
+                        "service at --sf (default 10), maintained together at --delta; "
+                        "state, peak memory, sketches against recaptures")
+    _common(p, "bench-results/scale.json")
+    p.add_argument("--sf", type=float, default=None, help="TPC-H scale factor (default 10)")
+    p.add_argument("--queries", type=_names, default=None,
+                   help="comma list of workload queries (default all22 = h01..h22)")
+    p.add_argument("--delta", type=int, default=None,
+                   help="rows deleted and put back per table and round (default 100)")
+    p.add_argument("--rounds", type=int, default=None, help="default 2")
+    p.add_argument("--fragments", type=int, default=None, help="default 1000")
+    scale_run = _run(scale.run_scale_bench, a="sf", b="queries", c="delta", d="rounds",
+                     e="fragments")
+
+    def scale_handler(args: argparse.Namespace) -> int:
+        if args.queries:
+            try:
+                args.queries = tpch.expand_queries(args.queries)
+            except KeyError as exc:
+                print(f"imp bench scale: {exc.args[0]}", file=sys.stderr)
+                return 2
+        return scale_run(args)
+
+    p.set_defaults(func=scale_handler)
 
     p = bsub.add_parser("micro", help="microbenchmarks: groups, aggregates, joins, join "
                         "selectivity, fragments, delta filter, Bloom filters, buffers")

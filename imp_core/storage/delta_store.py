@@ -44,6 +44,8 @@ from imp_core.storage.changes import (
     normalize_changes,
 )
 from imp_core.storage.merge import complete_deletes, merge_changes
+from imp_core.storage.ordered_write import rewrite_ordered
+from imp_core.storage.parquet_load import parquet_files, read_parquet_parts, stream_new_table
 from imp_core.storage.snapshots import (
     FileStats,
     column_bytes,
@@ -58,7 +60,7 @@ from imp_core.storage.writes import (
     TABLE_CONFIGURATION,
     WriteOptions,
     check_new_table,
-    read_parquet_parts,
+    sort_rows,
     write_new_table,
 )
 
@@ -113,12 +115,23 @@ class DeltaStore:
         the entry's ``sketch_columns``). ``location``: where the Delta table goes (a
         path or URI; default ``<root>/tables/<name>``).
         """
-        name = normalize_name(name)
         if not isinstance(data, pa.Table):
-            raise SchemaMismatchError(f"table {name}: data must be a pyarrow.Table")
+            raise SchemaMismatchError(
+                f"table {normalize_name(name)}: data must be a pyarrow.Table")
         data = plain_strings(data)
-        schema = plain_schema(data.schema)
-        data = data.cast(schema)  # also drops field metadata (e.g. PARQUET:field_id)
+        data = data.cast(plain_schema(data.schema))  # drops field metadata (PARQUET:field_id)
+        entry = self._new_entry(name, key, domains, cluster_by, location)
+        check_new_table(entry, data)
+        version = write_new_table(entry, data, self.options, progress)
+        self.catalog.add(entry)
+        return version
+
+    def _new_entry(self, name: str, key: Sequence[str] | None,
+                   domains: Mapping[str, tuple[Any, Any]] | None, cluster_by: Sequence[str],
+                   location: str | None) -> TableEntry:
+        """The catalog entry of a table about to be created; raises if the catalog or
+        the location already holds it."""
+        name = normalize_name(name)
         if location is None:
             location = self.default_location(name)
         elif not is_uri(location):
@@ -130,13 +143,10 @@ class DeltaStore:
             domains=dict(domains or {}),
             sketch_columns=tuple(cluster_by),
         )
-        check_new_table(entry, data)
         self.catalog.check(entry)
         if not is_uri(entry.location) and DeltaTable.is_deltatable(entry.location):
             raise TableExistsError(f"{entry.location} already holds a Delta table")
-        version = write_new_table(entry, data, self.options, progress)
-        self.catalog.add(entry)
-        return version
+        return entry
 
     def create_table_from_parquet(
         self,
@@ -152,8 +162,15 @@ class DeltaStore:
         (``tpchgen-cli`` output); strings become ``string`` as in
         ``imp_core.workloads.tpch.load_tpch_tables``. ``progress``: tqdm bars (rows
         read, then rows written) on stderr."""
-        data = read_parquet_parts(name, path_or_dir, progress)
-        return self.create_table(name, data, key, domains, cluster_by, location, progress)
+        files = parquet_files(Path(path_or_dir))
+        entry = self._new_entry(name, key, domains, cluster_by, location)
+        version = stream_new_table(entry, files, self.options, progress)
+        if version is None:  # not in cluster order: sorted in memory
+            data = read_parquet_parts(name, path_or_dir, progress)
+            return self.create_table(name, data, key, domains, cluster_by, location,
+                                     progress)
+        self.catalog.add(entry)
+        return version
 
     def drop_table(self, name: str, delete_files: bool = True) -> None:
         """Forget the table; also delete its files if it is a local directory."""
@@ -302,12 +319,18 @@ class DeltaStore:
     # --- maintenance -------------------------------------------------------------------
 
     def optimize(self, name: str) -> int:
-        """Rewrite small files, sorted (Z-ordered) on the cluster columns; a new version
-        that changes no data (empty change feed). Returns the version after it."""
+        """Rewrite the table's files, its rows sorted on the cluster columns (a local
+        table is read whole and written in that order; on an object store delta-rs
+        Z-orders it); a new version that changes no data (empty change feed). Returns
+        the version after it."""
         entry = self.catalog.get(name)
         table = self._delta(entry)
         props = self.options.writer_properties()
-        if entry.sketch_columns:
+        if entry.sketch_columns and not is_uri(entry.location):
+            data = read_snapshot(entry, table, None, with_row_ids=True)
+            rewrite_ordered(table, sort_rows(data, entry.sketch_columns).cast(
+                stored_schema(table)), self.options)
+        elif entry.sketch_columns:
             table.optimize.z_order(list(entry.sketch_columns), writer_properties=props,
                                    target_size=self.options.target_file_size)
         else:

@@ -19,21 +19,20 @@ import decimal
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from imp_core.errors import SchemaMismatchError
 from imp_core.plan.literal import sql_literal
-from imp_core.storage.batches import RESERVED, ROW_ID, check_domains, plain_schema, plain_strings
+from imp_core.storage.batches import RESERVED, ROW_ID, check_domains
 from imp_core.storage.catalog import TableEntry, is_uri
 from imp_core.storage.matching import row_tuples
+from imp_core.storage.ordered_write import write_ordered_table
 
 TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
 
@@ -66,9 +65,9 @@ def sort_rows(data: pa.Table, columns: Sequence[str]) -> pa.Table:
     return data.sort_by([(c, "ascending") for c in columns])
 
 
-def check_new_table(entry: TableEntry, data: pa.Table) -> None:
-    """Raise ``SchemaMismatchError`` unless ``data`` can become the table ``entry``."""
-    names = data.schema.names
+def check_names(entry: TableEntry, names: Sequence[str]) -> None:
+    """Raise ``SchemaMismatchError`` for reserved or duplicate column ``names`` and for
+    key, cluster or domain columns of ``entry`` that are not among them."""
     problems: list[str] = []
     reserved = [n for n in names if n in RESERVED]
     if reserved:
@@ -86,6 +85,11 @@ def check_new_table(entry: TableEntry, data: pa.Table) -> None:
             problems.append(f"{what} columns {unknown} are not columns")
     if problems:
         raise SchemaMismatchError(f"table {entry.name}: " + "; ".join(problems))
+
+
+def check_new_table(entry: TableEntry, data: pa.Table) -> None:
+    """Raise ``SchemaMismatchError`` unless ``data`` can become the table ``entry``."""
+    check_names(entry, data.schema.names)
     check_domains(data, entry.domains, entry.name, "data")
     if entry.key is not None:
         check_keys(entry, data, "data")
@@ -157,20 +161,29 @@ def write_new_table(entry: TableEntry, data: pa.Table, options: WriteOptions,
             pa.array(np.arange(data.num_rows, dtype=np.int64)),
         )
     data = sort_rows(data, entry.sketch_columns)
-    source: pa.Table | pa.RecordBatchReader = data
+    batches: Iterable[pa.RecordBatch] = data.to_batches(max_chunksize=options.max_row_group_size)
     if progress:
-        source = _batches_with_progress(data, f"writing {entry.name}",
-                                        options.max_row_group_size)
-    if not is_uri(entry.location):
-        Path(entry.location).mkdir(parents=True, exist_ok=True)
-    write_deltalake(
-        entry.location,
-        source,
-        mode="error",
-        configuration=TABLE_CONFIGURATION,
-        writer_properties=options.writer_properties(),
-        target_file_size=options.target_file_size,
-    )
+        batches = with_progress(batches, data.num_rows, f"writing {entry.name}")
+    return write_source(entry, data.schema, batches, options)
+
+
+def write_source(entry: TableEntry, schema: pa.Schema, batches: Iterable[pa.RecordBatch],
+                 options: WriteOptions) -> int:
+    """Write ``batches`` (checked, in their final order) as the first version of
+    ``entry``'s table, then its domains as CHECK constraints; the table's version. A
+    local table keeps the rows' order (``write_ordered_table``); on an object store
+    delta-rs writes them, in the order its writer tasks take them."""
+    if is_uri(entry.location):
+        write_deltalake(
+            entry.location,
+            pa.RecordBatchReader.from_batches(schema, iter(batches)),
+            mode="error",
+            configuration=TABLE_CONFIGURATION,
+            writer_properties=options.writer_properties(),
+            target_file_size=options.target_file_size,
+        )
+    else:
+        write_ordered_table(entry.location, schema, batches, options, TABLE_CONFIGURATION)
     table = DeltaTable(entry.location)
     constraints = domain_constraints(entry.domains)
     if constraints:
@@ -178,56 +191,15 @@ def write_new_table(entry: TableEntry, data: pa.Table, options: WriteOptions,
     return table.version()
 
 
-def read_parquet_parts(name: str, path_or_dir: str | Path, progress: bool) -> pa.Table:
-    """The rows of a Parquet file or a directory of ``*.parquet`` parts, strings as
-    ``string``; ``progress``: a tqdm bar (rows read) on stderr."""
-    files = _parquet_files(Path(path_or_dir))
-    readers = [pq.ParquetFile(f) for f in files]
-    total = sum(r.metadata.num_rows for r in readers)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="rows", unit_scale=True, desc=f"reading {name}",
-                   file=sys.stderr)
-    batches: list[pa.RecordBatch] = []
-    try:
-        for reader in readers:
-            for i in range(reader.num_row_groups):
-                group = plain_strings(reader.read_row_group(i))
-                batches.extend(group.to_batches())
-                if bar is not None:
-                    bar.update(group.num_rows)
-    finally:
-        if bar is not None:
-            bar.close()
-    schema = plain_schema(readers[0].schema_arrow)
-    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
-
-
-def _batches_with_progress(data: pa.Table, desc: str, chunk: int) -> pa.RecordBatchReader:
-    """``data`` as a reader whose consumption drives a tqdm bar (rows) on stderr."""
+def with_progress(batches: Iterable[pa.RecordBatch], total: int, desc: str
+                   ) -> Iterator[pa.RecordBatch]:
+    """``batches``, driving a tqdm bar (rows) on stderr as they are consumed."""
     from tqdm import tqdm
 
-    def gen() -> Iterator[pa.RecordBatch]:
-        with tqdm(total=data.num_rows, unit="rows", unit_scale=True, desc=desc,
-                  file=sys.stderr) as bar:
-            for batch in data.to_batches(max_chunksize=chunk):
-                yield batch
-                bar.update(batch.num_rows)
-
-    return pa.RecordBatchReader.from_batches(data.schema, gen())
-
-
-def _parquet_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        files = sorted(path.glob("*.parquet"))
-        if not files:
-            raise FileNotFoundError(f"no *.parquet files in {path}")
-        return files
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    return [path]
+    with tqdm(total=total, unit="rows", unit_scale=True, desc=desc, file=sys.stderr) as bar:
+        for batch in batches:
+            yield batch
+            bar.update(batch.num_rows)
 
 
 def _first_duplicate(rows: list[tuple]) -> tuple | None:

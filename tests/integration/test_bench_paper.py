@@ -223,3 +223,42 @@ def test_docs_section_is_regenerated_in_place(results, tmp_path):
     again = doc.read_text()
     assert again.count(BEGIN) == 1 and "kept as it is" in again
     assert list((tmp_path / "img").glob("*.png"))
+
+
+@pytest.mark.spark
+def test_scale_suite_tiny(spark, results, data_root):
+    """All queries in one service, changed together: each maintained on the commits of
+    the tables it reads, each sketch equal to a recapture, memory sampled per phase."""
+    from benchmarks.scale import markdown_table, run_scale_bench
+
+    out = results / "scale.json"
+    queries = ["h03", "h13", "h22"]
+    report = run_scale_bench(sf=0.01, queries=queries, delta=5, rounds=1, fragments=20,
+                             data_root=data_root, progress=False, out=out)
+    saved = json.loads(out.read_text())
+    assert saved["benchmark"] == "scale" and saved["summary"] == report["summary"]
+    assert len(saved["load"]["at_start"]) == 3 and len(saved["load"]["at_end"]) == 3
+    assert report["failed"] == []
+    rows = report["results"]
+    assert [r["query"] for r in rows] == queries
+    for r in rows:
+        assert r["sketch_ok"] is True and r["state_mib"] >= 0 and r["fm_s"] > 0
+        assert r["imp_ms"] > 0 and r["commits_maintained"] > 0
+    # each commit maintained exactly the queries reading its table, nation/region unchanged
+    changed = {m["table"] for m in report["maintained"]}
+    assert "lineitem" in changed and "customer" in changed
+    assert not changed & {"nation", "region"}
+    reads = {"h03": {"customer", "orders", "lineitem"}, "h13": {"customer", "orders"},
+             "h22": {"customer", "orders"}}
+    for m in report["maintained"]:
+        assert m["table"] in reads[m["query"]]
+    for q, tables in reads.items():
+        assert {(m["table"], m["kind"]) for m in report["maintained"] if m["query"] == q} \
+            == {(t, k) for t in tables & changed for k in ("delete", "insert")}
+    peaks = report["memory"]
+    assert {"register", "maintain", "verify"} <= set(peaks)
+    assert all(p["tree_rss"] > 0 and p["machine_used"] > 0 for p in peaks.values())
+    assert report["summary"]["peak_tree_rss_mib"] >= max(
+        r["tree_rss_mib_after"] for r in report["registered"])
+    assert report["summary"]["sketches_equal_recapture"] == "3 of 3"
+    assert markdown_table(report).count("\n| h") == 3

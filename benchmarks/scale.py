@@ -1,0 +1,288 @@
+"""``imp bench scale``: every TPC-H query registered at once in one service, at a scale
+factor chosen for the machine (issue 14: SF 10 within 24 GiB), maintained together.
+
+One in-process coordinator (the embedded service: the same path from a registered query
+to its sketch as the gRPC server's) over the TPC-H Delta store at ``sf``:
+
+1. ``register``: the queries one after another, each on its workload header's sketch
+   attribute, all kept; per query its registration seconds, state bytes and probed join
+   sides, and the memory of the process tree after it;
+2. ``maintain``: ``rounds`` rounds; in each, for every table some query sketches or joins
+   (``tables``: those with a key and at least 100 rows per changed row, so not nation
+   or region), a commit deleting ``delta`` rows drawn from a few random data files, then
+   every query reading that table brings its sketch up to date (timed); then the rows
+   are put back (a second commit, also maintained);
+3. ``verify``: with the tables changed (the last round's deletions committed), every
+   query's sketch against a recapture of the query on Spark at the same versions (the FM
+   time of each query comes from these runs); then the rows are put back.
+
+Memory is sampled every half second throughout: the resident set of this process and
+all its descendants (the Spark JVM among them), and the machine's used memory (total
+minus available), each with its peak per phase.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any, Iterable
+
+__all__ = ["MemorySampler", "markdown_table", "run_scale_bench"]
+
+import numpy as np
+
+from benchmarks.paper_common import (
+    RowSampler,
+    count_rows,
+    finish_report,
+    log,
+    make_coordinator,
+    start_report,
+    timed_maintenance,
+    write_partial,
+)
+from benchmarks.tpch import (
+    _register,
+    expand_queries,
+    prepare_tpch_store,
+    sketch_attribute,
+    table_key,
+)
+
+MiB = 1 << 20
+MIN_ROWS_PER_DELTA_ROW = 100  # smaller tables (nation, region) are not changed
+PAGE = 4096
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and all its descendants (Linux /proc)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            parents[int(entry.name)] = int(fields[1])
+            rss[int(entry.name)] = int(fields[21]) * PAGE
+        except (OSError, ValueError, IndexError):
+            continue  # gone between listing and reading
+    total, todo = 0, [root]
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def _machine_used() -> int:
+    info = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, value = line.split(":", 1)
+        info[name] = int(value.split()[0]) * 1024
+    return info["MemTotal"] - info["MemAvailable"]
+
+
+class MemorySampler:
+    """Peaks of the process tree's resident set and of the machine's used memory, per
+    phase, sampled every ``interval`` seconds on a daemon thread."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        import os
+
+        self.pid, self.interval = os.getpid(), interval
+        self.phase = "start"
+        self.peaks: dict[str, dict[str, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def sample(self) -> tuple[int, int]:
+        tree, machine = _tree_rss(self.pid), _machine_used()
+        peak = self.peaks.setdefault(self.phase, {"tree_rss": 0, "machine_used": 0})
+        peak["tree_rss"] = max(peak["tree_rss"], tree)
+        peak["machine_used"] = max(peak["machine_used"], machine)
+        return tree, machine
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def overall(self) -> dict[str, int]:
+        return {k: max(p[k] for p in self.peaks.values()) for k in ("tree_rss", "machine_used")}
+
+
+def _mib(n: float) -> float:
+    return round(n / MiB, 1)
+
+
+def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta: int = 100,
+                    rounds: int = 2, fragments: int = 1000, seed: int = 0,
+                    data_root: str | Path = ".imp", max_load: float | None = None,
+                    progress: bool = True, out: str | Path = "bench-results/scale.json"
+                    ) -> dict[str, Any]:
+    """Run the experiment of the module docstring; the report (also written to ``out``,
+    and after every step to ``<out>-partial.json``)."""
+    queries = expand_queries(queries)
+    attributes = {q: sketch_attribute(q) for q in queries}
+    params = {"sf": sf, "queries": queries, "delta": delta, "rounds": rounds,
+              "fragments": fragments, "seed": seed,
+              "backend": "local (in-process coordinator, one for all queries)"}
+    report = start_report("scale", params, max_load, progress)
+    data_root = Path(data_root)
+    log(progress, f"preparing TPC-H SF {sf:g}")
+    store, root = prepare_tpch_store(sf, data_root, progress, changed=())
+    from imp_core.spark import get_spark
+
+    rng = np.random.default_rng(seed)
+    registered: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    maintained: list[dict[str, Any]] = []
+    verified: list[dict[str, Any]] = []
+    with MemorySampler() as memory:
+        report["environment"]["spark"] = get_spark().version
+        coordinator = make_coordinator(store, root)
+        try:
+            memory.phase = "register"
+            for q in queries:
+                table, column = attributes[q]
+                t0 = time.perf_counter()
+                try:
+                    info, boot_s, note = _register(coordinator, q, fragments, (table, column))
+                except Exception as exc:  # noqa: BLE001 - recorded; the others go on
+                    failed.append({"query": q, "phase": "register",
+                                   "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                    log(progress, f"  {q}: FAILED to register: {type(exc).__name__}: {exc}")
+                    continue
+                state = coordinator.info(q)
+                tree, machine = memory.sample()
+                registered.append({
+                    "query": q, "sketch": f"{table}.{column}", "bootstrap_s": round(boot_s, 2),
+                    "wall_s": round(time.perf_counter() - t0, 2), "forced": note is not None,
+                    "state_mib": _mib(state.state_bytes),
+                    "probed_join_sides": list(state.probed_join_sides),
+                    "tree_rss_mib_after": _mib(tree), "machine_used_mib_after": _mib(machine)})
+                log(progress, f"  {q}: registered in {boot_s:.1f} s, state "
+                    f"{_mib(state.state_bytes)} MiB; process tree {_mib(tree)} MiB, machine "
+                    f"{_mib(machine)} MiB used")
+                write_partial(report, out, registered=registered, failed=failed,
+                              memory=memory.peaks)
+            names = [r["query"] for r in registered]
+            readers = {q: set(coordinator.scan_specs(q)) for q in names}
+            tables = sorted(t for t in {t for ts in readers.values() for t in ts}
+                            if table_key_or_none(t)
+                            and count_rows(store, t) >= MIN_ROWS_PER_DELTA_ROW * delta)
+            memory.phase = "maintain"
+            for r in range(rounds):
+                last = r == rounds - 1
+                for t in tables:
+                    key = table_key(t)
+                    rows = RowSampler(store, t, rng).draw(delta, key)
+                    for kind, ins, dels in (("delete", None, rows), ("insert", rows, None)):
+                        coordinator.apply_update(t, inserts=ins, deletes=dels)
+                        for q in names:
+                            if t not in readers[q]:
+                                continue
+                            ms = 1000 * timed_maintenance(coordinator, q)["total"]
+                            maintained.append({"round": r, "table": t, "kind": kind,
+                                               "rows": rows.num_rows, "query": q,
+                                               "ms": round(ms, 3)})
+                        if last and kind == "delete" and t == tables[-1]:
+                            memory.phase = "verify"
+                            verified = _verify(coordinator, names, progress)
+                            memory.phase = "maintain"
+                    log(progress, f"  round {r + 1}/{rounds}: {t} -{rows.num_rows} "
+                        f"+{rows.num_rows} maintained")
+                write_partial(report, out, registered=registered, failed=failed,
+                              maintained=maintained, verified=verified, memory=memory.peaks)
+        finally:
+            coordinator.close(checkpoint=False)
+    report.update(registered=registered, failed=failed, verified=verified,
+                  maintained=maintained, memory={k: {m: _mib(v) for m, v in p.items()}
+                                                 for k, p in memory.peaks.items()})
+    report["results"] = _results(registered, maintained, verified)
+    report["summary"] = _summary(report, memory.overall())
+    finish_report(report, out)
+    return report
+
+
+def table_key_or_none(table: str) -> tuple[str, ...] | None:
+    """The table's key (None for one without: its rows cannot be drawn and put back)."""
+    try:
+        return table_key(table)
+    except ValueError:
+        return None
+
+
+def _verify(coordinator, names: list[str], progress: bool) -> list[dict[str, Any]]:
+    out = []
+    for q in names:
+        sv = coordinator.get_sketch(q)
+        sketch, fm_s = coordinator.recapture(q, dict(sv.versions))
+        ok = set(sketch.fragments) == set(sv.sketch.fragments)
+        out.append({"query": q, "sketch_ok": ok, "fm_s": round(fm_s, 2),
+                    "sketch_fragments": len(sv.sketch.fragments),
+                    "fm_sketch_fragments": len(sketch.fragments)})
+        log(progress, f"  {q}: recapture {fm_s:.1f} s, sketch "
+            f"{'equal' if ok else 'DIFFERENT'} ({len(sv.sketch.fragments)} fragments)")
+    return out
+
+
+def _results(registered: list[dict[str, Any]], maintained: list[dict[str, Any]],
+             verified: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per registered query: registration, state, maintenance median, FM, ok."""
+    check = {v["query"]: v for v in verified}
+    rows = []
+    for r in registered:
+        q = r["query"]
+        times = [m["ms"] for m in maintained if m["query"] == q]
+        imp = median(times) if times else None
+        fm = check.get(q, {}).get("fm_s")
+        rows.append({"query": q, "bootstrap_s": r["bootstrap_s"], "state_mib": r["state_mib"],
+                     "probed_join_sides": len(r["probed_join_sides"]),
+                     "imp_ms": imp, "commits_maintained": len(times), "fm_s": fm,
+                     "fm_over_imp": round(1000 * fm / imp, 1) if imp and fm else None,
+                     "sketch_ok": check.get(q, {}).get("sketch_ok")})
+    return rows
+
+
+def _summary(report: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
+    rows = report["results"]
+    ok = [r["sketch_ok"] for r in rows]
+    return {"registered": f"{len(rows)} of {len(report['parameters']['queries'])}",
+            "state_total_mib": round(sum(r["state_mib"] for r in rows), 1),
+            "peak_tree_rss_mib": _mib(peaks["tree_rss"]),
+            "peak_machine_used_mib": _mib(peaks["machine_used"]),
+            "registration_total_s": round(sum(r["bootstrap_s"] for r in rows), 1),
+            "sketches_equal_recapture": f"{sum(1 for x in ok if x)} of {len(ok)}",
+            "maintenance_median_ms": median(
+                [r["imp_ms"] for r in rows if r["imp_ms"] is not None] or [0.0]),
+            "failed": [f["query"] for f in report["failed"]]}
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    head = "| query | registration s | state MiB | probed sides | IMP ms (median) | " \
+           "FM s | FM/IMP | sketch = recapture |\n|---|---:|---:|---:|---:|---:|---:|---|"
+    lines = [head]
+    for r in report["results"]:
+        lines.append(f"| {r['query']} | {r['bootstrap_s']} | {r['state_mib']} | "
+                     f"{r['probed_join_sides']} | {r['imp_ms']} | {r['fm_s']} | "
+                     f"{r['fm_over_imp']} | {r['sketch_ok']} |")
+    return "\n".join(lines)
+
+

@@ -199,9 +199,16 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                             if t not in readers[q]:
                                 continue
                             ms = 1000 * timed_maintenance(coordinator, q)["total"]
+                            tree, machine = memory.sample()
                             maintained.append({"round": r, "table": t, "kind": kind,
                                                "rows": rows.num_rows, "query": q,
-                                               "ms": round(ms, 3)})
+                                               "ms": round(ms, 3),
+                                               "tree_rss_mib_after": _mib(tree)})
+                            log(progress, f"    {t} {kind} -> {q}: {ms:.1f} ms, process "
+                                f"tree {_mib(tree)} MiB, machine {_mib(machine)} MiB")
+                        write_partial(report, out, registered=registered, failed=failed,
+                                      maintained=maintained, verified=verified,
+                                      memory=memory.peaks)
                         if last and kind == "delete" and t == tables[-1]:
                             memory.phase = "verify"
                             verified = _verify(coordinator, names, progress)

@@ -47,7 +47,9 @@ product of two large inputs, not precision):
 - semi-join: |L|·min(1, distinct(R keys) / distinct(L keys)) (0.5 when unknown);
   anti-join: the rest of |L|; left outer join: max(inner, |L|); full: max(inner, |L|+|R|).
 - groups: min(input rows, product of the group columns' distinct counts), an unknown
-  column counting ``UNKNOWN_GROUPS``; no group-by column: one group.
+  column counting ``UNKNOWN_GROUPS``; no group-by column: one group. An aggregate's
+  output lies within its argument's bounds (MIN, MAX, AVG) or those times the average
+  group's rows (SUM), so a HAVING on a sum interpolates against an average group.
 - row bytes: the Arrow widths of the schema (``VAR_WIDTH`` bytes for a string value),
   plus the weight (8), the annotation offset (8) and 4 per fragment id a row carries.
 
@@ -96,6 +98,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     TopK,
+    scalar_filter_parts,
 )
 from imp_core.table_stats import (  # noqa: F401 - ColumnStats etc. are re-exported
     ColumnStats,
@@ -233,8 +236,12 @@ def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
     ``fragments``: fragments per sketched table; the buffers as in ``EngineOptions``.
     """
     out: list[OperatorEstimate] = []
+    # joins of a scalar filter (π σ (L × S), S one row): one operator compares each row
+    # of L with S's row and the output rows share S's annotation (stored once)
+    shared = frozenset(id(n.input.input) for n in root.walk()
+                       if scalar_filter_parts(n) is not None)
     ctx = _Context(stats, frozenset(sketched), frozenset(probed), max(fragments, 1),
-                   minmax_buffer, topk_buffer, out)
+                   minmax_buffer, topk_buffer, out, shared)
     rel = ctx.visit(root, "0")
     result = rel.rows * out[-1].row_bytes if keep_result else 0.0
     return PlanEstimate(tuple(out), result, frozenset(probed))
@@ -249,6 +256,7 @@ class _Context:
     minmax_buffer: int | None
     topk_buffer: int | None
     out: list[OperatorEstimate]
+    scalar_joins: frozenset[int] = frozenset()  # ids of the joins of scalar filters
 
     def visit(self, node: PlanNode, op_id: str) -> _Rel:
         kids = [self.visit(c, f"{op_id}.{i}") for i, c in enumerate(node.children())]
@@ -309,6 +317,9 @@ class _Context:
         lbytes = row_bytes(node.left.schema, left.ids)
         rbytes = row_bytes(node.right.schema, right.ids)
         work = pairs * (lbytes + rbytes + PAIR_BYTES)
+        if id(node) in self.scalar_joins:  # S's row and its annotation: once, not per pair
+            work = pairs * (lbytes + row_bytes(node.right.schema, 0) + PAIR_BYTES) + rbytes
+            both.ids = left.ids
         state = 0.0
         for side, rel, nbytes in (("left", left, lbytes), ("right", right, rbytes)):
             if f"{op_id}:{side}" not in self.probed:  # only probable sides are ever listed
@@ -363,8 +374,25 @@ class _Context:
                   math.ceil(ids_in / groups) if groups else 0)
         cols = {k: child.cols.get(k, _Col(domain=child.rows)).bounded(groups) for k in keys}
         for a in aggs:
-            cols[a.name] = _Col(domain=groups)
+            cols[a.name] = _aggregate_col(a, child, groups)
         return _Rel(groups, cols, int(ids)), state, 0.0, 0.0
+
+
+def _aggregate_col(call: Any, child: _Rel, groups: float) -> _Col:
+    """An aggregate's output column: MIN, MAX and AVG within their argument's bounds, SUM
+    within those times the average group's rows (a HAVING on a sum is judged against an
+    average group); other aggregates unbounded."""
+    arg = child.cols.get(call.arg) if call.arg is not None else None
+    lo = _number(arg.low) if arg is not None else None
+    hi = _number(arg.high) if arg is not None else None
+    if lo is None or hi is None:
+        return _Col(domain=groups)
+    if call.func in ("min", "max", "avg"):
+        return _Col(domain=groups, low=lo, high=hi)
+    if call.func == "sum" and groups > 0:
+        rows = child.rows / groups
+        return _Col(domain=groups, low=min(lo, lo * rows), high=max(hi, hi * rows))
+    return _Col(domain=groups)
 
 
 def _finite(x: float) -> float:

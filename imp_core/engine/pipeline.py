@@ -29,7 +29,7 @@ from imp_core.engine.operators.base import (
 from imp_core.engine.operators.join import JoinOp, SideChooser
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
-from imp_core.engine.operators.scalar_filter import ScalarFilterOp, scalar_filter_parts
+from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
 from imp_core.engine.state import StateTable, StateTables, group_state, state_key
@@ -48,6 +48,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     TopK,
     arrow_schema,
+    scalar_filter_parts,
 )
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch

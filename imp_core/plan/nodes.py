@@ -365,3 +365,27 @@ class QueryPlan:
 
     def fingerprint(self) -> str:
         return self.root.fingerprint()
+
+
+def at_most_one_row(node: PlanNode) -> bool:
+    """Whether ``node`` yields at most one row whatever its input: an aggregate without
+    GROUP BY, under projections and selections only."""
+    while isinstance(node, (Project, Select)):
+        node = node.input
+    return isinstance(node, Aggregate) and not node.group_by
+
+
+def scalar_filter_parts(node: PlanNode) -> tuple[PlanNode, PlanNode, Expr] | None:
+    """(L, S, p) when ``node`` is ``π σ_p (L × S)`` with S at most one row and the
+    projection naming only L's columns; else None."""
+    if not (isinstance(node, Project) and node.is_rename_only()
+            and isinstance(node.input, Select) and isinstance(node.input.input, Join)):
+        return None
+    join = node.input.input
+    if join.condition is not None or not at_most_one_row(join.right):
+        return None
+    left_names = set(join.left.column_names)
+    if not all(isinstance(e.expr, ColumnRef) and e.expr.name in left_names
+               for e in node.exprs):
+        return None
+    return join.left, join.right, node.input.predicate

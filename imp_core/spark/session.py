@@ -62,6 +62,9 @@ class SparkConfig:
     master: str = "local[2]"
     connect_url: str | None = None
     driver_memory: str = "4g"
+    # results a job may hand the driver: registration collects a join side's annotated
+    # rows (SF 10's h21: more than Spark's default 1g); past it the job fails cleanly
+    max_result_size: str = "2g"
     app_name: str = "imp"
     shuffle_partitions: int = 4
     quiet: bool = True
@@ -101,6 +104,7 @@ class SparkConfig:
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
                 "spark.driver.memory": self.driver_memory,
+                "spark.driver.maxResultSize": self.max_result_size,
                 # the service names each table version's files explicitly; listing them
                 # in a Spark job (the default above 32 paths) cost ~0.6 s per query, far
                 # more than the driver's own listing of local files

@@ -91,6 +91,17 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[str, Any]:
             "nullCount": nulls}
 
 
+def _delta_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t) and t.unit != "us":
+        return pa.timestamp("us", t.tz)  # Delta's timestamps are microseconds
+    return t
+
+
+def delta_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the types Delta stores (microsecond timestamps)."""
+    return pa.schema([f.with_type(_delta_type(f.type)) for f in schema])
+
+
 class _FileRoller:
     """Parquet files under ``location``, written one after another."""
 
@@ -168,6 +179,10 @@ def write_ordered_table(location: str, schema: pa.Schema, batches: Iterable[pa.R
     ``options``: a ``WriteOptions``."""
     root = Path(location)
     root.mkdir(parents=True, exist_ok=True)
+    target = delta_arrow_schema(schema)
+    if not target.equals(schema):
+        batches = (b.cast(target) for b in batches)
+        schema = target
     roller = _FileRoller(root, schema, options)
     try:
         _write_files(roller, batches)

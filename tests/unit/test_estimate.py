@@ -447,6 +447,24 @@ def test_tpch22_refusals_are_cross_products_only(sf, budget):
             assert not node.equi_keys()[0], (q.name, str(err))
 
 
+def test_a_scalar_filter_shares_the_subquery_row_instead_of_pairing_it():
+    """h15 (``total_revenue = (select max(total_revenue) ...)``): the cross product with
+    the one-row subquery is one operator comparing each row with the subquery's, whose
+    output rows share its annotation. At SF 10 it was estimated as 100,000 pairs each
+    carrying the subquery's ~23,000 fragment ids (8.2 GiB) and refused; the same join
+    outside that shape still pays per pair."""
+    q = next(q for q in list_queries("tpch22") if q.name == "h15")
+    plan = plan_sql(q.sql, catalog())
+    stats = tpch_stats(10, True, q.sketch)
+    est = estimate_plan(plan.root, stats, sketched=[t for t, _ in q.sketch])
+    check_memory(est, SIXTEEN_GIB_MACHINE)
+    crosses = [o for o in est.operators
+               if isinstance(o.node, Join) and not o.node.equi_keys()[0]]
+    assert crosses and all(o.work_bytes < GIB for o in crosses)
+    bare = estimate_plan(crosses[0].node, stats, sketched=[t for t, _ in q.sketch])
+    assert bare.root.work_bytes > 10 * crosses[0].work_bytes
+
+
 # -- the budget ---------------------------------------------------------------------------
 @pytest.mark.parametrize("raw,want", [("1048576", 1 << 20), ("8G", 8 * GIB), ("512MiB", 512 << 20),
                                       ("64k", 64 << 10), (" 2_000 ", 2000), ("none", None),

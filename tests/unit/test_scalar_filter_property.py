@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_operators_property import SCALE, parts_r, parts_rs
 
-from imp_core.engine.operators.scalar_filter import ScalarFilterOp, scalar_filter_parts
+from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.plan.nodes import (
     AggCall,
     Aggregate,
@@ -25,6 +25,7 @@ from imp_core.plan.nodes import (
     Select,
     SortKey,
     TopK,
+    scalar_filter_parts,
 )
 
 SETTINGS = settings(max_examples=int(80 * SCALE), deadline=None)

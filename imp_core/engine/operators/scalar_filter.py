@@ -40,32 +40,8 @@ from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.expr import ColumnRef, Expr
-from imp_core.plan.nodes import Aggregate, Join, PlanNode, Project, Select, arrow_schema
-
-
-def at_most_one_row(node: PlanNode) -> bool:
-    """Whether ``node`` yields at most one row whatever its input: an aggregate without
-    GROUP BY, under projections and selections only."""
-    while isinstance(node, (Project, Select)):
-        node = node.input
-    return isinstance(node, Aggregate) and not node.group_by
-
-
-def scalar_filter_parts(node: PlanNode) -> tuple[PlanNode, PlanNode, Expr] | None:
-    """(L, S, p) when ``node`` is ``π σ_p (L × S)`` with S at most one row and the
-    projection naming only L's columns; else None."""
-    if not (isinstance(node, Project) and node.is_rename_only()
-            and isinstance(node.input, Select) and isinstance(node.input.input, Join)):
-        return None
-    join = node.input.input
-    if join.condition is not None or not at_most_one_row(join.right):
-        return None
-    left_names = set(join.left.column_names)
-    if not all(isinstance(e.expr, ColumnRef) and e.expr.name in left_names
-               for e in node.exprs):
-        return None
-    return join.left, join.right, node.input.predicate
+from imp_core.plan.expr import ColumnRef
+from imp_core.plan.nodes import PlanNode, Project, arrow_schema, scalar_filter_parts
 
 
 class ScalarFilterOp(TwoSidedOp):

@@ -239,8 +239,14 @@ def table_key_or_none(table: str) -> tuple[str, ...] | None:
 def _verify(coordinator, names: list[str], progress: bool) -> list[dict[str, Any]]:
     out = []
     for q in names:
-        sv = coordinator.get_sketch(q)
-        sketch, fm_s = coordinator.recapture(q, dict(sv.versions))
+        try:
+            sv = coordinator.get_sketch(q)
+            sketch, fm_s = coordinator.recapture(q, dict(sv.versions))
+        except Exception as exc:  # noqa: BLE001 - recorded; the other queries are checked
+            out.append({"query": q, "sketch_ok": None,
+                        "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            log(progress, f"  {q}: FAILED to check: {type(exc).__name__}: {exc}")
+            continue
         ok = set(sketch.fragments) == set(sv.sketch.fragments)
         out.append({"query": q, "sketch_ok": ok, "fm_s": round(fm_s, 2),
                     "sketch_fragments": len(sv.sketch.fragments),

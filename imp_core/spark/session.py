@@ -26,6 +26,8 @@ from imp_core.errors import ImpError
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 ENV_MASTER = "IMP_SPARK_MASTER"
 ENV_CONNECT = "IMP_SPARK_CONNECT"
 
@@ -62,9 +64,6 @@ class SparkConfig:
     master: str = "local[2]"
     connect_url: str | None = None
     driver_memory: str = "4g"
-    # results a job may hand the driver: registration collects a join side's annotated
-    # rows (SF 10's h21: more than Spark's default 1g); past it the job fails cleanly
-    max_result_size: str = "2g"
     app_name: str = "imp"
     shuffle_partitions: int = 4
     quiet: bool = True
@@ -104,7 +103,6 @@ class SparkConfig:
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
                 "spark.driver.memory": self.driver_memory,
-                "spark.driver.maxResultSize": self.max_result_size,
                 # the service names each table version's files explicitly; listing them
                 # in a Spark job (the default above 32 paths) cost ~0.6 s per query, far
                 # more than the driver's own listing of local files
@@ -215,12 +213,58 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     with _lock:
         wanted = config if config is not None else SparkConfig.from_env()
         if _session is not None:
-            if config is None or wanted == _session_config:
+            alive = _alive(_session)
+            if alive and (config is None or wanted == _session_config):
                 return _session
-            _stop_locked()
+            if not alive:  # e.g. its JVM ran out of heap: start a new one
+                log.warning("the Spark session is no longer running; starting a new one")
+                wanted = config if config is not None else _session_config or wanted
+                try:
+                    _stop_locked()
+                except Exception:  # noqa: BLE001 - stopping a dead JVM's session fails
+                    pass
+                _forget_dead_gateway()
+            else:
+                _stop_locked()
         _session = _build(wanted)
         _session_config = wanted
         return _session
+
+
+def _alive(session: SparkSession) -> bool:
+    """Whether an embedded session's JVM still answers and its context still runs (a JVM
+    out of heap stops its context; a JVM that died refuses the gateway's connections)."""
+    if is_connect_session(session):
+        return True
+    try:
+        return not session.sparkContext._jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - py4j's errors for a gone JVM vary
+        return False
+
+
+def _forget_dead_gateway() -> None:
+    """Drop pyspark's handle on a JVM that no longer answers, so that the next session
+    launches a new one instead of calling the dead one."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    try:
+        gateway.jvm.java.lang.System.currentTimeMillis()
+        return  # the JVM answers: a new context can be created in it
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        gateway.shutdown()
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
 
 
 def current_config() -> SparkConfig | None:

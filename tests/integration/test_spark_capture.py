@@ -312,7 +312,6 @@ def test_config_from_environment(monkeypatch):
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert conf["spark.ui.enabled"] == "false"
-    assert conf["spark.driver.maxResultSize"] == "2g"  # a large side's rows, SF 10
     monkeypatch.setenv("IMP_SPARK_CONNECT", "sc://localhost:15002")
     cfg = SparkConfig.from_env()
     assert cfg.is_connect and "spark.ui.enabled" not in cfg.conf()

@@ -114,8 +114,8 @@ class SideIndex:
         self._pending_bytes = 0  # bytes of the pending parts (nbytes is asked per batch)
         self._pending_rows = 0
         self._sorted: np.ndarray | None = None  # the main part's index
-        self._perm: np.ndarray | None = None
-        self._recent: tuple[np.ndarray, np.ndarray, DeltaBatch] | None = None  # pending's
+        self._perm: np.ndarray | None = None  # None: the rows are in key order
+        self._recent: tuple[np.ndarray, np.ndarray | None, DeltaBatch] | None = None
         self.bloom: BloomFilter | None = None
         self.probes_skipped = 0
 
@@ -206,14 +206,13 @@ class SideIndex:
         return len(self._main) + self._pending_rows
 
     # -- lookups ------------------------------------------------------------------------
-    def _index(self) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
+    def _index(self) -> tuple[np.ndarray, np.ndarray | None, DeltaBatch]:
         """The main part's index: (sorted key hashes, their rows, the rows)."""
         if self._sorted is None:
             self._sorted, self._perm = _sorted_index(self._main, self.key_columns)
-        assert self._perm is not None
         return self._sorted, self._perm, self._main
 
-    def _pending_index(self) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
+    def _pending_index(self) -> tuple[np.ndarray, np.ndarray | None, DeltaBatch]:
         if self._recent is None:
             rows = DeltaBatch.concat(self._pending, self.schema)
             self._recent = (*_sorted_index(rows, self.key_columns), rows)
@@ -284,21 +283,31 @@ class SideIndex:
 
     def nbytes(self) -> int:
         # the stored parts' sizes: merging them here would copy the whole side on every
-        # call (callers ask after each batch)
-        return _batch_bytes(self._main) + self._shared.nbytes + self._pending_bytes
+        # call (callers ask after each batch); the indexes and the Bloom filter once built
+        indexes = sum(a.nbytes for part in ((self._sorted, self._perm), self._recent or ())
+                      for a in part if isinstance(a, np.ndarray))
+        bloom = self.bloom.array.nbytes if self.bloom is not None else 0
+        return _batch_bytes(self._main) + self._shared.nbytes + self._pending_bytes + \
+            indexes + bloom
 
 
 def _sorted_index(rows: DeltaBatch, key_columns: tuple[str, ...]
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(key hashes in ascending order, the row of each) over the rows with non-NULL keys."""
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(key hashes in ascending order, the row of each) over the rows with non-NULL keys;
+    rows already in key order (a side read from a table clustered on its key) need no
+    second array (None: entry i is row i), and fewer than 2**31 rows take int32."""
     keys, valid, _ = key_hashes(rows.data, key_columns)
+    if valid.all() and (len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1]))):
+        return keys, None
     order_rows = np.flatnonzero(valid)
     perm = order_rows[np.argsort(keys[order_rows], kind="stable")]
+    if len(keys) < (1 << 31):
+        perm = perm.astype(np.int32)
     return keys[perm], perm
 
 
 def _search(pkeys: np.ndarray, candidates: np.ndarray, sorted_keys: np.ndarray,
-            perm: np.ndarray, data: DeltaBatch) -> tuple[np.ndarray, DeltaBatch]:
+            perm: np.ndarray | None, data: DeltaBatch) -> tuple[np.ndarray, DeltaBatch]:
     """The (probe row, stored row) pairs of equal key hashes in one indexed part."""
     k = pkeys[candidates]
     lo = np.searchsorted(sorted_keys, k, side="left")
@@ -307,7 +316,8 @@ def _search(pkeys: np.ndarray, candidates: np.ndarray, sorted_keys: np.ndarray,
     total = int(counts.sum())
     probe_idx = np.repeat(candidates, counts)
     starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-    side_rows = perm[starts + np.arange(total, dtype=np.int64)]
+    entries = starts + np.arange(total, dtype=np.int64)
+    side_rows = entries if perm is None else perm[entries]
     return probe_idx, data.take(side_rows)
 
 

@@ -167,7 +167,11 @@ def _write_files(roller: _FileRoller, batches: Iterable[pa.RecordBatch]) -> None
 
 
 def _discard(roller: _FileRoller) -> None:
-    roller.close()
+    """Remove every file ``roller`` started (the write failed)."""
+    try:
+        roller.close()
+    except Exception:  # noqa: BLE001 - the write's own error is the one to raise
+        pass
     for path in roller.paths:
         path.unlink(missing_ok=True)
 

@@ -276,3 +276,36 @@ def test_filtered_reads_of_files_with_mixed_string_types(tmp_path):
                      pc.field("k").isin(pa.array([1, 3], pa.int64())))
     assert got.schema.field("s").type == pa.string()
     assert sorted(got.column("s").to_pylist()) == ["a", "c"]
+
+
+def test_a_rebuilt_filter_reads_only_the_key_columns_and_keeps_every_key(tmp_path):
+    """A saturated Bloom filter is rebuilt from the side's distinct keys: when the key
+    copies one table's column, from that column alone (a superset of the side's keys),
+    so that the rebuild never evaluates the subtree over whole tables."""
+    rng = np.random.default_rng(11)
+    store = _store(tmp_path, _tables(rng, 400))
+    run = _Run(store, JOIN_SQL, EngineOptions())
+    join = next(op for op in run.wiring.pipeline.operators if op.kind == "join")
+    side = join.left
+    assert list(side._pushdown.values()) == [("facts", "k")]
+    reads: list[tuple[str, list[str]]] = []
+    real = side.files.read
+
+    def spy(table, version, columns, where=None):
+        reads.append((table, list(columns)))
+        return real(table, version, columns, where)
+
+    side.files.read = spy
+    keys = side.distinct_keys()
+    assert reads == [("facts", ["k"])]
+    subtree = evaluate_subtree(side.node, side.partitions, side._read({})).data
+    want = set(subtree.column(side.key_columns[0]).to_pylist())
+    got = set(keys.column(side.key_columns[0]).to_pylist())
+    assert want <= got
+    assert got == set(store.read("facts").column("k").to_pylist())
+    side.rebuild_bloom()
+    hashes = np.asarray(sorted(want - {None}), dtype=np.int64)
+    assert side.bloom.might_contain(hashes).all()
+    _random_change(store, rng, 70_000)
+    run.maintain()
+    run.check()

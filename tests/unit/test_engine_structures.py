@@ -652,3 +652,37 @@ def test_side_index_factors_ids_all_rows_share(min_pending, steps):
     if len(model) >= 3 and len(side._shared) >= 20:  # the shared ids are held once
         held = side._main.annotation.nbytes() + side._shared.nbytes
         assert held < sum(len(s) for _, _, s in model) * 4
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_side_index_of_rows_in_key_order_needs_no_permutation(in_order):
+    """A side whose rows already come in key order (read from a table clustered on the
+    key) is indexed by its keys alone; otherwise an int32 permutation. Probes find the
+    same rows either way, and the index counts in the side's bytes once built."""
+    import numpy as np
+    import pyarrow as pa
+
+    from imp_core.engine.annotation import Annotation
+    from imp_core.engine.join_index import SideIndex
+    from imp_core.engine.zset import DeltaBatch
+
+    rng = np.random.default_rng(3)
+    keys = np.sort(rng.integers(0, 500, 2000))
+    if not in_order:
+        keys = rng.permutation(keys)
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    rows = pa.table({"k": keys, "v": np.arange(len(keys))}, schema=schema)
+    side = SideIndex(schema, ("k",))
+    side.apply(DeltaBatch(rows, np.ones(len(keys), np.int64), Annotation.singletons(keys)))
+    before = side.nbytes()
+    probe_keys = rng.integers(0, 520, 50)
+    probe = DeltaBatch(pa.table({"k": probe_keys}), np.ones(50, np.int64), Annotation.empty(50))
+    idx, matched = side.probe(probe, ("k",))
+    got = sorted(zip(idx.tolist(), matched.data.column("v").to_pylist()))
+    want = sorted((i, v) for i, p in enumerate(probe_keys.tolist())
+                  for v, k in enumerate(keys.tolist()) if k == p)
+    assert got == want
+    assert side._sorted is not None  # the main part was indexed: counted from now on
+    assert (side._perm is None) == in_order
+    assert side._perm is None or side._perm.dtype == np.int32
+    assert side.nbytes() >= before + side._sorted.nbytes

@@ -28,11 +28,12 @@ the data layer instead of held.
 Rules (textbook defaults; the point is to catch orders of magnitude, e.g. a cross
 product of two large inputs, not precision):
 
-- selectivity: ``col = literal`` 1/distinct(col), else 0.1; ``<>`` the complement;
-  ranges over a column with a known min/max interpolate (all range conjuncts on one
-  column together), else 1/3 each; ``IN`` n·(equality); ``LIKE`` 0.1; ``IS NULL`` 0.05;
-  ``col = col`` 1/max(distinct), else 0.1; AND multiplies, OR adds (s1 + s2 - s1·s2),
-  NOT complements; anything else 1/3. Interpolated ranges are never below 1%.
+- selectivity (``imp_core.selectivity``): ``col = literal`` 1/distinct(col), else 0.1;
+  ``<>`` the complement; ranges over a column with a known min/max interpolate (all
+  range conjuncts on one column together), else 1/3 each; ``IN`` n·(equality); ``LIKE``
+  0.1; ``IS NULL`` 0.05; ``col = col`` 1/max(distinct), else 0.1; AND multiplies, OR
+  adds (s1 + s2 - s1·s2), NOT complements; anything else 1/3. Interpolated ranges are
+  never below 1%.
 - distinct counts: from statistics, else ``max - min + 1`` for integer-like columns with
   a known min/max, capped by the rows; through operators, never above the output rows.
   Each column also has a domain: its distinct count at the scan, or, when unknown, the
@@ -59,10 +60,8 @@ for a plan of the supported node types, and every estimate is finite and >= 0.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Collection, Mapping
 
 import pyarrow as pa
@@ -77,15 +76,10 @@ from imp_core.memory_budget import (  # noqa: F401 - re-exported
     parse_budget,
 )
 from imp_core.plan.expr import (
-    BinaryOp,
     Cast,
     ColumnRef,
     Expr,
-    InList,
-    Like,
     Literal,
-    UnaryOp,
-    conjuncts,
 )
 from imp_core.plan.nodes import (
     Aggregate,
@@ -100,6 +94,17 @@ from imp_core.plan.nodes import (
     TopK,
     scalar_filter_parts,
 )
+from imp_core.selectivity import (  # noqa: F401 - the rule constants are re-exported
+    EQ_SEL,
+    LIKE_SEL,
+    MIN_RANGE_SEL,
+    NULL_SEL,
+    RANGE_SEL,
+    selectivity,
+)
+from imp_core.selectivity import ColumnEstimate as _Col
+from imp_core.selectivity import RelationEstimate as _Rel
+from imp_core.selectivity import number as _number
 from imp_core.table_stats import (  # noqa: F401 - ColumnStats etc. are re-exported
     ColumnStats,
     TableStats,
@@ -108,11 +113,6 @@ from imp_core.table_stats import (  # noqa: F401 - ColumnStats etc. are re-expor
 )
 
 # -- the rules' constants ---------------------------------------------------------------
-EQ_SEL = 0.1
-RANGE_SEL = 1 / 3
-LIKE_SEL = 0.1
-NULL_SEL = 0.05
-MIN_RANGE_SEL = 0.01
 SEMI_SEL = 0.5
 UNKNOWN_GROUPS = 200  # distinct values of a group column without statistics
 VAR_WIDTH = 24  # bytes of one string / binary value: 4-byte offset + 20 bytes of text
@@ -197,34 +197,6 @@ class PlanEstimate:
 
 
 # -- estimating -------------------------------------------------------------------------
-@dataclass
-class _Col:
-    """A column's estimated distinct values (None: unknown), the distinct values of its
-    domain (known, or guessed: the rows of the relation it came from) and bounds."""
-
-    distinct: float | None = None
-    domain: float = math.inf
-    low: Any = None
-    high: Any = None
-
-    def bounded(self, rows: float) -> _Col:
-        return _Col(None if self.distinct is None else min(self.distinct, rows),
-                    self.domain, self.low, self.high)
-
-    def guess(self, rows: float, domain: float) -> float:
-        """The distinct values; when unknown, all of ``domain`` (at most ``rows``)."""
-        return min(self.distinct if self.distinct is not None else domain, rows)
-
-
-@dataclass
-class _Rel:
-    """A node's estimated output: rows, per-column statistics, fragment ids per row."""
-
-    rows: float
-    cols: dict[str, _Col]
-    ids: int  # fragment ids per row's annotation
-
-
 def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
                   sketched: Collection[str] = (), probed: Collection[str] = (),
                   fragments: int = 64, minmax_buffer: int | None = None,
@@ -448,142 +420,6 @@ def _key_distinct(left: _Rel, lk: tuple[str, ...], right: _Rel, rk: tuple[str, .
         rv[b] = min(rv.get(b, math.inf), cb.guess(right.rows, domain))
     return (min(math.prod(max(v, 1.0) for v in lv.values()), left.rows),
             min(math.prod(max(v, 1.0) for v in rv.values()), right.rows), domains)
-
-
-def _number(value: Any) -> float | None:
-    """A comparable number for interpolation (dates as day numbers), or None."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float, Decimal)):
-        return float(value)
-    if isinstance(value, dt.datetime):
-        return value.timestamp() / 86400.0
-    if isinstance(value, dt.date):
-        return float(value.toordinal())
-    return None
-
-
-# -- selectivity ------------------------------------------------------------------------
-def selectivity(predicate: Expr | None, rel: _Rel) -> float:
-    """The estimated fraction of ``rel``'s rows that satisfy ``predicate`` (see the
-    module's rules); 1.0 for None."""
-    if predicate is None:
-        return 1.0
-    return min(1.0, max(0.0, _sel(predicate, rel)))
-
-
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "<>": "<>"}
-
-
-def _sel(e: Expr, rel: _Rel) -> float:
-    if isinstance(e, BinaryOp) and e.op == "and":
-        return _and(conjuncts(e), rel)
-    if isinstance(e, BinaryOp) and e.op == "or":
-        a, b = _sel(e.left, rel), _sel(e.right, rel)
-        return a + b - a * b
-    if isinstance(e, UnaryOp):
-        if e.op == "not":
-            return 1.0 - _sel(e.operand, rel)
-        if e.op == "is_null":
-            return NULL_SEL
-        if e.op == "is_not_null":
-            return 1.0 - NULL_SEL
-        return RANGE_SEL
-    if isinstance(e, Literal):
-        return 1.0 if e.value is True else 0.0 if e.value in (False, None) else RANGE_SEL
-    if isinstance(e, InList):
-        s = min(1.0, len(e.values) * _eq_sel(_column(e.operand), rel))
-        return 1.0 - s if e.negated else s
-    if isinstance(e, Like):
-        return 1.0 - LIKE_SEL if e.negated else LIKE_SEL
-    if isinstance(e, BinaryOp) and e.op in _FLIP:
-        left, right = _column(e.left), _column(e.right)
-        if left is not None and right is not None:
-            if e.op == "=":
-                return _eq_cols(left, right, rel)
-            return 1.0 - _eq_cols(left, right, rel) if e.op == "<>" else RANGE_SEL
-        col = left if left is not None else right
-        if e.op == "=":
-            return _eq_sel(col, rel)
-        if e.op == "<>":
-            return 1.0 - _eq_sel(col, rel)
-        bound = _range_bound(e)
-        if bound is not None:
-            return _range_sel(rel, bound[0], [bound])
-        return RANGE_SEL
-    return RANGE_SEL
-
-
-def _and(parts: list[Expr], rel: _Rel) -> float:
-    """Conjuncts multiply, except that range bounds on one column combine into one
-    interval first."""
-    ranges: dict[str, list[tuple[str, str, Any]]] = {}
-    s = 1.0
-    for part in parts:
-        bound = _range_bound(part)
-        if bound is not None:
-            ranges.setdefault(bound[0], []).append(bound)
-        else:
-            s *= _sel(part, rel)
-    for name, bounds in ranges.items():
-        s *= _range_sel(rel, name, bounds)
-    return s
-
-
-def _column(e: Expr) -> str | None:
-    while isinstance(e, Cast):
-        e = e.operand
-    return e.name if isinstance(e, ColumnRef) else None
-
-
-def _literal(e: Expr) -> Any:
-    while isinstance(e, Cast):
-        e = e.operand
-    return e.value if isinstance(e, Literal) else None
-
-
-def _range_bound(e: Expr) -> tuple[str, str, Any] | None:
-    """``(column, op, value)`` of ``column op literal`` (or ``literal op column``, the
-    operator flipped) for a range comparison, else None."""
-    if not (isinstance(e, BinaryOp) and e.op in ("<", "<=", ">", ">=")):
-        return None
-    col, value = _column(e.left), _literal(e.right)
-    if col is not None and value is not None:
-        return col, e.op, value
-    col, value = _column(e.right), _literal(e.left)
-    if col is not None and value is not None:
-        return col, _FLIP[e.op], value
-    return None
-
-
-def _range_sel(rel: _Rel, name: str, bounds: list[tuple[str, str, Any]]) -> float:
-    c = rel.cols.get(name)
-    lo = _number(c.low) if c else None
-    hi = _number(c.high) if c else None
-    values = [_number(v) for _, _, v in bounds]
-    if lo is None or hi is None or hi <= lo or any(v is None for v in values):
-        return RANGE_SEL ** len(bounds)
-    a, b = lo, hi
-    for (_, op, _), v in zip(bounds, values):
-        assert v is not None
-        if op in (">", ">="):
-            a = max(a, v)
-        else:
-            b = min(b, v)
-    return max(MIN_RANGE_SEL, min(1.0, (b - a) / (hi - lo)))
-
-
-def _eq_sel(name: str | None, rel: _Rel) -> float:
-    c = rel.cols.get(name) if name is not None else None
-    if c is not None and c.distinct is not None and c.distinct >= 1:
-        return 1.0 / c.distinct
-    return EQ_SEL
-
-
-def _eq_cols(a: str, b: str, rel: _Rel) -> float:
-    ca, cb = rel.cols.get(a), rel.cols.get(b)
-    known = [c.distinct for c in (ca, cb) if c is not None and c.distinct is not None]
-    return 1.0 / max(known) if known and max(known) >= 1 else EQ_SEL
 
 
 # -- row widths -------------------------------------------------------------------------

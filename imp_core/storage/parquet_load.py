@@ -21,7 +21,6 @@ Invariants:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -67,21 +66,11 @@ def read_parquet_parts(name: str, path_or_dir: str | Path, progress: bool) -> pa
     ``string``; ``progress``: a tqdm bar (rows read) on stderr."""
     files = parquet_files(Path(path_or_dir))
     schema = plain_schema(pq.read_schema(files[0]))
-    bar = None
+    groups: Iterable[pa.Table] = _row_groups(files, None)
     if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=sum(pq.ParquetFile(f).metadata.num_rows for f in files),
-                   unit="rows", unit_scale=True, desc=f"reading {name}", file=sys.stderr)
-    batches: list[pa.RecordBatch] = []
-    try:
-        for group in _row_groups(files, None):
-            batches.extend(group.to_batches())
-            if bar is not None:
-                bar.update(group.num_rows)
-    finally:
-        if bar is not None:
-            bar.close()
+        total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        groups = with_progress(groups, total, f"reading {name}")
+    batches = [batch for group in groups for batch in group.to_batches()]
     return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 

@@ -191,8 +191,7 @@ def write_source(entry: TableEntry, schema: pa.Schema, batches: Iterable[pa.Reco
     return table.version()
 
 
-def with_progress(batches: Iterable[pa.RecordBatch], total: int, desc: str
-                   ) -> Iterator[pa.RecordBatch]:
+def with_progress(batches: Iterable[Any], total: int, desc: str) -> Iterator[Any]:
     """``batches``, driving a tqdm bar (rows) on stderr as they are consumed."""
     from tqdm import tqdm
 

@@ -319,17 +319,19 @@ class DeltaStore:
     # --- maintenance -------------------------------------------------------------------
 
     def optimize(self, name: str) -> int:
-        """Rewrite the table's files, its rows sorted on the cluster columns (a local
-        table is read whole and written in that order; on an object store delta-rs
-        Z-orders it); a new version that changes no data (empty change feed). Returns
-        the version after it."""
+        """Rewrite the table's files, its rows sorted on the cluster columns, else on the
+        key (a local table is read whole and written in that order, so probes by either
+        read few row groups; on an object store delta-rs Z-orders it on the cluster
+        columns, or compacts it); a new version that changes no data (empty change
+        feed). Returns the version after it."""
         entry = self.catalog.get(name)
         table = self._delta(entry)
         props = self.options.writer_properties()
-        if entry.sketch_columns and not is_uri(entry.location):
+        order = tuple(entry.sketch_columns) or tuple(entry.key or ())
+        if order and not is_uri(entry.location):
             data = read_snapshot(entry, table, None, with_row_ids=True)
-            rewrite_ordered(table, sort_rows(data, entry.sketch_columns).cast(
-                stored_schema(table)), self.options)
+            rewrite_ordered(table, sort_rows(data, order).cast(stored_schema(table)),
+                            self.options)
         elif entry.sketch_columns:
             table.optimize.z_order(list(entry.sketch_columns), writer_properties=props,
                                    target_size=self.options.target_file_size)

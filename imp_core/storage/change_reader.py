@@ -3,7 +3,9 @@
 ``ChangeReader`` reads the change feed of versions ``(start, end]`` of a table:
 
 - through Spark when a Spark source is configured and the range's change files are large
-  (more than ``spark_min_bytes`` of cdc/add/remove files, from the commits' log entries),
+  (more than ``spark_min_bytes`` of the files the direct read would read: the commits'
+  cdc files, or their added and removed data files when they have none; sizes from the
+  log entries),
   or always with ``path="spark"``;
 - otherwise in-process: a short range commit by commit from its change files (no table
   snapshot to load), a long one in one change-feed scan by delta-rs.
@@ -28,7 +30,6 @@ from imp_core.engine.operators.base import TableDelta
 from imp_core.scan_spec import ScanSpec, restrict_delta
 from imp_core.storage.changes import (
     COMMIT_VERSION,
-    commit_actions,
     commit_change_files,
     read_change_files,
     to_weighted,
@@ -94,9 +95,10 @@ class ChangeReader:
         location = self.store.entry(table).location
         size = 0
         for v in range(start + 1, end + 1):
-            for action in commit_actions(location, v):
-                for kind in ("cdc", "add", "remove"):
-                    size += int((action.get(kind) or {}).get("size") or 0)
+            # what the direct read would read: a commit's cdc files when it has them (a
+            # delete of a few rows rewrites whole data files, but its cdc files hold only
+            # those rows), else its added and removed data files
+            size += sum(f.size for f in commit_change_files(location, v))
             if size > self.spark_min_bytes:
                 return True
         return False

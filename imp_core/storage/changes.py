@@ -57,6 +57,7 @@ class ChangeFile:
     path: str
     kind: ChangeKind
     version: int
+    size: int = 0  # bytes, as the log gives them (0 where it gives none)
 
 
 def change_schema(schema: pa.Schema) -> pa.Schema:
@@ -133,13 +134,15 @@ def commit_change_files(location: str, version: int) -> list[ChangeFile]:
     actions = commit_actions(location, version)
     cdc = [a["cdc"] for a in actions if "cdc" in a]
     if cdc:
-        return [ChangeFile(_data_path(location, c["path"]), "cdc", version) for c in cdc]
+        return [ChangeFile(_data_path(location, c["path"]), "cdc", version,
+                           int(c.get("size") or 0)) for c in cdc]
     out: list[ChangeFile] = []
     for action in actions:
         for kind in ("remove", "add"):
             body = action.get(kind)
             if body is not None and body.get("dataChange", True):
-                out.append(ChangeFile(_data_path(location, body["path"]), kind, version))
+                out.append(ChangeFile(_data_path(location, body["path"]), kind, version,
+                                      int(body.get("size") or 0)))
     return out
 
 

@@ -48,6 +48,7 @@ from imp_core.storage.ordered_write import rewrite_ordered
 from imp_core.storage.parquet_load import parquet_files, read_parquet_parts, stream_new_table
 from imp_core.storage.snapshots import (
     FileStats,
+    SnapshotFiles,
     column_bytes,
     file_stats,
     open_delta,
@@ -83,6 +84,7 @@ class DeltaStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog = TableCatalog(self.root)
         self.options = options
+        self._snapshots = SnapshotFiles()
 
     # --- catalog ---------------------------------------------------------------------
 
@@ -175,6 +177,7 @@ class DeltaStore:
     def drop_table(self, name: str, delete_files: bool = True) -> None:
         """Forget the table; also delete its files if it is a local directory."""
         entry = self.catalog.remove(name)
+        self._snapshots.forget(entry.location)
         if delete_files and not is_uri(entry.location):
             shutil.rmtree(entry.location, ignore_errors=True)
 
@@ -194,13 +197,16 @@ class DeltaStore:
     def file_uris(self, name: str, version: int | None = None) -> list[str]:
         """The Parquet files of the snapshot at ``version`` (latest if None). Files of a
         keyless table also hold ``__rid``; readers must drop it."""
-        return self._delta(self.catalog.get(name), version).file_uris()
+        return self.snapshot_files(name, version)[1]
 
     def snapshot_files(self, name: str, version: int | None = None) -> tuple[str, list[str]]:
         """``(table id, file URIs)`` of the snapshot at ``version``. The id is the Delta
         table's metadata id: it changes only when the table is created anew, so readers
         may key what they learn of its files' layout by it."""
-        table = self._delta(self.catalog.get(name), version)
+        entry = self.catalog.get(name)
+        if version is not None:
+            return self._snapshots.files(entry, version)
+        table = self._delta(entry)
         return table.metadata().id, table.file_uris()
 
     def column_bytes(self, name: str, version: int | None,

@@ -489,3 +489,34 @@ def test_table_outside_the_root(tmp_path):
     with pytest.raises(TableExistsError, match="already holds a Delta table"):
         store.create_table("u", rows_table([(1, "x", 0.5)], BAG), location=str(foreign))
     assert store.tables() == []
+
+
+def test_snapshot_files_kept_forward_equal_a_fresh_open(tmp_path):
+    """``file_uris`` at a version comes from a Delta table kept and moved forward; it
+    equals what a fresh open of the log at that version lists, going forward, back, to a
+    version not yet written (an error, and nothing kept of it), and after a drop and a
+    new table under the same name."""
+    from imp_core.errors import VersionError
+    from imp_core.storage.snapshots import open_delta
+
+    store = DeltaStore(tmp_path / "s")
+    rows = pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array([1] * 100)})
+    store.create_table("t", rows, key=("k",))
+    for i in range(4):
+        store.apply("t", deletes=rows.slice(i * 10, 5))
+
+    def fresh(version):
+        return sorted(open_delta(store.entry("t"), version).file_uris())
+
+    for v in (0, 1, 2, 4, 3, 1, 4):
+        assert sorted(store.file_uris("t", v)) == fresh(v)
+    with pytest.raises(VersionError):
+        store.file_uris("t", 5)
+    store.apply("t", deletes=rows.slice(60, 5))
+    assert sorted(store.file_uris("t", 5)) == fresh(5)
+    table_id = store.snapshot_files("t", 5)[0]
+    store.drop_table("t")
+    store.create_table("t", rows.slice(0, 7), key=("k",))
+    assert store.snapshot_files("t", 0)[0] != table_id
+    assert sorted(store.file_uris("t", 0)) == fresh(0)
+    assert store.read("t").num_rows == 7

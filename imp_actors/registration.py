@@ -47,6 +47,7 @@ from imp_core.plan.nodes import QueryPlan
 from imp_core.prepare import PreparedQuery, StoreTables, prepare_query
 from imp_core.scan_spec import scan_specs
 from imp_core.sketch.partition import PartitionSet
+from imp_core.storage.file_side import TableFiles
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
@@ -58,9 +59,11 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
     # join sides beyond the actor's budget are probed in the data layer (single-shard
     # queries only, see ``place_join_sides``), so the memory estimate leaves them out
     budget = ctx.config.join_state_budget_bytes if most_shards(spec) == 1 else None
+    files = TableFiles(ctx.store)
     return prepare_query(spec.sql, tables, spec.partitions,
                          spec.fragments or ctx.config.default_fragments, spec.force,
-                         pushdown=spec.pushdown, join_state_budget_bytes=budget)
+                         pushdown=spec.pushdown, join_state_budget_bytes=budget,
+                         clustered=files.clustered)
 
 
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:

@@ -170,7 +170,8 @@ def filterable(node: PlanNode, keys: tuple[str, ...]) -> bool:
 
 def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
                      budget_bytes: int | None,
-                     change_rates: Mapping[str, float] | None = None) -> JoinPlacement:
+                     change_rates: Mapping[str, float] | None = None,
+                     clustered: Callable[[str, str], bool] | None = None) -> JoinPlacement:
     """The join sides to probe in the data layer so that the sides kept in memory fit
     ``budget_bytes`` (None: keep every side in memory; 0: probe every probable side). The
     inputs of joins that cannot be probed (``keyed_join_inputs``) count against the
@@ -183,7 +184,11 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
     (``probe_triggers`` other than through group membership, ``direct_tables``), so that
     the batches of that table never wait for the data layer; they go in order of lookups
     per byte saved (``_trigger_rate`` over the side's size). The state then stays above
-    the budget rather than make every batch of the busiest table pay a lookup.
+    the budget rather than make every batch of the busiest table pay a lookup, unless the
+    lookup is cheap: a side that reads one table, filtered by a key column on which that
+    table's rows are ``clustered`` (``(table, column)``: its row groups hold disjoint
+    ranges, so k keys read at most k row groups), goes after the cold sides, largest
+    first.
     """
     if budget_bytes is None:
         return frozenset()
@@ -202,9 +207,14 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
             rate = _trigger_rate(join, which, change_rates)
             return (rate / size if size > 0 else float("inf"), sid)
 
-        order = sorted((s for s in sides if hottest not in direct_triggers(s[2], s[3])
-                        and filterable(s[4], s[2].equi_keys()[0 if s[3] == "left" else 1])),
-                       key=per_byte)
+        def keys(side: tuple[int, str, AnyJoin, str, PlanNode]) -> tuple[str, ...]:
+            return side[2].equi_keys()[0 if side[3] == "left" else 1]
+
+        cold = [s for s in sides if hottest not in direct_triggers(s[2], s[3])
+                and filterable(s[4], keys(s))]
+        cheap = [s for s in sides if s not in cold and clustered is not None
+                 and clustered_lookup(s[4], keys(s), clustered)]
+        order = sorted(cold, key=per_byte) + sorted(cheap, key=lambda s: (-s[0], s[1]))
     probed = []
     for size, sid, *_ in order:
         if total <= budget_bytes:
@@ -212,6 +222,15 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
         probed.append(sid)
         total -= size
     return frozenset(probed)
+
+
+def clustered_lookup(node: PlanNode, keys: tuple[str, ...],
+                     clustered: Callable[[str, str], bool]) -> bool:
+    """Whether a lookup of ``node`` by ``keys`` reads one table, once, filtered by a key
+    column on which the table is ``clustered``."""
+    if len(node.tables()) != 1 or not filterable(node, keys):
+        return False
+    return any(clustered(table, column) for table, column in key_pushdown(node, keys).values())
 
 
 def exact_on_spark(node: PlanNode) -> bool:
@@ -298,7 +317,8 @@ class DataLayer:
         rates = {t: float(self._rows(t, versions[t])) for t in sorted(plan.root.tables())}
         return place_join_sides(plan.root,
                                 lambda n: self.side_bytes(n, partitions, versions),
-                                budget_bytes, rates)
+                                budget_bytes, rates,
+                                lambda t, c: self.files.clustered(t, versions[t], c))
 
     # -- pipelines -----------------------------------------------------------------------
     def wire(self, plan: QueryPlan, partitions: PartitionSet, options: EngineOptions,

@@ -20,7 +20,7 @@ records, and its verdicts hold for exactly its plan and partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -107,7 +107,8 @@ def prepare_query(sql: str, source: TableSource,
                   partitions: Mapping[str, PartitionSpec] | None = None,
                   fragments: int = DEFAULT_FRAGMENTS, force: bool = False,
                   pushdown: bool = True, memory_budget_bytes: int | None | str = AUTO,
-                  join_state_budget_bytes: int | None = None) -> PreparedQuery:
+                  join_state_budget_bytes: int | None = None,
+                  clustered: Callable[[str, int, str], bool] | None = None) -> PreparedQuery:
     """Plan, check and partition ``sql`` over ``source``; raises the domain error of the
     first problem (bad SQL, unknown table or column, bad partition, a plan too large for
     memory, unsafe attribute).
@@ -121,6 +122,9 @@ def prepare_query(sql: str, source: TableSource,
     ``join_state_budget_bytes``: the caller will probe the largest equi-join sides in
     the data layer beyond this many bytes (``imp_core.data_layer.place_join_sides``), so
     the estimate counts no state for those sides (None: every side in memory).
+    ``clustered(table, version, column)``: whether a lookup by that column reads about
+    one row group (``TableFiles.clustered``), so a side busy tables probe may still be
+    probed (None: no side is taken as clustered).
     """
     from imp_core.safety import require_safe
     from imp_core.sql import plan_sql
@@ -136,9 +140,10 @@ def prepare_query(sql: str, source: TableSource,
     estimate = None
     if budget is not None:
         sketch_columns = reads.prefetch(specs, catalog, tables)
-        estimate = estimate_memory(plan.root,
-                                   table_statistics(source, plan.root, sketch_columns),
-                                   specs, fragments, join_state_budget_bytes)
+        estimate = estimate_memory(
+            plan.root, table_statistics(source, plan.root, sketch_columns), specs,
+            fragments, join_state_budget_bytes,
+            None if clustered is None else lambda t, c: clustered(t, versions[t], c))
         check_memory(estimate, budget)
     pset = build_partition_set(specs, lambda t: _schema(catalog, t), reads.column)
     reads.clear()
@@ -155,7 +160,8 @@ def prepare_query(sql: str, source: TableSource,
 def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
                     specs: Mapping[str, PartitionSpec] | None = None,
                     fragments: int = DEFAULT_FRAGMENTS,
-                    join_state_budget_bytes: int | None = None) -> PlanEstimate:
+                    join_state_budget_bytes: int | None = None,
+                    clustered: Callable[[str, str], bool] | None = None) -> PlanEstimate:
     """``imp_core.estimate.estimate_plan`` of ``root`` for the partitions ``specs``
     ("table.column" to a spec), with the equi-join sides that ``place_join_sides``
     would probe under ``join_state_budget_bytes`` keeping no state."""
@@ -174,7 +180,7 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
     # a table's rows stand for its rate of change (nothing is measured at registration)
     rates = {t: float(s.rows) for t, s in stats.items()}
     probed = place_join_sides(root, lambda n: int(sides.get(id(n), 0)),
-                              join_state_budget_bytes, rates)
+                              join_state_budget_bytes, rates, clustered)
     return estimate_plan(root, stats, sketched, probed, fragments=per_table)
 
 

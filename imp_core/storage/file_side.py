@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -55,6 +56,8 @@ class TableFiles:
         self.keep = keep
         self._datasets: OrderedDict[tuple[str, int], ds.Dataset | None] = OrderedDict()
         self._schemas: dict[str, pa.Schema] = {}
+        self._bounds: OrderedDict[tuple[str, int, str], list[tuple[
+            np.ndarray, np.ndarray, np.ndarray]] | None] = OrderedDict()
 
     def schema(self, table: str) -> pa.Schema:
         """The table's user schema, read once (a table's schema never changes, and
@@ -97,16 +100,114 @@ class TableFiles:
                 for t in sorted(node.tables())}
 
     def read(self, table: str, version: int, columns: list[str],
-             where: pc.Expression | None = None) -> pa.Table:
+             where: pc.Expression | None = None,
+             keys: dict[str, pa.Array] | None = None) -> pa.Table:
+        """``columns`` of ``table`` at ``version``, the rows passing ``where`` and, for
+        each column of ``keys``, holding one of its values (values already cast to the
+        column's type). Row groups whose statistics exclude every value of an integer
+        key column are not read: a scan filter on ``isin`` alone decodes them all."""
         data = self._dataset(table, version)
+        for col, values in (keys or {}).items():
+            cond = pc.field(col).isin(values)
+            where = cond if where is None else where & cond
+        if data is not None and keys:
+            data = self._pruned(table, version, data, keys)
         if data is None:
             schema = self.schema(table)
             out = pa.schema([schema.field(c) for c in columns]).empty_table()
         else:
-            out = data.to_table(columns=columns, filter=where)
+            try:
+                out = data.to_table(columns=columns, filter=where)
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                # the scan cannot compare in some file's physical type (strings written
+                # as string_view by one commit): filter the rows once read
+                out = data.to_table().filter(where).select(columns)
         if self.row_filter is not None:
             out = self.row_filter(table, out)
         return out
+
+    def clustered(self, table: str, version: int, column: str) -> bool:
+        """Whether a lookup of one value of integer ``column`` is expected to read about
+        one row group of the snapshot: the rows of each row group weighted by the share of
+        the column's range it spans (a value falls in it with that chance) sum to at most
+        twice the largest row group. Rows sorted on the column pass; rows in arrival
+        order, each group spanning nearly the whole range, do not; a few small files
+        appended since the table was last ordered add only their rows."""
+        data = self._dataset(table, version)
+        groups = None if data is None else self._group_bounds(table, version, data, column)
+        if not groups:
+            return False
+        lo = np.concatenate([g[0] for g in groups])
+        hi = np.concatenate([g[1] for g in groups])
+        rows = np.concatenate([g[2] for g in groups]).astype(np.float64)
+        # a group without statistics may hold any value: it is read by every lookup
+        bounded = (lo != np.iinfo(np.int64).min) & (hi != np.iinfo(np.int64).max)
+        if not bounded.any() or rows.sum() == 0:
+            return False
+        low, high = lo[bounded].astype(np.float64), hi[bounded].astype(np.float64)
+        span = high.max() - low.min() + 1.0
+        share = np.ones(len(rows))
+        share[bounded] = np.clip((high - low + 1.0) / span, 0.0, 1.0)
+        return float((rows * share).sum()) <= 2.0 * float(rows.max())
+
+    def _pruned(self, table: str, version: int, data: ds.Dataset,
+                keys: dict[str, pa.Array]) -> ds.Dataset | None:
+        """``data`` cut to the row groups that may hold the ``keys`` (None: none may)."""
+        keep: dict[int, np.ndarray] | None = None
+        for col, values in keys.items():
+            groups = self._group_bounds(table, version, data, col)
+            if groups is None:
+                continue
+            vals = np.sort(values.drop_null().to_numpy(zero_copy_only=False))
+            hit: dict[int, np.ndarray] = {}
+            for i, (lo, hi, _) in enumerate(groups):
+                at = np.searchsorted(vals, lo, "left")
+                ok = (at < len(vals)) & (vals[np.minimum(at, len(vals) - 1)] <= hi) \
+                    if len(vals) else np.zeros(len(lo), bool)
+                hit[i] = ok if keep is None else ok & keep[i]
+            keep = hit
+        if keep is None:
+            return data
+        fragments = []
+        for i, fragment in enumerate(data.get_fragments()):
+            ids = np.flatnonzero(keep[i])
+            if len(ids) == len(keep[i]):
+                fragments.append(fragment)
+            elif len(ids):
+                fragments.append(fragment.subset(row_group_ids=ids.tolist()))
+        if not fragments:
+            return None
+        return ds.FileSystemDataset(fragments, data.schema, data.format, data.filesystem)
+
+    def _group_bounds(self, table: str, version: int, data: ds.Dataset, column: str
+                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+        """Per file of ``data``, its row groups' min, max of integer ``column`` (the
+        type's extremes where a group has no statistics) and row counts; None for other
+        columns."""
+        key = (table, version, column)
+        if key in self._bounds:
+            return self._bounds[key]
+        field = data.schema.field(column) if column in data.schema.names else None
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        if field is not None and pa.types.is_signed_integer(field.type):
+            found = []
+            low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+            for fragment in data.get_fragments():
+                meta = fragment.metadata
+                j = meta.schema.to_arrow_schema().get_field_index(column)
+                lo = np.full(meta.num_row_groups, low, np.int64)
+                hi = np.full(meta.num_row_groups, high, np.int64)
+                rows = np.array([meta.row_group(i).num_rows
+                                 for i in range(meta.num_row_groups)], np.int64)
+                for i in range(meta.num_row_groups if j >= 0 else 0):
+                    st = meta.row_group(i).column(j).statistics
+                    if st is not None and st.has_min_max:
+                        lo[i], hi[i] = st.min, st.max
+                found.append((lo, hi, rows))
+        self._bounds[key] = found
+        while len(self._bounds) > self.keep:
+            self._bounds.popitem(last=False)
+        return found
 
 
 def scan_counts(node: PlanNode) -> dict[str, int]:
@@ -179,18 +280,16 @@ class FileJoinSide(ProbedSide):
         while True:
             todo = [t for t in sorted(pending) if t not in read]
             for t in todo:
-                where = None
+                keys: dict[str, pa.Array] = {}
                 schema = self.files.schema(t)
                 for col, values in pending[t].items():
                     try:
-                        values = values.cast(schema.field(col).type)
+                        keys[col] = values.cast(schema.field(col).type)
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                         continue  # no filter on this column: more rows, never fewer
-                    cond = pc.field(col).isin(values)
-                    where = cond if where is None else where & cond
                 read[t] = self.files.read(t, self.versions[t],
                                           self.files.columns_for(self.node, self.partitions, t),
-                                          where)
+                                          keys=keys)
             passed = False
             for (ta, ca), (tb, cb) in self._links:
                 if ta in read and tb not in read and cb not in pending.get(tb, {}):

@@ -291,9 +291,9 @@ def test_a_rebuilt_filter_reads_only_the_key_columns_and_keeps_every_key(tmp_pat
     reads: list[tuple[str, list[str]]] = []
     real = side.files.read
 
-    def spy(table, version, columns, where=None):
+    def spy(table, version, columns, where=None, keys=None):
         reads.append((table, list(columns)))
-        return real(table, version, columns, where)
+        return real(table, version, columns, where, keys)
 
     side.files.read = spy
     keys = side.distinct_keys()

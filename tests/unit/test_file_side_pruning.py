@@ -1,0 +1,103 @@
+"""Key lookups in table files: row groups pruned by their statistics, how clustered a
+table is on a column, and the placement of a busy side whose lookups read little."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from test_keyed_join_layers import _dims, _eq, _facts
+
+from imp_core.data_layer import clustered_lookup, place_join_sides
+from imp_core.plan.nodes import Join, PlanNode
+from imp_core.storage import DeltaStore, WriteOptions
+from imp_core.storage.file_side import TableFiles
+
+SMALL = WriteOptions(max_row_group_size=500, target_file_size=16 * 1024)
+
+
+def _table(n: int, seed: int, ordered: bool) -> pa.Table:
+    rng = random.Random(seed)
+    keys = list(range(n))
+    if not ordered:
+        rng.shuffle(keys)
+    return pa.table({"k": pa.array(keys, pa.int64()),
+                     "v": pa.array([rng.randrange(50) for _ in range(n)], pa.int64()),
+                     "s": pa.array([f"x{rng.randrange(9)}" for _ in range(n)])})
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_pruned_key_read_equals_the_filtered_table(tmp_path: Path, ordered: bool) -> None:
+    """Whatever the layout and the keys (none, absent, repeated, NULL, out of range), a
+    read by keys returns exactly the rows a filter over the whole table keeps."""
+    store = DeltaStore(tmp_path / "s", SMALL)
+    store.create_table("t", _table(6000, 1, ordered), key=("k",))
+    store.apply("t", inserts=pa.table({"k": pa.array([7000, 9000], pa.int64()),
+                                       "v": pa.array([1, 2], pa.int64()),
+                                       "s": pa.array(["a", "b"])}))
+    version = store.version("t")
+    files = TableFiles(store)
+    whole = store.read("t")
+    rng = random.Random(2)
+    cases = [[], [-5, 10**9], [3, 3, 3], [None, 42], [9000, 0, 5999, 7000]]
+    cases += [[rng.randrange(-100, 9100) for _ in range(rng.randrange(1, 80))]
+              for _ in range(15)]
+    for keys in cases:
+        values = pa.array(keys, pa.int64())
+        for where in (None, pc.field("v") < 25):
+            got = files.read("t", version, ["k", "v", "s"], where, keys={"k": values})
+            want = whole.filter(pc.is_in(whole.column("k"), value_set=values))
+            if where is not None:
+                want = want.filter(pc.less(want.column("v"), 25))
+            assert got.sort_by("k").equals(want.select(["k", "v", "s"]).sort_by("k")), keys
+        # keys on a column without integer statistics only filter
+        strings = files.read("t", version, ["k", "s"], keys={"s": pa.array(["x1"])})
+        assert strings.num_rows == pc.sum(pc.equal(whole.column("s"), "x1")).as_py()
+
+
+def test_clustered_follows_the_layout(tmp_path: Path) -> None:
+    store = DeltaStore(tmp_path / "s", SMALL)
+    store.create_table("sorted", _table(6000, 3, True), key=("k",))
+    store.create_table("shuffled", _table(6000, 3, False), key=("k",))
+    files = TableFiles(store)
+    assert files.clustered("sorted", 0, "k")
+    assert not files.clustered("shuffled", 0, "k")
+    assert not files.clustered("sorted", 0, "v")  # values in arrival order
+    assert not files.clustered("sorted", 0, "s")  # not an integer column
+    # a few small appended files of keys from anywhere leave it clustered
+    rng = np.random.default_rng(4)
+    for i in range(3):
+        keys = rng.choice(np.arange(6000, 12000), 20, replace=False)
+        keys[0] = -1 - i  # each file spans the whole range
+        store.apply("sorted", inserts=pa.table({
+            "k": pa.array(keys, pa.int64()), "v": pa.array([0] * 20, pa.int64()),
+            "s": pa.array(["y"] * 20)}))
+    assert files.clustered("sorted", store.version("sorted"), "k")
+
+
+def test_a_busy_side_is_probed_only_when_its_lookups_read_little() -> None:
+    """The side of the busiest table is kept in memory, unless its lookups read one
+    table clustered on the key; cold sides still go first."""
+    root = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
+    sizes = {"facts": 1000, "dims": 100}
+
+    def size(node: PlanNode) -> int:
+        return sum(sizes[t] for t in node.tables())
+
+    rates = {"facts": 1000.0, "dims": 10.0}
+    # dims' side is asked on every facts change: not cold; facts' side is cold
+    assert place_join_sides(root, size, 50, rates) == frozenset({"0:left"})
+    assert place_join_sides(root, size, 50, rates, lambda t, c: False) == \
+        frozenset({"0:left"})
+    assert place_join_sides(root, size, 50, rates, lambda t, c: (t, c) == ("dims", "dk")) \
+        == frozenset({"0:left", "0:right"})
+    # the cold side alone brings the state under the budget: the busy side stays
+    assert place_join_sides(root, size, 150, rates, lambda t, c: True) == \
+        frozenset({"0:left"})
+    assert clustered_lookup(_dims(), ("dims.dk",), lambda t, c: c == "dk")
+    assert not clustered_lookup(_dims(), ("dims.dk",), lambda t, c: c == "w")
+    assert not clustered_lookup(root, ("facts.k",), lambda t, c: True)  # two tables

@@ -63,7 +63,7 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
     return prepare_query(spec.sql, tables, spec.partitions,
                          spec.fragments or ctx.config.default_fragments, spec.force,
                          pushdown=spec.pushdown, join_state_budget_bytes=budget,
-                         clustered=files.clustered)
+                         clustered=files.clustered, not_null=files.not_null)
 
 
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:

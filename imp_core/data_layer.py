@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from imp_core.engine.join_index import JoinSide
+from imp_core.engine.operators.probed_aggregate import GROUPS
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import VersionContext
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.expr import ColumnRef
+from imp_core.plan.lineage import trace_column
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -54,6 +56,7 @@ from imp_core.storage.file_side import (
     FileJoinSide,
     RowFilter,
     TableFiles,
+    filter_columns,
     key_pushdown,
     scan_counts,
 )
@@ -89,6 +92,32 @@ def join_sides(root: PlanNode) -> Iterator[tuple[str, AnyJoin, str, PlanNode]]:
             yield f"{op_id}:right", node, "right", node.right
 
     yield from walk(root, "0")
+
+
+def probable_groups(root: PlanNode) -> Iterator[tuple[str, Aggregate]]:
+    """``(id, aggregation)`` of every grouped aggregation in ``root`` whose groups may be
+    held by the data layer (``ProbedAggregateOp``), ids ``"<operator id>:groups"``."""
+
+    def walk(node: PlanNode, op_id: str) -> Iterator[tuple[str, Aggregate]]:
+        for i, child in enumerate(node.children()):
+            yield from walk(child, f"{op_id}.{i}")
+        if isinstance(node, Aggregate) and node.group_by:
+            yield f"{op_id}:{GROUPS}", node
+
+    yield from walk(root, "0")
+
+
+def groups_lookup(node: Aggregate, clustered: Callable[[str, str], bool],
+                  not_null: Callable[[str, str], bool]) -> bool:
+    """Whether a lookup of ``node``'s groups reads little (``clustered_lookup`` of its
+    input by the group-by columns) and finds every group: each group-by column copies a
+    column that never holds NULL (``not_null``: a key column), not through the padding
+    of an outer join."""
+    for column in node.group_by:
+        found = trace_column(node.input, column)
+        if found is None or not not_null(found[0].table, found[1]):
+            return False
+    return clustered_lookup(node.input, tuple(node.group_by), clustered)
 
 
 def keyed_join_inputs(root: PlanNode) -> Iterator[PlanNode]:
@@ -148,6 +177,10 @@ def direct_triggers(join: AnyJoin, which: str) -> frozenset[str]:
     return frozenset().union(*(direct_tables(n) for n in _trigger_inputs(join, which)))
 
 
+# busy sides (looked up on every batch of the busiest table) are probed only when the
+# state would otherwise pass this many times the budget
+HOT_SIDE_FACTOR = 3.0
+
 # the share of a table's changes assumed to change a group's membership (a prior: no
 # rate is measured at registration)
 AGGREGATED_RATE = 0.01
@@ -171,7 +204,8 @@ def filterable(node: PlanNode, keys: tuple[str, ...]) -> bool:
 def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
                      budget_bytes: int | None,
                      change_rates: Mapping[str, float] | None = None,
-                     clustered: Callable[[str, str], bool] | None = None) -> JoinPlacement:
+                     clustered: Callable[[str, str], bool] | None = None,
+                     not_null: Callable[[str, str], bool] | None = None) -> JoinPlacement:
     """The join sides to probe in the data layer so that the sides kept in memory fit
     ``budget_bytes`` (None: keep every side in memory; 0: probe every probable side). The
     inputs of joins that cannot be probed (``keyed_join_inputs``) count against the
@@ -185,15 +219,19 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
     the batches of that table never wait for the data layer; they go in order of lookups
     per byte saved (``_trigger_rate`` over the side's size). The state then stays above
     the budget rather than make every batch of the busiest table pay a lookup, unless the
-    lookup is cheap: a side that reads one table, filtered by a key column on which that
-    table's rows are ``clustered`` (``(table, column)``: its row groups hold disjoint
-    ranges, so k keys read at most k row groups), goes after the cold sides, largest
-    first.
+    lookup is cheap and the state left would pass ``HOT_SIDE_FACTOR`` times the budget:
+    then sides whose tables are all read filtered by columns they are ``clustered`` on
+    (``clustered_lookup``; ``(table, column)``: its row groups hold disjoint ranges, so k
+    keys read about k row groups) go after the cold sides, largest first, and so do
+    aggregations whose groups such a lookup finds (``groups_lookup``, with ``not_null``;
+    ids ``"<op id>:groups"``, sized by ``side_bytes`` of the aggregation), which then hold
+    no state at all.
     """
     if budget_bytes is None:
         return frozenset()
     if budget_bytes == 0:
         return frozenset(sid for sid, *_ in join_sides(root))
+    cheap: list[tuple[int, str]] = []
     sides = [(side_bytes(child), sid, join, which, child) for sid, join, which, child
              in join_sides(root)]
     total = sum(s[0] for s in sides) + sum(side_bytes(c) for c in keyed_join_inputs(root))
@@ -212,25 +250,41 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
 
         cold = [s for s in sides if hottest not in direct_triggers(s[2], s[3])
                 and filterable(s[4], keys(s))]
-        cheap = [s for s in sides if s not in cold and clustered is not None
-                 and clustered_lookup(s[4], keys(s), clustered)]
-        order = sorted(cold, key=per_byte) + sorted(cheap, key=lambda s: (-s[0], s[1]))
+        cheap += [(s[0], s[1]) for s in sides if s not in cold and clustered is not None
+                  and clustered_lookup(s[4], keys(s), clustered)]
+        if clustered is not None and not_null is not None:
+            groups = [(side_bytes(agg), gid) for gid, agg in probable_groups(root)
+                      if groups_lookup(agg, clustered, not_null)]
+            cheap += groups
+            total += sum(size for size, _ in groups)
+        order = [(s[0], s[1]) for s in sorted(cold, key=per_byte)]
     probed = []
     for size, sid, *_ in order:
         if total <= budget_bytes:
             break
         probed.append(sid)
         total -= size
+    if change_rates is not None and total > HOT_SIDE_FACTOR * budget_bytes:
+        # a busy side costs every batch of the busiest table a lookup: only when the state
+        # would otherwise pass the budget by far (join-side estimates run 2-4 times high)
+        for size, sid in sorted(cheap, key=lambda s: (-s[0], s[1])):
+            if total <= budget_bytes:
+                break
+            probed.append(sid)
+            total -= size
     return frozenset(probed)
 
 
 def clustered_lookup(node: PlanNode, keys: tuple[str, ...],
                      clustered: Callable[[str, str], bool]) -> bool:
-    """Whether a lookup of ``node`` by ``keys`` reads one table, once, filtered by a key
-    column on which the table is ``clustered``."""
-    if len(node.tables()) != 1 or not filterable(node, keys):
+    """Whether a lookup of ``node`` by ``keys`` reads every table of ``node`` filtered
+    (``filter_columns``: by the keys, or along the side's own joins) by a column on which
+    that table is ``clustered``, so k keys read about k row groups of each."""
+    if not filterable(node, keys):
         return False
-    return any(clustered(table, column) for table, column in key_pushdown(node, keys).values())
+    columns = filter_columns(node, keys)
+    return all(any(clustered(table, c) for c in sorted(columns.get(table, ())))
+               for table in sorted(node.tables()))
 
 
 def exact_on_spark(node: PlanNode) -> bool:
@@ -318,7 +372,8 @@ class DataLayer:
         return place_join_sides(plan.root,
                                 lambda n: self.side_bytes(n, partitions, versions),
                                 budget_bytes, rates,
-                                lambda t, c: self.files.clustered(t, versions[t], c))
+                                lambda t, c: self.files.clustered(t, versions[t], c),
+                                self.files.not_null)
 
     # -- pipelines -----------------------------------------------------------------------
     def wire(self, plan: QueryPlan, partitions: PartitionSet, options: EngineOptions,
@@ -326,11 +381,15 @@ class DataLayer:
         """The query's pipeline (empty state) with its probed sides and refill source."""
         context = VersionContext()
         ids = {id(join): sid.split(":")[0] for sid, join, _, _ in join_sides(plan.root)}
+        ids.update((id(agg), gid.split(":")[0]) for gid, agg in probable_groups(plan.root))
 
-        def choose(node: AnyJoin, which: str) -> JoinSide | None:
+        def choose(node: AnyJoin | Aggregate, which: str) -> JoinSide | None:
             op_id = ids.get(id(node))
             if op_id is None or f"{op_id}:{which}" not in placement:
                 return None
+            if isinstance(node, Aggregate):  # its groups, keyed by the group-by columns
+                return self.probed_side(node.input, tuple(node.group_by), partitions,
+                                        context, use_bloom=False)
             keys = node.equi_keys()[0 if which == "left" else 1]
             child = node.left if which == "left" else node.right
             return self.probed_side(child, keys, partitions, context, options.use_bloom)

@@ -204,7 +204,8 @@ def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
     """Estimate ``root`` from ``stats`` (every scanned table's, by table name).
 
     ``sketched``: the partitioned tables (their rows carry a fragment id each);
-    ``probed``: equi-join sides kept in the data layer (``"<op id>:left"``/``":right"``);
+    ``probed``: equi-join sides kept in the data layer (``"<op id>:left"``/``":right"``)
+    and aggregations whose groups it holds (``"<op id>:groups"``);
     ``fragments``: fragments per sketched table; the buffers as in ``EngineOptions``.
     """
     out: list[OperatorEstimate] = []
@@ -253,7 +254,10 @@ class _Context:
         if isinstance(node, (Join, SemiJoin, OuterJoin)):
             return self._join(node, op_id, kids[0], kids[1])
         if isinstance(node, (Aggregate, Distinct)):
-            return self._group(node, kids[0])
+            rel, state, work, pairs = self._group(node, kids[0])
+            if f"{op_id}:groups" in self.probed:  # the data layer holds the groups
+                state = 0.0
+            return rel, state, work, pairs
         if isinstance(node, TopK):
             child = kids[0]
             kept = child.rows if self.topk_buffer is None else \

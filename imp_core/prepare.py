@@ -38,7 +38,7 @@ from imp_core.estimate import (
     memory_budget,
 )
 from imp_core.limits import check_fragments, requested_fragments
-from imp_core.plan.nodes import PlanNode, QueryPlan, Scan
+from imp_core.plan.nodes import Aggregate, PlanNode, QueryPlan, Scan
 from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import (
     PartitionSet,
@@ -108,7 +108,8 @@ def prepare_query(sql: str, source: TableSource,
                   fragments: int = DEFAULT_FRAGMENTS, force: bool = False,
                   pushdown: bool = True, memory_budget_bytes: int | None | str = AUTO,
                   join_state_budget_bytes: int | None = None,
-                  clustered: Callable[[str, int, str], bool] | None = None) -> PreparedQuery:
+                  clustered: Callable[[str, int, str], bool] | None = None,
+                  not_null: Callable[[str, str], bool] | None = None) -> PreparedQuery:
     """Plan, check and partition ``sql`` over ``source``; raises the domain error of the
     first problem (bad SQL, unknown table or column, bad partition, a plan too large for
     memory, unsafe attribute).
@@ -124,7 +125,9 @@ def prepare_query(sql: str, source: TableSource,
     the estimate counts no state for those sides (None: every side in memory).
     ``clustered(table, version, column)``: whether a lookup by that column reads about
     one row group (``TableFiles.clustered``), so a side busy tables probe may still be
-    probed (None: no side is taken as clustered).
+    probed (None: no side is taken as clustered); with ``not_null(table, column)``
+    (whether a column never holds NULL) an aggregation's groups may be held by the data
+    layer too (``imp_core.data_layer.groups_lookup``).
     """
     from imp_core.safety import require_safe
     from imp_core.sql import plan_sql
@@ -143,7 +146,8 @@ def prepare_query(sql: str, source: TableSource,
         estimate = estimate_memory(
             plan.root, table_statistics(source, plan.root, sketch_columns), specs,
             fragments, join_state_budget_bytes,
-            None if clustered is None else lambda t, c: clustered(t, versions[t], c))
+            None if clustered is None else lambda t, c: clustered(t, versions[t], c),
+            not_null)
         check_memory(estimate, budget)
     pset = build_partition_set(specs, lambda t: _schema(catalog, t), reads.column)
     reads.clear()
@@ -161,7 +165,8 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
                     specs: Mapping[str, PartitionSpec] | None = None,
                     fragments: int = DEFAULT_FRAGMENTS,
                     join_state_budget_bytes: int | None = None,
-                    clustered: Callable[[str, str], bool] | None = None) -> PlanEstimate:
+                    clustered: Callable[[str, str], bool] | None = None,
+                    not_null: Callable[[str, str], bool] | None = None) -> PlanEstimate:
     """``imp_core.estimate.estimate_plan`` of ``root`` for the partitions ``specs``
     ("table.column" to a spec), with the equi-join sides that ``place_join_sides``
     would probe under ``join_state_budget_bytes`` keeping no state."""
@@ -176,11 +181,13 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
 
     sides: dict[int, float] = {}
     for op in est.operators:
-        sides[id(op.node)] = op.rows * (op.row_bytes + SIDE_INDEX_BYTES)
+        # a join input: its rows with their key index; an aggregation: its groups' state
+        sides[id(op.node)] = op.state_bytes if isinstance(op.node, Aggregate) else \
+            op.rows * (op.row_bytes + SIDE_INDEX_BYTES)
     # a table's rows stand for its rate of change (nothing is measured at registration)
     rates = {t: float(s.rows) for t, s in stats.items()}
     probed = place_join_sides(root, lambda n: int(sides.get(id(n), 0)),
-                              join_state_budget_bytes, rates, clustered)
+                              join_state_budget_bytes, rates, clustered, not_null)
     return estimate_plan(root, stats, sketched, probed, fragments=per_table)
 
 

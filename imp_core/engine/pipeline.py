@@ -29,6 +29,7 @@ from imp_core.engine.operators.base import (
 from imp_core.engine.operators.join import JoinOp, SideChooser
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
+from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
@@ -103,7 +104,9 @@ class IncrementalQuery:
         self.partitions = partitions
         self.options = options
         self.source = source
-        self.join_sides = join_sides  # (join, "left" | "right") -> a JoinSide, or None
+        # (join, "left" | "right") or (aggregation, GROUPS) -> a JoinSide / ProbedSide, or
+        # None: kept in memory
+        self.join_sides = join_sides
         self.scans: dict[str, list[ScanOp]] = {}
         self.operators: list[Operator] = []
         self.root = self._wire(plan.root, "0")
@@ -146,8 +149,11 @@ class IncrementalQuery:
         elif isinstance(node, (SemiJoin, OuterJoin)):
             op = KeyedJoinOp(node, op_id, choose_side=self.join_sides)
         elif isinstance(node, Aggregate):
-            op = AggregateOp(node, op_id, nfrag, self.options.minmax_buffer,
-                             self._source_for(node.input))
+            # the data layer may hold the groups (a side keyed by the group-by columns)
+            side = self.join_sides(node, GROUPS) if self.join_sides is not None else None
+            op = ProbedAggregateOp(node, op_id, nfrag, side) if side is not None else \
+                AggregateOp(node, op_id, nfrag, self.options.minmax_buffer,
+                            self._source_for(node.input))
         elif isinstance(node, Distinct):
             op = AggregateOp(distinct_node(node), op_id, nfrag)
         elif isinstance(node, TopK):

@@ -55,6 +55,7 @@ from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
+from imp_core.engine.operators.probed_aggregate import GROUPS
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
@@ -72,6 +73,7 @@ from imp_core.plan.nodes import (
 )
 from imp_core.sketch.partition import PartitionSet
 from imp_core.spark.aggregate_sql import aggregate_sql, arrow_array, group_totals, more_ctes
+from imp_core.spark.collect import collect_arrow
 from imp_core.spark.compile import (
     FID_COLUMN,
     AnnotatedRelation,
@@ -142,9 +144,14 @@ class _Bootstrap:
         self.partitions: PartitionSet = pipeline.partitions
         self.options = pipeline.options
         self.versions = {t: versions[t] for t in sorted(pipeline.plan.root.tables())}
-        # a scratch wiring: the target pipeline stays untouched until load_state
+        # a scratch wiring: the target pipeline stays untouched until load_state. Its
+        # aggregations hold their groups even where the target's data layer does: their
+        # state gives the first output, and a probed aggregation ignores it on loading
+        chooser = pipeline.join_sides
+        sides = None if chooser is None else (
+            lambda node, which: None if which == GROUPS else chooser(node, which))
         self.scratch = IncrementalQuery(pipeline.plan, pipeline.partitions, pipeline.options,
-                                        None, pipeline.join_sides)
+                                        None, sides)
         self.stats = BootstrapRun()
         self.outputs: dict[str, DeltaBatch] = {}
         self.states: dict[str, dict[str, pa.Table]] = {}
@@ -174,7 +181,7 @@ class _Bootstrap:
 
     def _collect(self, sql: str) -> pa.Table:
         t0 = time.perf_counter()
-        out = self.spark.sql(sql).toArrow()
+        out = collect_arrow(self.spark.sql(sql))
         self.stats.spark_queries += 1
         self.stats.spark_seconds += time.perf_counter() - t0
         return out

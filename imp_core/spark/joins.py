@@ -23,6 +23,7 @@ from imp_core.engine.probed_side import ProbedSide, VersionContext
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.nodes import PlanNode, arrow_schema
 from imp_core.sketch.partition import PartitionSet
+from imp_core.spark.collect import collect_arrow
 from imp_core.spark.compile import ANNOTATION_COLUMN, annotated_sql, quote
 from imp_core.spark.tables import arrow_to_dataframe, snapshot_frame
 
@@ -74,7 +75,7 @@ def subtree_batch(spark: SparkSession, store: Any, node: PlanNode, partitions: P
     views = version_views(spark, store, {t: versions[t] for t in sorted(node.tables())})
     sql = annotated_sql(node, partitions, "view", views,
                         fragment_views(spark, views, partitions))
-    return _to_batch(spark.sql(sql).toArrow(), arrow_schema(node.schema))
+    return _to_batch(collect_arrow(spark.sql(sql)), arrow_schema(node.schema))
 
 
 def subtree_frame(spark: SparkSession, store: Any, node: PlanNode, partitions: PartitionSet,

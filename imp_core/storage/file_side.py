@@ -126,6 +126,12 @@ class TableFiles:
             out = self.row_filter(table, out)
         return out
 
+    def not_null(self, table: str, column: str) -> bool:
+        """Whether ``column`` never holds NULL: a key column (the store refuses NULL
+        keys)."""
+        entry = self.store.entry(table)
+        return column in tuple(entry.key or ())
+
     def clustered(self, table: str, version: int, column: str) -> bool:
         """Whether a lookup of one value of integer ``column`` is expected to read about
         one row group of the snapshot: the rows of each row group weighted by the share of
@@ -232,6 +238,52 @@ def key_pushdown(node: PlanNode, key_columns: tuple[str, ...]) -> dict[str, tupl
     return out
 
 
+Link = tuple[tuple[str, str], tuple[str, str]]  # (table, column) -> (table, column)
+
+
+def filter_links(node: PlanNode) -> list[Link]:
+    """The equi-join conditions inside ``node`` between columns of tables it reads once,
+    as ``((table, column), (table, column))`` pairs along which key filters pass: both
+    ways for inner joins, left to right for semi-, anti- and left outer joins."""
+    counts = scan_counts(node)
+    links: list[Link] = []
+    for join in node.walk():
+        if isinstance(join, Join):
+            both_ways = True
+        elif isinstance(join, SemiJoin) and not join.null_aware or \
+                isinstance(join, OuterJoin) and join.kind == "left":
+            both_ways = False
+        else:
+            continue
+        left_keys, right_keys, _ = join.equi_keys()
+        for lk, rk in zip(left_keys, right_keys):
+            lt = trace_column(join.left, lk, through_padding=True)
+            rt = trace_column(join.right, rk, through_padding=True)
+            if lt is None or rt is None or counts[lt[0].table] != 1 \
+                    or counts[rt[0].table] != 1:
+                continue
+            pair = ((lt[0].table, lt[1]), (rt[0].table, rt[1]))
+            links += [pair, (pair[1], pair[0])] if both_ways else [pair]
+    return links
+
+
+def filter_columns(node: PlanNode, key_columns: tuple[str, ...]) -> dict[str, set[str]]:
+    """Table -> the columns a lookup of ``node`` by ``key_columns`` filters its read by:
+    the keys' own (``key_pushdown``), then those the filters reach along
+    ``filter_links``, as ``FileJoinSide`` passes them on; tables absent are read whole."""
+    out: dict[str, set[str]] = {}
+    for table, column in key_pushdown(node, key_columns).values():
+        out.setdefault(table, set()).add(column)
+    links = filter_links(node)
+    while True:
+        reached = [(tb, cb) for (ta, _), (tb, cb) in links
+                   if ta in out and tb not in out]
+        if not reached:
+            return out
+        for tb, cb in reached:
+            out.setdefault(tb, set()).add(cb)
+
+
 class FileJoinSide(ProbedSide):
     """A ``ProbedSide`` answered from the Delta tables' files at the side's versions."""
 
@@ -243,29 +295,8 @@ class FileJoinSide(ProbedSide):
         self.partitions = partitions
         self.files = files
         self._scans = [n for n in node.walk() if isinstance(n, Scan)]
-        counts = scan_counts(node)
         self._pushdown = key_pushdown(node, key_columns)
-        # equi-join conditions inside the side between columns of tables read once:
-        # ((table, column), (table, column)) pairs along which key filters propagate
-        # (both ways for inner joins, left to right for semi-, anti- and left outer joins)
-        self._links: list[tuple[tuple[str, str], tuple[str, str]]] = []
-        for join in node.walk():
-            if isinstance(join, Join):
-                both_ways = True
-            elif isinstance(join, SemiJoin) and not join.null_aware or \
-                    isinstance(join, OuterJoin) and join.kind == "left":
-                both_ways = False
-            else:
-                continue
-            left_keys, right_keys, _ = join.equi_keys()
-            for lk, rk in zip(left_keys, right_keys):
-                lt = trace_column(join.left, lk, through_padding=True)
-                rt = trace_column(join.right, rk, through_padding=True)
-                if lt is None or rt is None or counts[lt[0].table] != 1 \
-                        or counts[rt[0].table] != 1:
-                    continue
-                pair = ((lt[0].table, lt[1]), (rt[0].table, rt[1]))
-                self._links += [pair, (pair[1], pair[0])] if both_ways else [pair]
+        self._links = filter_links(node)
 
     def _read(self, conditions: dict[str, dict[str, pa.Array]]) -> dict[str, pa.Table]:
         """The side's tables at its versions, reduced by semi-joins: a table with

@@ -1,0 +1,179 @@
+"""Aggregations whose groups the data layer holds (``ProbedAggregateOp``): no group in
+memory, and after every random batch of updates, read from the change feed, the sketch
+and the annotated result equal the reference evaluator's recapture; a checkpoint holds no
+group and restores to an operator that stays exact; placement chooses them only where a
+lookup of the groups reads a clustered key column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_data_layer import _random_change, _store, _tables
+
+from imp_core.data_layer import (
+    DataLayer,
+    groups_lookup,
+    join_sides,
+    place_join_sides,
+    probable_groups,
+)
+from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
+from imp_core.engine.pipeline import EngineOptions
+from imp_core.engine.probed_side import ProbedSideError
+from imp_core.estimate import estimate_plan
+from imp_core.plan.nodes import Aggregate
+from imp_core.prepare import StoreTables, prepare_query, table_statistics
+from imp_core.reference import reference_capture
+from imp_core.sql import plan_sql
+from imp_core.storage import ChangeReader
+
+QUERIES = {
+    "having": "SELECT k, sum(v) AS s, count(*) AS n, min(v) AS mn, max(v) AS mx, "
+              "avg(v) AS a FROM facts GROUP BY k HAVING sum(v) > 20",
+    "join": "SELECT k, w, sum(v) AS s, count(label) AS c FROM facts JOIN dims ON k = dk "
+            "GROUP BY k, w",
+    "in": "SELECT id, v FROM facts WHERE k IN "
+          "(SELECT k FROM facts GROUP BY k HAVING sum(v) > 30)",
+    "topk": "SELECT k, sum(v) AS s FROM facts GROUP BY k ORDER BY s DESC, k LIMIT 3",
+}
+
+
+class _Run:
+    """A query maintained through the data layer, every aggregation's groups probed
+    (with ``joins``, every join side too)."""
+
+    def __init__(self, store, sql: str, joins: bool = False):
+        self.store = store
+        self.prepared = prepare_query(sql, StoreTables(store), {"facts.k": 4})
+        root = self.prepared.plan.root
+        self.placement = frozenset(g for g, _ in probable_groups(root)) | (
+            frozenset(s for s, *_ in join_sides(root)) if joins else frozenset())
+        self.layer = DataLayer(store)
+        self.wiring = self.layer.wire(self.prepared.plan, self.prepared.partitions,
+                                      EngineOptions(), self.placement)
+        self.versions = dict(self.prepared.versions)
+        self.reader = ChangeReader(store)
+        self.wiring.context.begin(None, self.versions)
+        self.wiring.pipeline.apply({t: TableDelta.inserts(store.read(t, v))
+                                    for t, v in self.versions.items()})
+
+    def aggregates(self) -> list:
+        return [op for op in self.wiring.pipeline.operators if op.kind == "aggregate"]
+
+    def maintain(self) -> None:
+        target = {t: self.store.version(t) for t in self.versions}
+        changes = {t: self.reader.changes(t, self.versions[t], v,
+                                          self.prepared.specs.get(t))
+                   for t, v in target.items() if v > self.versions[t]}
+        self.wiring.context.begin(self.versions, target)
+        self.wiring.pipeline.apply(changes)
+        self.versions = target
+
+    def restart(self) -> None:
+        """A new wiring restored from this one's state tables (a checkpoint)."""
+        tables = self.wiring.pipeline.state_tables()
+        self.wiring = self.layer.wire(self.prepared.plan, self.prepared.partitions,
+                                      EngineOptions(), self.placement)
+        self.wiring.pipeline.load_state(tables, batches=1)
+
+    def check(self) -> None:
+        tables = {t: self.store.read(t, v) for t, v in self.versions.items()}
+        ref = reference_capture(self.prepared.plan, tables, self.prepared.partitions)
+        assert self.wiring.pipeline.sketch() == ref.sketch
+        assert self.wiring.pipeline.result().to_counter() == ref.bag.items
+
+
+@settings(max_examples=16, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 4),
+       query=st.sampled_from(sorted(QUERIES)), joins=st.booleans())
+def test_probed_groups_equal_the_reference(tmp_path_factory, seed, steps, query, joins):
+    rng = np.random.default_rng(seed)
+    store = _store(tmp_path_factory.mktemp("pa"), _tables(rng))
+    run = _Run(store, QUERIES[query], joins)
+    aggs = run.aggregates()
+    assert aggs and all(isinstance(op, ProbedAggregateOp) for op in aggs)
+    run.check()
+    for step in range(steps):
+        _random_change(store, rng, 50_000 + 100 * step)
+        run.maintain()
+        run.check()
+        assert all(op.state_bytes() == 0 and len(op.groups) == 0 for op in run.aggregates())
+        assert all(t.num_rows == 0 for op in run.aggregates() for t in op.snapshot().values())
+        if step == 0:
+            if query == "having":  # the whole output: one row per group of the input
+                (op,) = run.aggregates()
+                groups = {k for k in store.read("facts").column("k").to_pylist()}
+                assert sorted(op.current_output().data.column(0).to_pylist()) == \
+                    sorted(groups)
+            run.restart()
+            run.check()
+
+
+def test_a_null_group_key_is_refused_not_missed(tmp_path):
+    rng = np.random.default_rng(3)
+    store = _store(tmp_path, _tables(rng))
+    run = _Run(store, QUERIES["having"])
+    (op,) = run.aggregates()
+    schema = pa.schema([(f.name, f.dtype) for f in op.agg.input.schema])
+    rows = pa.table({name: pa.array([None if name.endswith("k") else 1], schema.field(name).type)
+                     for name in schema.names})
+    from imp_core.engine.annotation import Annotation
+    from imp_core.engine.zset import DeltaBatch
+
+    batch = DeltaBatch(rows, np.ones(1, np.int64), Annotation.singletons(np.zeros(1, np.int32)))
+    with pytest.raises(ProbedSideError, match="NULL group key"):
+        op.step([batch])
+
+
+def test_placement_and_estimate_of_probed_groups():
+    """An IN subquery grouped on a clustered key column: the groups go to the data layer
+    when the budget asks (largest first, after cold join sides) and the estimate then
+    counts no state for them; without a key (NULL possible) or clustering they stay."""
+    catalog = {"facts": pa.schema([("id", pa.int64()), ("k", pa.int64()),
+                                   ("v", pa.int64())])}
+    plan = plan_sql("SELECT id, v FROM facts WHERE k IN "
+                    "(SELECT k FROM facts GROUP BY k HAVING sum(v) > 30)", catalog)
+    root = plan.root
+    ((gid, agg),) = list(probable_groups(root))
+    assert isinstance(agg, Aggregate) and gid.endswith(":groups")
+
+    def size(node):
+        return 1000 if node is agg else 10
+
+    rates = {"facts": 100.0}
+    key = lambda t, c: c in ("id", "k")  # noqa: E731
+    assert groups_lookup(agg, lambda t, c: c == "k", key)
+    assert not groups_lookup(agg, lambda t, c: False, key)
+    assert not groups_lookup(agg, lambda t, c: True, lambda t, c: False)
+    placed = place_join_sides(root, size, 100, rates, lambda t, c: True, key)
+    assert gid in placed
+    assert gid not in place_join_sides(root, size, 100, rates, lambda t, c: True)
+    assert gid not in place_join_sides(root, size, 5000, rates, lambda t, c: True, key)
+    # above the budget but within HOT_SIDE_FACTOR times it: the groups stay in memory
+    assert gid not in place_join_sides(root, size, 900, rates, lambda t, c: True, key)
+    rows = pa.table({"id": np.arange(1000), "k": np.arange(1000) % 300,
+                     "v": np.arange(1000) % 7})
+
+    class _Source:
+        def catalog(self):
+            return catalog
+
+        def column(self, table, column):
+            return rows.column(column)
+
+        def rows(self, table):
+            return rows.num_rows
+
+        def domains(self, table):
+            return {}
+
+    stats = table_statistics(_Source(), root)
+    plain = {e.op_id: e.state_bytes for e in estimate_plan(root, stats).operators}
+    probed = {e.op_id: e.state_bytes for e in estimate_plan(root, stats, probed={gid}).operators}
+    op_id = gid.split(":")[0]
+    assert plain[op_id] > 0 and probed[op_id] == 0

@@ -83,7 +83,8 @@ def spilled(df: DataFrame) -> pa.Table:
     folder = tempfile.mkdtemp(prefix="imp-spill-", dir=os.environ.get("IMP_SPARK_SPILL_DIR"))
     try:
         path = os.path.join(folder, "rows")
-        plain.write.mode("overwrite").option("compression", "lz4").parquet(path)
+        # snappy: pyarrow misreads large pages of the "lz4" codec as Spark writes it
+        plain.write.mode("overwrite").option("compression", "snappy").parquet(path)
         table = ds.dataset(path, format="parquet").to_table()
         if table.num_columns != len(names):  # no rows: Spark may write no data file
             return schema.empty_table()

@@ -35,7 +35,7 @@ def test_spilled_rows_equal_collected_rows(spark):
                IF(id % 5 = 0, NULL, CONCAT('s', CAST(id AS STRING))) AS `a b`,
                ARRAY(CAST(id AS INT), CAST(id + 1 AS INT)) AS __imp_ann,
                id % 2 = 0 AS flag
-        FROM RANGE(0, 5000, 1, 4)""")
+        FROM RANGE(0, 400000, 1, 4)""")
     want = df.toArrow()
     got = collect.spilled(df)
     assert got.schema == want.schema

@@ -56,14 +56,16 @@ class _Run:
     """One query maintained through the data layer from the store's change feed."""
 
     def __init__(self, store: DeltaStore, sql: str, options: EngineOptions,
-                 probe_all: bool = True):
+                 probe_all: bool = True, place=None):
         self.store = store
         self.prepared = prepare_query(sql, StoreTables(store), {"facts.k": 4})
         plan = self.prepared.plan
-        placement = frozenset(s for s, *_ in join_sides(plan.root)) if probe_all \
-            else frozenset()
-        self.wiring = DataLayer(store).wire(plan, self.prepared.partitions, options,
-                                            placement)
+        # ``place``: plan root -> the placement (else every join side, or none)
+        self.placement = place(plan.root) if place is not None else frozenset(
+            s for s, *_ in join_sides(plan.root)) if probe_all else frozenset()
+        self.layer = DataLayer(store)
+        self.wiring = self.layer.wire(plan, self.prepared.partitions, options,
+                                      self.placement)
         self.versions = dict(self.prepared.versions)
         self.reader = ChangeReader(store)
         self.wiring.context.begin(None, self.versions)

@@ -12,24 +12,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_data_layer import _random_change, _store, _tables
+from test_data_layer import _Run as _DataLayerRun
 
 from imp_core.data_layer import (
-    DataLayer,
     groups_lookup,
     join_sides,
     place_join_sides,
     probable_groups,
 )
-from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.probed_side import ProbedSideError
 from imp_core.estimate import estimate_plan
 from imp_core.plan.nodes import Aggregate
-from imp_core.prepare import StoreTables, prepare_query, table_statistics
-from imp_core.reference import reference_capture
+from imp_core.prepare import table_statistics
 from imp_core.sql import plan_sql
-from imp_core.storage import ChangeReader
 
 QUERIES = {
     "having": "SELECT k, sum(v) AS s, count(*) AS n, min(v) AS mn, max(v) AS mx, "
@@ -42,36 +39,19 @@ QUERIES = {
 }
 
 
-class _Run:
+class _Run(_DataLayerRun):
     """A query maintained through the data layer, every aggregation's groups probed
     (with ``joins``, every join side too)."""
 
     def __init__(self, store, sql: str, joins: bool = False):
-        self.store = store
-        self.prepared = prepare_query(sql, StoreTables(store), {"facts.k": 4})
-        root = self.prepared.plan.root
-        self.placement = frozenset(g for g, _ in probable_groups(root)) | (
-            frozenset(s for s, *_ in join_sides(root)) if joins else frozenset())
-        self.layer = DataLayer(store)
-        self.wiring = self.layer.wire(self.prepared.plan, self.prepared.partitions,
-                                      EngineOptions(), self.placement)
-        self.versions = dict(self.prepared.versions)
-        self.reader = ChangeReader(store)
-        self.wiring.context.begin(None, self.versions)
-        self.wiring.pipeline.apply({t: TableDelta.inserts(store.read(t, v))
-                                    for t, v in self.versions.items()})
+        def place(root):
+            return frozenset(g for g, _ in probable_groups(root)) | (
+                frozenset(s for s, *_ in join_sides(root)) if joins else frozenset())
+
+        super().__init__(store, sql, EngineOptions(), place=place)
 
     def aggregates(self) -> list:
         return [op for op in self.wiring.pipeline.operators if op.kind == "aggregate"]
-
-    def maintain(self) -> None:
-        target = {t: self.store.version(t) for t in self.versions}
-        changes = {t: self.reader.changes(t, self.versions[t], v,
-                                          self.prepared.specs.get(t))
-                   for t, v in target.items() if v > self.versions[t]}
-        self.wiring.context.begin(self.versions, target)
-        self.wiring.pipeline.apply(changes)
-        self.versions = target
 
     def restart(self) -> None:
         """A new wiring restored from this one's state tables (a checkpoint)."""
@@ -79,12 +59,6 @@ class _Run:
         self.wiring = self.layer.wire(self.prepared.plan, self.prepared.partitions,
                                       EngineOptions(), self.placement)
         self.wiring.pipeline.load_state(tables, batches=1)
-
-    def check(self) -> None:
-        tables = {t: self.store.read(t, v) for t, v in self.versions.items()}
-        ref = reference_capture(self.prepared.plan, tables, self.prepared.partitions)
-        assert self.wiring.pipeline.sketch() == ref.sketch
-        assert self.wiring.pipeline.result().to_counter() == ref.bag.items
 
 
 @settings(max_examples=16, deadline=None,

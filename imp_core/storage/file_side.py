@@ -42,6 +42,9 @@ from imp_core.plan.lineage import trace_column
 from imp_core.plan.nodes import Join, OuterJoin, PlanNode, Scan, SemiJoin
 from imp_core.sketch.partition import PartitionSet
 
+# row-group bounds of a group without statistics: it may hold any value
+NO_LOW, NO_HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
 # (table, rows) -> the rows this reader may see (e.g. one shard's share)
 RowFilter = Callable[[str, pa.Table], pa.Table]
 
@@ -147,7 +150,7 @@ class TableFiles:
         hi = np.concatenate([g[1] for g in groups])
         rows = np.concatenate([g[2] for g in groups]).astype(np.float64)
         # a group without statistics may hold any value: it is read by every lookup
-        bounded = (lo != np.iinfo(np.int64).min) & (hi != np.iinfo(np.int64).max)
+        bounded = (lo != NO_LOW) & (hi != NO_HIGH)
         if not bounded.any() or rows.sum() == 0:
             return False
         low, high = lo[bounded].astype(np.float64), hi[bounded].astype(np.float64)
@@ -159,18 +162,18 @@ class TableFiles:
     def _pruned(self, table: str, version: int, data: ds.Dataset,
                 keys: dict[str, pa.Array]) -> ds.Dataset | None:
         """``data`` cut to the row groups that may hold the ``keys`` (None: none may)."""
-        keep: dict[int, np.ndarray] | None = None
+        keep: list[np.ndarray] | None = None  # per file, its row groups to read
         for col, values in keys.items():
             groups = self._group_bounds(table, version, data, col)
             if groups is None:
                 continue
             vals = np.sort(values.drop_null().to_numpy(zero_copy_only=False))
-            hit: dict[int, np.ndarray] = {}
+            hit = []
             for i, (lo, hi, _) in enumerate(groups):
                 at = np.searchsorted(vals, lo, "left")
                 ok = (at < len(vals)) & (vals[np.minimum(at, len(vals) - 1)] <= hi) \
                     if len(vals) else np.zeros(len(lo), bool)
-                hit[i] = ok if keep is None else ok & keep[i]
+                hit.append(ok if keep is None else ok & keep[i])
             keep = hit
         if keep is None:
             return data
@@ -197,12 +200,11 @@ class TableFiles:
         found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         if field is not None and pa.types.is_signed_integer(field.type):
             found = []
-            low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
             for fragment in data.get_fragments():
                 meta = fragment.metadata
                 j = meta.schema.to_arrow_schema().get_field_index(column)
-                lo = np.full(meta.num_row_groups, low, np.int64)
-                hi = np.full(meta.num_row_groups, high, np.int64)
+                lo = np.full(meta.num_row_groups, NO_LOW, np.int64)
+                hi = np.full(meta.num_row_groups, NO_HIGH, np.int64)
                 rows = np.array([meta.row_group(i).num_rows
                                  for i in range(meta.num_row_groups)], np.int64)
                 for i in range(meta.num_row_groups if j >= 0 else 0):

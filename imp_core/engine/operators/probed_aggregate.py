@@ -58,15 +58,21 @@ class ProbedAggregateOp(AggregateOp):
         if any(keys.column(i).null_count for i in range(keys.num_columns)):
             raise ProbedSideError(f"aggregation {self.op_id}: a NULL group key cannot be "
                                   "looked up in the data layer")
-        probe = keys.group_by(list(self.agg.group_by)).aggregate([])
-        probe = probe.rename_columns([f"{PROBE_KEY}{i}" for i in range(probe.num_columns)])
         # the side moves to the batch's target versions (it holds no rows, no filter)
         self.side.apply(DeltaBatch.empty(self.side.schema))
-        rows = self.side.lookup(probe)
-        scratch = AggregateOp(self.agg, self.op_id, self.frags.P)
-        if len(rows):
-            scratch.step([rows])
+        scratch = self._groups_of(keys.group_by(list(self.agg.group_by)).aggregate([]))
         return scratch.step([delta.negate()]).negate()
+
+    def _groups_of(self, keys: pa.Table) -> AggregateOp:
+        """A scratch aggregation holding the groups of ``keys`` (distinct, no NULL) as
+        the side reads them at its current versions."""
+        scratch = AggregateOp(self.agg, self.op_id, self.frags.P)
+        if keys.num_rows:
+            probe = keys.rename_columns([f"{PROBE_KEY}{i}" for i in range(keys.num_columns)])
+            rows = self.side.lookup(probe)
+            if len(rows):
+                scratch.step([rows])
+        return scratch
 
     def restore(self, state: dict[str, pa.Table]) -> None:
         """Nothing to restore: the groups are in the data layer."""
@@ -77,13 +83,7 @@ class ProbedAggregateOp(AggregateOp):
         if self.side.versions is None:
             raise ProbedSideError(f"aggregation {self.op_id}: no batch has set the "
                                   "versions its groups are read at")
-        keys = self.side.distinct_keys().drop_null()
-        probe = keys.rename_columns([f"{PROBE_KEY}{i}" for i in range(keys.num_columns)])
-        scratch = AggregateOp(self.agg, self.op_id, self.frags.P)
-        rows = self.side.lookup(probe) if probe.num_rows else None
-        if rows is not None and len(rows):
-            scratch.step([rows])
-        return scratch.current_output()
+        return self._groups_of(self.side.distinct_keys().drop_null()).current_output()
 
     def state_bytes(self) -> int:
         return 0

@@ -8,6 +8,9 @@ optimizer estimates at more than half that limit through Parquet files instead: 
 tasks write them to a scratch folder (``IMP_SPARK_SPILL_DIR``, else the system's
 temporary folder; the driver must see what the tasks write, as in local mode or on a
 shared volume) and pyarrow reads them, so neither the limit nor the heap holds the rows.
+Spark sizes a scan by its compressed files, so an estimate can fall under the threshold
+for a result over the limit (at SF 10, TPC-H Q21's): a collect the limit refuses is
+then run again through files.
 
 Invariant: both paths return the same rows with the same schema (``toArrow``'s: the
 spilled table is cast to it), in no particular order; the scratch files are removed
@@ -69,9 +72,20 @@ def collect_arrow(df: DataFrame, spill_above: int | None = None) -> pa.Table:
     estimates the result above ``spill_above`` bytes (None: ``spill_threshold``)."""
     threshold = spill_threshold(df) if spill_above is None else spill_above
     size = estimated_bytes(df)
-    if size is None or size <= threshold:
+    if size is not None and size > threshold:
+        return spilled(df)
+    try:
         return df.toArrow()
+    except Exception as exc:  # noqa: BLE001 - only the result limit is retried
+        if not over_result_limit(exc):
+            raise
     return spilled(df)
+
+
+def over_result_limit(exc: BaseException) -> bool:
+    """Whether Spark aborted a job because its results passed the driver's limit (the
+    job is cancelled and the driver unharmed, so the rows can be fetched otherwise)."""
+    return "spark.driver.maxResultSize" in str(exc)
 
 
 def spilled(df: DataFrame) -> pa.Table:

@@ -114,7 +114,7 @@ class SparkJoinSide(ProbedSide):
 
     def distinct_keys(self) -> pa.Table:
         df = self._frame()
-        return df.select(*[df[quote(c)] for c in self.key_columns]).distinct().toArrow()
+        return collect_arrow(df.select(*[df[quote(c)] for c in self.key_columns]).distinct())
 
     def lookup(self, probe_keys: pa.Table) -> DeltaBatch:
         side = self._frame()
@@ -123,7 +123,7 @@ class SparkJoinSide(ProbedSide):
         for col, name in zip(self.key_columns, probe_keys.column_names):
             c = side[quote(col)] == kdf[quote(name)]
             cond = c if cond is None else cond & c
-        out = side.join(kdf, on=cond, how="left_semi").toArrow()
+        out = collect_arrow(side.join(kdf, on=cond, how="left_semi"))
         return _to_batch(out, self.schema)
 
 

@@ -49,6 +49,33 @@ def test_spilled_rows_equal_collected_rows(spark):
     assert collect.spilled(empty).num_rows == 0
 
 
+class _LimitedFrame:
+    """A DataFrame whose ``toArrow`` fails as Spark's does on the driver's result limit
+    (the limit is a SparkContext setting, fixed for the shared session)."""
+
+    def __init__(self, df, error: str):
+        self._df, self._error = df, error
+
+    def __getattr__(self, name):
+        return getattr(self._df, name)
+
+    def toArrow(self):  # noqa: N802 - pyspark's name
+        raise RuntimeError(self._error)
+
+
+def test_a_collect_over_the_result_limit_runs_again_through_files(spark):
+    df = spark.sql("SELECT id, CAST(id AS STRING) AS s FROM RANGE(0, 50000, 1, 2)")
+    want = df.toArrow()
+    refused = _LimitedFrame(df, "Job aborted due to stage failure: Total size of serialized "
+                                "results of 2 tasks (1100.0 MiB) is bigger than "
+                                "spark.driver.maxResultSize (1024.0 MiB)")
+    got = collect.collect_arrow(refused, spill_above=1 << 40)
+    assert _sorted(got).equals(_sorted(want))
+    other = _LimitedFrame(df, "Job aborted due to stage failure: disk full")
+    with pytest.raises(RuntimeError, match="disk full"):
+        collect.collect_arrow(other, spill_above=1 << 40)
+
+
 def test_size_settings():
     assert collect.size_setting("1g") == 1 << 30
     assert collect.size_setting("512m") == 512 << 20

@@ -51,11 +51,11 @@ import pyarrow as pa
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.bloom import BloomFilter
 from imp_core.engine.join_index import SideIndex, key_hashes
-from imp_core.engine.operators.aggregate import AggregateOp
+from imp_core.engine.operators.aggregate import AggregateOp, GroupTotals
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
-from imp_core.engine.operators.probed_aggregate import GROUPS
+from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
@@ -152,6 +152,10 @@ class _Bootstrap:
             lambda node, which: None if which == GROUPS else chooser(node, which))
         self.scratch = IncrementalQuery(pipeline.plan, pipeline.partitions, pipeline.options,
                                         None, sides)
+        # aggregations the target holds no groups of: Spark's totals give their first
+        # output directly (a key index of millions of groups only to be dropped is not built)
+        self.probed = {op.op_id for op in pipeline.operators
+                       if isinstance(op, ProbedAggregateOp)}
         self.stats = BootstrapRun()
         self.outputs: dict[str, DeltaBatch] = {}
         self.states: dict[str, dict[str, pa.Table]] = {}
@@ -200,8 +204,8 @@ class _Bootstrap:
             return self._rows(node)  # a single-table chain: Spark filters and projects
         if op.stateful and not isinstance(op, JoinOp):
             state = self.state(w)
-            if self.stats.sources[op.op_id] == "engine":
-                return self.outputs[op.op_id]  # stepped by state()
+            if op.op_id in self.outputs:
+                return self.outputs[op.op_id]  # stepped by state(), or a probed one's
             return _output_from_state(op, state)
         if isinstance(op, JoinOp):
             if _in_memory(op.left) and _in_memory(op.right):
@@ -255,7 +259,12 @@ class _Bootstrap:
             state = op.snapshot()
             self.stats.sources[op.op_id] = "engine"
         elif isinstance(op, AggregateOp):
-            state = self._aggregate_state(op, w.children[0].node)
+            totals = self._aggregate_totals(op, w.children[0].node)
+            if op.op_id in self.probed:
+                self.outputs[op.op_id] = op.output_from_groups(totals)
+                state = op.snapshot()  # no group: the layout the target's operator keeps
+            else:
+                state = op.state_from_groups(totals)
             self.stats.sources[op.op_id] = "spark"
         elif isinstance(op, TopKOp):
             state = self._topk_state(op, w.children[0].node)
@@ -285,12 +294,11 @@ class _Bootstrap:
             side.bloom.add(hashes[valid])
         return side.snapshot()
 
-    def _aggregate_state(self, op: AggregateOp, input_node: PlanNode) -> dict[str, pa.Table]:
+    def _aggregate_totals(self, op: AggregateOp, input_node: PlanNode) -> GroupTotals:
         rel = self._relation(input_node)
         buffer = self.options.minmax_buffer
         sql, plan = aggregate_sql(op, rel, buffer)
-        return op.state_from_groups(
-            group_totals(op, self._collect(sql), plan, buffer, self.partitions.size))
+        return group_totals(op, self._collect(sql), plan, buffer, self.partitions.size)
 
     def _topk_state(self, op: TopKOp, input_node: PlanNode) -> dict[str, pa.Table]:
         rel = self._relation(input_node)

@@ -23,7 +23,7 @@ from imp_core.engine.state import state_key
 from imp_core.errors import SnapshotError
 from imp_core.maintenance import BootstrapModeError, Maintainer
 from imp_core.reference import reference_capture
-from imp_core.spark.bootstrap import bootstrap_tables
+from imp_core.spark.bootstrap import _Bootstrap, _output_from_state, bootstrap_tables
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import list_queries
 from imp_core.workloads.schemas import TABLES
@@ -50,6 +50,27 @@ def assert_same_state(a, b, what: str, minmax_buffer: int | None = None) -> None
     ca = canonical_state(a.pipeline, minmax_buffer=minmax_buffer)
     cb = canonical_state(b.pipeline, minmax_buffer=minmax_buffer)
     assert ca == cb, f"{what}: {first_difference(ca, cb)}"
+
+
+def assert_first_outputs_agree(spark, store, reg, options=None) -> int:
+    """Every aggregation's first output from Spark's totals (``output_from_groups``, as a
+    probed aggregation is bootstrapped) equals the output of the state built from them;
+    returns the number of aggregations compared."""
+    pipeline = IncrementalQuery(reg.plan, reg.partitions, options or EngineOptions())
+    b = _Bootstrap(spark, store, pipeline, reg.versions)
+    b._make_views()
+    pending, seen = [b.scratch.root], 0
+    while pending:
+        w = pending.pop()
+        pending.extend(w.children)
+        if isinstance(w.op, AggregateOp):
+            totals = b._aggregate_totals(w.op, w.children[0].node)
+            got = w.op.output_from_groups(totals)
+            want = _output_from_state(w.op, w.op.state_from_groups(totals))
+            assert got.schema == want.schema, f"{reg.name} {w.op.op_id}"
+            assert got.to_counter() == want.to_counter(), f"{reg.name} {w.op.op_id}"
+            seen += 1
+    return seen
 
 
 def _mixed_batch(store, table, rng, n, salt):
@@ -96,6 +117,8 @@ def test_spark_bootstrap_equals_engine_state(spark, stores, wq):
                             a.partitions)
     assert a.sketch == ref.sketch
     assert a.pipeline.result().to_counter() == ref.bag.items
+    assert assert_first_outputs_agree(spark, store, a) >= sum(
+        op.kind == "aggregate" for op in a.pipeline.operators)
     rng = np.random.default_rng(100 + QUERIES.index(wq))
     table = wq.sketch[0][0]
     for step in range(2):
@@ -131,6 +154,8 @@ def test_bounded_buffers(spark, tmp_path, name):
     b = in_engine.register(name, sql, {attr: 6}, force=True)
     assert b.bootstrap == "engine"
     assert_same_state(a, b, f"{name} bootstrap", minmax_buffer=2)
+    aggregations = 0 if name == "topk" else 1
+    assert assert_first_outputs_agree(spark, store, a, options) == aggregations
     for op in a.pipeline.operators:  # the buffers are full and marked incomplete
         if op.kind == "topk":
             assert len(op.entries) == 6 and not op.complete
@@ -227,6 +252,7 @@ def edge_store(tmp_path_factory):
 def test_edge_values(spark, edge_store, attr):
     on_spark = Maintainer(edge_store, spark=spark, bootstrap="spark")
     in_engine = Maintainer(edge_store)
+    compared = 0
     for name, sql in EDGE_QUERIES.items():
         parts = {f"edge.{attr}": 4}
         if name in ("two_tables", "having_over_join"):
@@ -234,9 +260,11 @@ def test_edge_values(spark, edge_store, attr):
         a = on_spark.register(name, sql, parts, force=True)
         b = in_engine.register(name, sql, parts, force=True)
         assert_same_state(a, b, f"{name} on {attr}")
+        compared += assert_first_outputs_agree(spark, edge_store, a)
         ref = reference_capture(a.plan, {t: edge_store.read(t) for t in a.versions},
                                 a.partitions)
         assert a.sketch == ref.sketch, f"{name} on {attr}"
+    assert compared >= 7  # every query but the two top-k ones aggregates
 
 
 def test_non_finite_doubles_are_refused_like_the_engine(spark, tmp_path):

@@ -406,6 +406,35 @@ class AggregateOp(Operator):
                 "complete": pa.array(np.asarray(mm.complete, dtype=bool)[has], pa.bool_())})
         return out
 
+    def output_from_groups(self, totals: GroupTotals) -> DeltaBatch:
+        """The whole output of the operator holding ``totals``: ``current_output`` after
+        restoring ``state_from_groups(totals)``, without building that state (no key
+        index, no exact sums as text), for a first output whose state is then dropped."""
+        cnt = np.asarray(totals.cnt, dtype=np.int64)
+        gids = np.flatnonzero(cnt > 0)
+        if len(gids) == 0:
+            return self.empty()
+        take = pa.array(gids)
+        cols = [arr.cast(t).take(take) for arr, t in zip(totals.keys, self.groups.key_types)]
+        for i, (a, t) in enumerate(zip(self.agg.aggregates, self.arg_types)):
+            nonnull = None if a.func == "count_star" else np.asarray(totals.nonnull[i])[gids]
+            sums = np.asarray(totals.sums[i])[gids] if i in totals.sums else None
+            if a.func in ("min", "max"):  # the best value a group's multiset holds
+                mm = totals.minmax[i]
+                best = pa.table({"g": pa.array(mm.gids, pa.int64()), "v": mm.values.cast(t),
+                                 "c": mm.counts}).filter(pc.field("c") > 0) \
+                    .group_by("g").aggregate([("v", a.func)])
+                at = np.full(len(cnt), -1, dtype=np.int64)
+                at[best.column("g").to_numpy()] = np.arange(best.num_rows)
+                rows = pa.array(at[gids], mask=at[gids] < 0)
+                cols.append(best.column(f"v_{a.func}").take(rows).combine_chunks().cast(t))
+                continue
+            cols.append(self._finalize(a, t, cnt[gids], nonnull, sums, None))
+        frags = FragmentCounts(self.frags.P)
+        frags.restore(frags.table_from_pairs(*totals.fragments), len(cnt))
+        data = pa.Table.from_arrays(cols, schema=self.output_schema)
+        return DeltaBatch.of(data, 1, frags.annotation(gids))
+
     def snapshot(self) -> dict[str, pa.Table]:
         n = len(self.groups)
         live = np.flatnonzero(self.cnt[:n] != 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ENV_MASTER = "IMP_SPARK_MASTER"
 ENV_CONNECT = "IMP_SPARK_CONNECT"
+ENV_DRIVER_MEMORY = "IMP_SPARK_DRIVER_MEMORY"
 
 _LOG4J2 = """\
 rootLogger.level = error
@@ -71,14 +73,21 @@ class SparkConfig:
 
     @staticmethod
     def from_env(base: SparkConfig | None = None) -> SparkConfig:
-        """``base`` (default: the defaults) with IMP_SPARK_MASTER / IMP_SPARK_CONNECT applied."""
+        """``base`` (default: the defaults) with IMP_SPARK_MASTER / IMP_SPARK_CONNECT /
+        IMP_SPARK_DRIVER_MEMORY (a JVM size such as "8g") applied."""
         cfg = base or SparkConfig()
         master = os.environ.get(ENV_MASTER)
         connect = os.environ.get(ENV_CONNECT)
+        memory = os.environ.get(ENV_DRIVER_MEMORY, "").strip()
         if master:
             cfg = replace(cfg, master=master)
         if connect:
             cfg = replace(cfg, connect_url=connect)
+        if memory:
+            if not re.fullmatch(r"[0-9]+[kmgt]?", memory.lower()):
+                raise ValueError(f"{ENV_DRIVER_MEMORY}={memory!r} is not a JVM memory size "
+                                 "such as 4g or 8192m")
+            cfg = replace(cfg, driver_memory=memory)
         return cfg
 
     @property

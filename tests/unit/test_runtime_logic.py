@@ -864,3 +864,21 @@ def test_current_sketches_see_other_writers_within_the_recheck_window(root):
         current = c.get_sketch("g")
         assert current.versions["t1000g"] == outside > first.versions["t1000g"]
         assert current.sketch == reference_sketch(c, "g", current)
+
+
+@pytest.mark.parametrize("raw,want", [("8g", "8g"), (" 6144m ", "6144m"), ("", "4g")])
+def test_spark_driver_memory_from_the_environment(monkeypatch, raw, want):
+    from imp_core.spark.session import SparkConfig
+
+    monkeypatch.setenv("IMP_SPARK_DRIVER_MEMORY", raw)
+    assert SparkConfig.from_env().driver_memory == want
+    assert SparkConfig.from_env().conf()["spark.driver.memory"] == want
+
+
+@pytest.mark.parametrize("raw", ["lots", "8 g", "-1g"])
+def test_bad_spark_driver_memory_is_refused_with_its_name(monkeypatch, raw):
+    from imp_core.spark.session import SparkConfig
+
+    monkeypatch.setenv("IMP_SPARK_DRIVER_MEMORY", raw)
+    with pytest.raises(ValueError, match="IMP_SPARK_DRIVER_MEMORY"):
+        SparkConfig.from_env()

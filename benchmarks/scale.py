@@ -264,7 +264,7 @@ def _results(registered: list[dict[str, Any]], maintained: list[dict[str, Any]],
     for r in registered:
         q = r["query"]
         times = [m["ms"] for m in maintained if m["query"] == q]
-        imp = median(times) if times else None
+        imp = round(median(times), 1) if times else None
         fm = check.get(q, {}).get("fm_s")
         rows.append({"query": q, "bootstrap_s": r["bootstrap_s"], "state_mib": r["state_mib"],
                      "probed_join_sides": len(r["probed_join_sides"]),
@@ -283,19 +283,24 @@ def _summary(report: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
             "peak_machine_used_mib": _mib(peaks["machine_used"]),
             "registration_total_s": round(sum(r["bootstrap_s"] for r in rows), 1),
             "sketches_equal_recapture": f"{sum(1 for x in ok if x)} of {len(ok)}",
-            "maintenance_median_ms": median(
-                [r["imp_ms"] for r in rows if r["imp_ms"] is not None] or [0.0]),
-            "failed": [f["query"] for f in report["failed"]]}
+            "maintenance_median_ms": round(median(
+                [r["imp_ms"] for r in rows if r["imp_ms"] is not None] or [0.0]), 1),
+            "failed": [f["query"] for f in report["failed"]],
+            "not_verified": [v["query"] for v in report["verified"]
+                             if v.get("sketch_ok") is None]}
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     head = "| query | registration s | state MiB | probed sides | IMP ms (median) | " \
            "FM s | FM/IMP | sketch = recapture |\n|---|---:|---:|---:|---:|---:|---:|---|"
     lines = [head]
+    errors = {v["query"]: v.get("error", "") for v in report["verified"]}
     for r in report["results"]:
+        ok = r["sketch_ok"] if r["sketch_ok"] is not None else \
+            f"not checked ({errors.get(r['query'], '')[:60].splitlines()[0]})"
         lines.append(f"| {r['query']} | {r['bootstrap_s']} | {r['state_mib']} | "
                      f"{r['probed_join_sides']} | {r['imp_ms']} | {r['fm_s']} | "
-                     f"{r['fm_over_imp']} | {r['sketch_ok']} |")
+                     f"{r['fm_over_imp']} | {ok} |")
     return "\n".join(lines)
 
 

@@ -22,6 +22,13 @@ def _mix(keys: np.ndarray) -> np.ndarray:
     return z
 
 
+def _halves(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two 32-bit hashes of double hashing (the second odd) of each key."""
+    h = _mix(keys)
+    return ((h & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+            ((h >> np.uint64(32)) | np.uint64(1)).astype(np.uint32))
+
+
 class BloomFilter:
     # a filter made for n keys is sized for HEADROOM * n: room for the inserts to come
     # before it saturates and is rebuilt
@@ -47,21 +54,20 @@ class BloomFilter:
         low bits when the bit count is a power of two (filters of earlier versions, kept
         in checkpoints, are read the same way), else the 32-bit value scaled to the bit
         count (multiply-shift), which needs no power-of-two size."""
-        h = _mix(keys)
-        h1 = (h & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        h2 = ((h >> np.uint64(32)) | np.uint64(1)).astype(np.uint32)
-        out = np.empty((self.hashes, len(h)), dtype=np.uint32)
-        power_of_two = self.bits & (self.bits - 1) == 0
-        mask = np.uint32(self.bits - 1)
-        scale = np.uint64(self.bits)
-        with np.errstate(over="ignore"):
-            for i in range(self.hashes):
-                mixed = h1 + np.uint32(i) * h2
-                if power_of_two:
-                    np.bitwise_and(mixed, mask, out=out[i])
-                else:
-                    out[i] = (mixed.astype(np.uint64) * scale) >> np.uint64(32)
+        h1, h2 = _halves(keys)
+        out = np.empty((self.hashes, len(h1)), dtype=np.uint32)
+        for i in range(self.hashes):
+            out[i] = self._position(h1, h2, i)
         return out
+
+    def _position(self, h1: np.ndarray, h2: np.ndarray, i: int) -> np.ndarray:
+        """The ``i``-th bit position of the keys hashed to ``h1``, ``h2``."""
+        with np.errstate(over="ignore"):
+            mixed = h1 + np.uint32(i) * h2
+            if self.bits & (self.bits - 1) == 0:
+                return mixed & np.uint32(self.bits - 1)
+            return ((mixed.astype(np.uint64) * np.uint64(self.bits))
+                    >> np.uint64(32)).astype(np.uint32)
 
     def add(self, keys: np.ndarray) -> None:
         if len(keys) == 0:
@@ -79,9 +85,24 @@ class BloomFilter:
     def might_contain(self, keys: np.ndarray) -> np.ndarray:
         if len(keys) == 0:
             return np.zeros(0, dtype=bool)
-        pos = self._positions(keys)
-        hit = (self.array[pos >> 3] >> (pos & 7).astype(np.uint8)) & 1
-        return hit.all(axis=0).astype(bool)
+        # one bit position at a time, for the keys whose earlier bits were all set: a
+        # key not in the filter fails at its first position about half the time, so a
+        # probe mostly of absent keys costs about two positions per key, not all of them
+        # (the keys are narrowed only once many have failed: narrowing costs a copy)
+        h1, h2 = _halves(keys)
+        alive = np.arange(len(keys))
+        ok = np.ones(len(keys), dtype=bool)
+        for i in range(self.hashes):
+            pos = self._position(h1, h2, i)
+            ok &= ((self.array[pos >> 3] >> (pos & 7)) & 1).astype(bool)
+            if 2 * np.count_nonzero(ok) < len(ok):
+                alive, h1, h2 = alive[ok], h1[ok], h2[ok]
+                ok = np.ones(len(alive), dtype=bool)
+                if len(alive) == 0:
+                    break
+        out = np.zeros(len(keys), dtype=bool)
+        out[alive[ok]] = True
+        return out
 
     def saturated(self) -> bool:
         """True when the filter holds far more keys than it was sized for."""

@@ -104,6 +104,24 @@ def test_bloom_has_no_false_negatives(added, probes, expected):
     assert hit.dtype == bool and len(hit) == len(probes)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(INT64, max_size=2000), st.lists(INT64, max_size=2000),
+       st.integers(1, 3000), st.booleans())
+def test_bloom_answers_whether_every_position_is_set(added, probes, expected, power_of_two):
+    """``might_contain`` (one position at a time, narrowing the keys) answers exactly
+    whether all of a key's bit positions are set."""
+    bf = BloomFilter(expected)
+    if power_of_two:
+        bf.bits = 1 << 14
+        bf.array = np.zeros(bf.bits // 8, dtype=np.uint8)
+    bf.add(np.array(added, dtype=np.int64))
+    keys = np.array(probes + added[:50], dtype=np.int64)
+    pos = bf._positions(keys)
+    want = ((bf.array[pos >> 3] >> (pos & 7)) & 1).all(axis=0) if len(keys) else \
+        np.zeros(0, bool)
+    assert bf.might_contain(keys).tolist() == want.tolist()
+
+
 @pytest.mark.parametrize("power_of_two", [False, True])
 def test_bloom_false_positive_rate_is_low(power_of_two):
     """Sized for its keys (about 10 bits each, not rounded up to a power of two), the

@@ -296,8 +296,8 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines = [head]
     errors = {v["query"]: v.get("error", "") for v in report["verified"]}
     for r in report["results"]:
-        ok = r["sketch_ok"] if r["sketch_ok"] is not None else \
-            f"not checked ({errors.get(r['query'], '')[:60].splitlines()[0]})"
+        reason = (errors.get(r["query"]) or "not reached").splitlines()[0][:60]
+        ok = r["sketch_ok"] if r["sketch_ok"] is not None else f"not checked ({reason})"
         lines.append(f"| {r['query']} | {r['bootstrap_s']} | {r['state_mib']} | "
                      f"{r['probed_join_sides']} | {r['imp_ms']} | {r['fm_s']} | "
                      f"{r['fm_over_imp']} | {ok} |")

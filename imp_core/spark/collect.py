@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
 DEFAULT_RESULT_LIMIT = 1 << 30  # spark.driver.maxResultSize's default
+NEVER = 1 << 62  # spill_above: through files only when the result limit refuses a collect
 UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -71,7 +72,9 @@ def collect_arrow(df: DataFrame, spill_above: int | None = None) -> pa.Table:
     """``df``'s rows as Arrow: by ``toArrow``, or through Parquet files when Spark
     estimates the result above ``spill_above`` bytes (None: ``spill_threshold``)."""
     threshold = spill_threshold(df) if spill_above is None else spill_above
-    size = estimated_bytes(df)
+    # no estimate when nothing can pass the threshold (e.g. a lookup by keys, which Spark
+    # would size as its whole input): asking the optimizer costs a planning pass
+    size = estimated_bytes(df) if threshold < NEVER else None
     if size is not None and size > threshold:
         return spilled(df)
     try:

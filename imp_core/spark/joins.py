@@ -23,7 +23,7 @@ from imp_core.engine.probed_side import ProbedSide, VersionContext
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.nodes import PlanNode, arrow_schema
 from imp_core.sketch.partition import PartitionSet
-from imp_core.spark.collect import collect_arrow
+from imp_core.spark.collect import NEVER, collect_arrow
 from imp_core.spark.compile import ANNOTATION_COLUMN, annotated_sql, quote
 from imp_core.spark.tables import arrow_to_dataframe, snapshot_frame
 
@@ -123,7 +123,8 @@ class SparkJoinSide(ProbedSide):
         for col, name in zip(self.key_columns, probe_keys.column_names):
             c = side[quote(col)] == kdf[quote(name)]
             cond = c if cond is None else cond & c
-        out = collect_arrow(side.join(kdf, on=cond, how="left_semi"))
+        # rows of the probe keys only: no estimate (Spark sizes a semi-join as its input)
+        out = collect_arrow(side.join(kdf, on=cond, how="left_semi"), spill_above=NEVER)
         return _to_batch(out, self.schema)
 
 

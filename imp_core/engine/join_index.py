@@ -37,7 +37,7 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
     """
     n = data.num_rows
     valid = np.ones(n, dtype=bool)
-    cols = [data.column(c).combine_chunks() for c in columns]
+    cols = [_one_chunk(data.column(c)) for c in columns]
     for c in cols:
         if c.null_count:
             valid &= c.is_valid().to_numpy(zero_copy_only=False)
@@ -47,7 +47,11 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
             c = c.cast(pa.int32())
         elif not pa.types.is_integer(c.type):
             c = c.cast(pa.int64())
-        return c.fill_null(0).to_numpy().astype(np.int64), valid, True
+        if c.null_count:
+            c = c.fill_null(0)
+        # an int64 column without NULLs is its own key array: a view, no copy (a side's
+        # index of a table in key order is then its key column itself)
+        return c.to_numpy().astype(np.int64, copy=False), valid, True
     h = np.zeros(n, dtype=np.uint64)
     for c in cols:
         t = c.type
@@ -63,6 +67,27 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
         with np.errstate(over="ignore"):
             h = (h * _FNV) ^ hc
     return h.view(np.int64), valid, False
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it is (``combine_chunks`` copies even
+    one chunk)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _held_bytes(array: np.ndarray | None, rows: DeltaBatch) -> int:
+    """Bytes ``array`` holds beyond ``rows``: none when it is a view of one of their
+    columns (``key_hashes`` of an int64 key column)."""
+    if array is None:
+        return 0
+    if not array.flags.owndata:
+        start = array.__array_interface__["data"][0]
+        for column in rows.data.columns:
+            for chunk in column.chunks:
+                for buf in chunk.buffers():
+                    if buf is not None and buf.address <= start < buf.address + buf.size:
+                        return 0
+    return array.nbytes
 
 
 class JoinSide(Protocol):
@@ -132,16 +157,16 @@ class SideIndex:
             self._merge()
         if self.use_bloom:
             if self.bloom is None or self.bloom.saturated():
-                self._rebuild_bloom(extra=len(delta))
+                self._rebuild_bloom()  # the delta is merged in first: counted once
             else:
                 ins = delta.filter(delta.weights > 0)
                 keys, valid, _ = key_hashes(ins.data, self.key_columns)
                 self.bloom.add(keys[valid])
 
-    def _rebuild_bloom(self, extra: int = 0) -> None:
+    def _rebuild_bloom(self) -> None:
         self._merge()
         data = self._main  # keys and weights only: the shared ids need not be added
-        self.bloom = BloomFilter.for_keys(len(data) + extra)
+        self.bloom = BloomFilter.for_keys(len(data))
         keys, valid, _ = key_hashes(data.data, self.key_columns)
         self.bloom.add(keys[valid & (data.weights > 0)])
 
@@ -284,8 +309,11 @@ class SideIndex:
     def nbytes(self) -> int:
         # the stored parts' sizes: merging them here would copy the whole side on every
         # call (callers ask after each batch); the indexes and the Bloom filter once built
-        indexes = sum(a.nbytes for part in ((self._sorted, self._perm), self._recent or ())
-                      for a in part if isinstance(a, np.ndarray))
+        indexes = _held_bytes(self._sorted, self._main) + _held_bytes(self._perm, self._main)
+        if self._recent is not None:
+            recent_keys, recent_perm, recent_rows = self._recent
+            indexes += _held_bytes(recent_keys, recent_rows) + _held_bytes(recent_perm,
+                                                                           recent_rows)
         bloom = self.bloom.array.nbytes if self.bloom is not None else 0
         return _batch_bytes(self._main) + self._shared.nbytes + self._pending_bytes + \
             indexes + bloom

@@ -27,6 +27,7 @@ from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from imp_core.engine.bloom import BloomFilter
 from imp_core.engine.join_index import SideIndex, key_hashes
@@ -110,9 +111,13 @@ class ProbedSide:
             return
         ins = delta.filter(delta.weights > 0)
         keys, valid, _ = key_hashes(ins.data, self.key_columns)
+        # the distinct keys: a side's first load (the whole subtree) often holds many
+        # rows a key (lineitem by l_partkey: 30), and the filter is sized and counted
+        # (``saturated``) by keys
+        keys = pc.unique(pa.array(keys[valid])).to_numpy()
         if self.bloom is None:
-            self.bloom = BloomFilter.for_keys(int(valid.sum()))
-        self.bloom.add(keys[valid])
+            self.bloom = BloomFilter.for_keys(len(keys))
+        self.bloom.add(keys)
         if self.bloom.saturated():
             self.rebuild_bloom()
 

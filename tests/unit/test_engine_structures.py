@@ -703,4 +703,54 @@ def test_side_index_of_rows_in_key_order_needs_no_permutation(in_order):
     assert side._sorted is not None  # the main part was indexed: counted from now on
     assert (side._perm is None) == in_order
     assert side._perm is None or side._perm.dtype == np.int32
-    assert side.nbytes() >= before + side._sorted.nbytes
+    if in_order:  # the index is the key column itself: a view, counted once
+        key_column = side._main.data.column("k").chunk(0).to_numpy()
+        assert np.shares_memory(side._sorted, key_column)
+        assert side.nbytes() == before
+    else:
+        assert side.nbytes() >= before + side._sorted.nbytes + side._perm.nbytes
+
+
+def test_join_side_bloom_filters_are_sized_by_their_distinct_keys():
+    """A side's first load is counted once (an in-memory side's filter is sized for its
+    rows, not twice them) and a probed side's filter for its distinct keys (lineitem by
+    l_partkey holds 30 rows a key): no filter is rebuilt from the data layer at once, and
+    every key loaded tests positive."""
+    import numpy as np
+    import pyarrow as pa
+
+    from imp_core.engine.annotation import Annotation
+    from imp_core.engine.join_index import SideIndex
+    from imp_core.engine.probed_side import ProbedSide, VersionContext
+    from imp_core.engine.zset import DeltaBatch
+    from imp_core.plan.nodes import Field, Scan
+
+    rng = np.random.default_rng(5)
+    n = 20_000
+    keys = rng.integers(0, 500, n)
+    schema = pa.schema([("R.k", pa.int64()), ("R.v", pa.int64())])
+    rows = DeltaBatch(pa.table({"R.k": keys, "R.v": np.arange(n)}, schema=schema),
+                      np.ones(n, np.int64), Annotation.empty(n))
+
+    memory = SideIndex(schema, ("R.k",))
+    memory.apply(rows)
+    assert memory.bloom is not None
+    assert memory.bloom.bits == BloomFilter.for_keys(n).bits
+
+    class Probed(ProbedSide):
+        def lookup(self, probe_keys):
+            raise AssertionError("not probed here")
+
+        def distinct_keys(self):
+            raise AssertionError("the first load must not rebuild the filter")
+
+    scan = Scan("R", ("k", "v"), (Field("R.k", pa.int64()), Field("R.v", pa.int64())))
+    context = VersionContext()
+    context.begin(None, {"R": 1})
+    probed = Probed(scan, ("R.k",), context)
+    probed.apply(rows)
+    distinct = len(np.unique(keys))
+    assert probed.bloom is not None and probed.bloom.count == distinct
+    assert probed.bloom.bits == BloomFilter.for_keys(distinct).bits
+    assert probed.bloom.might_contain(np.unique(keys)).all()
+    assert not probed.bloom.saturated()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -109,10 +110,11 @@ def aggregate_type(func: str, dtype: pa.DataType | None) -> pa.DataType:
 
 
 class _Evaluator:
-    def __init__(self, table: pa.Table):
+    def __init__(self, table: pa.Table, scalars: Mapping[str, pa.Scalar] | None = None):
         self.table = table
         self.n = table.num_rows
-        self._columns: dict[str, pa.Array] = {}  # each column combined once per evaluation
+        # each column combined once per evaluation; ``scalars``: columns of one value
+        self._columns: dict[str, pa.Array | pa.Scalar] = dict(scalars or {})
         # results of compound subexpressions: the expressions of one projection often
         # share them (TPC-H q01's price * (1 - discount) feeds two sums)
         self._memo: dict[Expr, pa.Array | pa.Scalar] = {}
@@ -129,7 +131,7 @@ class _Evaluator:
         return found
 
     # -- leaves -------------------------------------------------------------------------
-    def _ColumnRef(self, e: ColumnRef) -> pa.Array:
+    def _ColumnRef(self, e: ColumnRef) -> pa.Array | pa.Scalar:
         found = self._columns.get(e.name)
         if found is not None:
             return found
@@ -152,6 +154,10 @@ class _Evaluator:
         if e.op == "or":
             return pc.or_kleene(self._bool(e.left), self._bool(e.right))
         left, right = self.eval(e.left), self.eval(e.right)
+        if e.op in _CMP:
+            narrowed = _compare_at_column_scale(left, right, e.op)
+            if narrowed is not None:
+                return narrowed
         left, right = _coerce_pair(left, right, e.op)
         if e.op in _CMP:
             return pc.call_function(_CMP[e.op], [left, right])
@@ -286,6 +292,36 @@ def _unify(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     return a
 
 
+_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+# the rounding that keeps ``column op value`` when ``value`` is rounded to the column's
+# scale: the column only holds multiples of its last digit
+_ROUNDING = {">": decimal.ROUND_FLOOR, "<=": decimal.ROUND_FLOOR,
+             "<": decimal.ROUND_CEILING, ">=": decimal.ROUND_CEILING}
+_WIDE = decimal.Context(prec=2 * MAX_PRECISION)
+
+
+def _compare_at_column_scale(left, right, op: str) -> pa.Array | None:
+    """``left op right`` for a decimal column and a decimal value of a finer scale (a
+    column against a scalar subquery's average), with the value rounded to the column's
+    type instead of every row cast to the finer one; None when that does not apply (the
+    value does not round exactly for ``=``/``<>``, or does not fit the column's type)."""
+    if isinstance(left, pa.Scalar) and isinstance(right, pa.Array):
+        left, right, op = right, left, _FLIPPED[op]
+    if not (isinstance(left, pa.Array) and isinstance(right, pa.Scalar)
+            and _is_decimal(left.type) and _is_decimal(right.type)
+            and right.is_valid and right.type.scale > left.type.scale):
+        return None
+    value = right.as_py()
+    step = decimal.Decimal(1).scaleb(-left.type.scale)
+    rounded = value.quantize(step, rounding=_ROUNDING.get(op, decimal.ROUND_FLOOR),
+                             context=_WIDE)
+    if op not in _ROUNDING and rounded != value:
+        return None
+    if abs(rounded) >= decimal.Decimal(10) ** (left.type.precision - left.type.scale):
+        return None
+    return pc.call_function(_CMP[op], [left, pa.scalar(rounded, left.type)])
+
+
 def _coerce_pair(left, right, op: str):
     lt, rt = left.type, right.type
     if lt == rt:
@@ -351,9 +387,12 @@ def _decimal_arith(op: str, left, right):
     return pc.cast(wide, pa.decimal128(target_p, target_s))
 
 
-def evaluate(expr: Expr, table: pa.Table) -> pa.Array:
-    """Evaluate ``expr`` on every row of ``table``; always returns an array of len(table)."""
-    return _finish(_Evaluator(table), expr)
+def evaluate(expr: Expr, table: pa.Table,
+             scalars: Mapping[str, pa.Scalar] | None = None) -> pa.Array:
+    """Evaluate ``expr`` on every row of ``table``; always returns an array of len(table).
+    ``scalars``: columns holding one value on every row, given once (a scalar
+    subquery's value) rather than repeated as a column."""
+    return _finish(_Evaluator(table, scalars), expr)
 
 
 def evaluate_all(exprs: list[Expr], table: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
@@ -384,9 +423,11 @@ def _finish(ev: _Evaluator, expr: Expr) -> pa.Array:
     return out
 
 
-def evaluate_predicate(expr: Expr, table: pa.Table) -> np.ndarray:
-    """Boolean mask of rows where ``expr`` is TRUE (NULL counts as false)."""
-    out = evaluate(expr, table)
+def evaluate_predicate(expr: Expr, table: pa.Table,
+                       scalars: Mapping[str, pa.Scalar] | None = None) -> np.ndarray:
+    """Boolean mask of rows where ``expr`` is TRUE (NULL counts as false); ``scalars`` as
+    for ``evaluate``."""
+    out = evaluate(expr, table, scalars)
     if out.null_count:
         out = pc.fill_null(out, False)
     return out.to_numpy(zero_copy_only=False).astype(bool, copy=False)

@@ -121,3 +121,48 @@ def test_null_scalar_falls_back(op):
     col = pa.array([decimal.Decimal("1.5")], pa.decimal128(5, 1))
     null = pa.scalar(None, pa.decimal128(5, 1))
     assert decimal64.arith(op, col, null, pa.decimal128(12, 2), 2) is None
+
+
+@st.composite
+def _finer_comparisons(draw):
+    """A decimal column and a decimal value of a finer scale, either side of one
+    comparison; values near the column's values (ties after rounding) and beyond its
+    range."""
+    p = draw(st.integers(1, 18))
+    s = draw(st.integers(0, min(p, 6)))
+    column = _column(draw, p, s, draw(st.booleans()))
+    vs = draw(st.integers(s + 1, min(s + 8, 38)))
+    vp = draw(st.integers(max(vs, 1), 38))
+    with decimal.localcontext(decimal.Context(prec=80)):  # 38 digits and more
+        base = draw(st.sampled_from([v for v in column.to_pylist() if v is not None] or
+                                    [decimal.Decimal(0)]))
+        shift = draw(st.integers(-(10 ** min(vs, 9)), 10 ** min(vs, 9)))
+        value = (decimal.Decimal(base) + decimal.Decimal(shift).scaleb(-vs))
+        if draw(st.booleans()):  # far beyond the column's range
+            value = decimal.Decimal(10 ** min(vp - vs, 20)) - decimal.Decimal(1).scaleb(-vs)
+        limit = decimal.Decimal(10) ** (vp - vs)
+        if abs(value) >= limit:
+            value = (limit - decimal.Decimal(1).scaleb(-vs)).copy_sign(value)
+        value = value.quantize(decimal.Decimal(1).scaleb(-vs))
+    scalar = pa.scalar(str(value)).cast(pa.decimal128(vp, vs))
+    op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="]))
+    return column, scalar, op, draw(st.booleans())
+
+
+@given(_finer_comparisons())
+@settings(max_examples=400, deadline=None)
+def test_comparison_at_the_column_scale_equals_the_cast_comparison(case):
+    """A decimal column compared with a value of a finer scale (rounded to the column's
+    scale, the column not cast) gives what casting both to the common type gives."""
+    column, scalar, op, scalar_left = case
+    left, right = (scalar, column) if scalar_left else (column, scalar)
+    narrowed = ev._compare_at_column_scale(left, right, op)
+    a, b = ev._coerce_pair(left, right, op)
+    want = pa.compute.call_function(ev._CMP[op], [a, b])
+    if narrowed is not None:
+        assert narrowed.to_pylist() == want.to_pylist()
+    else:  # only an inexact equality or a value beyond the column's type is left out
+        rounded = scalar.as_py().quantize(decimal.Decimal(1).scaleb(-column.type.scale),
+                                          rounding=decimal.ROUND_FLOOR)
+        assert (op in ("=", "<>") and rounded != scalar.as_py()) or \
+            abs(scalar.as_py()) >= 10 ** (column.type.precision - column.type.scale) - 1

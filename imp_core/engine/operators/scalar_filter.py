@@ -69,6 +69,19 @@ class ScalarFilterOp(TwoSidedOp):
         # change of the value needs it as p(l, s_old), so it is not evaluated twice
         # (the part itself is kept: a cached mask belongs to that very object)
         self._main_masks: dict[tuple, tuple[DeltaBatch, np.ndarray]] = {}
+        self._s_rows: DeltaBatch | None = None  # S consolidated, until S changes
+
+    def _subquery_rows(self) -> DeltaBatch:
+        """S's rows consolidated (kept between steps: S changes only in ``_step`` and
+        ``restore``, which drop them)."""
+        if self._s_rows is None:
+            self._s_rows = self.right.contents().consolidate()
+        return self._s_rows
+
+    def restore(self, state: dict[str, pa.Table]) -> None:
+        super().restore(state)
+        self._s_rows = None
+        self._main_masks = {}
 
     # -- the rule -----------------------------------------------------------------------
     def _main_passing(self, main: DeltaBatch, s: DeltaBatch, i: int) -> np.ndarray:
@@ -83,12 +96,8 @@ class ScalarFilterOp(TwoSidedOp):
 
     def _passing(self, rows: DeltaBatch, s: DeltaBatch, i: int) -> np.ndarray:
         """Whether ``p(l, s_i)`` holds, for every row l of ``rows``."""
-        n = len(rows)
-        pick = np.zeros(n, dtype=np.int64)
-        data = rows.data
-        for name in s.data.column_names:
-            data = data.append_column(name, s.data.column(name).take(pa.array(pick + i)))
-        return evaluate_predicate(self.predicate, data)
+        values = {name: s.data.column(name)[i] for name in s.data.column_names}
+        return evaluate_predicate(self.predicate, rows.data, values)
 
     def _emit(self, rows: DeltaBatch, weights: np.ndarray, shared: np.ndarray) -> DeltaBatch:
         keep = np.flatnonzero(weights)
@@ -112,9 +121,10 @@ class ScalarFilterOp(TwoSidedOp):
         dl, ds = inputs
         parts: list[DeltaBatch] = []
         if len(ds):
-            s_old = self.right.contents().consolidate()
+            s_old = self._subquery_rows()
             self.right.apply(ds)
-            s_new = self.right.contents().consolidate()
+            self._s_rows = None
+            s_new = self._subquery_rows()
             main = self.left.main_part()
             if len(main):
                 parts += self._changed(main, s_old, s_new, self._main_passing)
@@ -127,7 +137,7 @@ class ScalarFilterOp(TwoSidedOp):
             if len(pending):
                 parts += self._changed(pending, s_old, s_new, self._passing)
         else:
-            s_new = self.right.contents().consolidate()
+            s_new = self._subquery_rows()
         if len(dl):
             parts += self._against(dl, s_new)
             self.left.apply(dl)

@@ -113,7 +113,8 @@ def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(location)
 
 
-def _data_path(location: str, path: str) -> str:
+def data_path(location: str, path: str) -> str:
+    """The absolute path or URI of a log action's ``path`` in the table at ``location``."""
     path = unquote(path)
     if is_uri(path):
         return path
@@ -134,14 +135,14 @@ def commit_change_files(location: str, version: int) -> list[ChangeFile]:
     actions = commit_actions(location, version)
     cdc = [a["cdc"] for a in actions if "cdc" in a]
     if cdc:
-        return [ChangeFile(_data_path(location, c["path"]), "cdc", version,
+        return [ChangeFile(data_path(location, c["path"]), "cdc", version,
                            int(c.get("size") or 0)) for c in cdc]
     out: list[ChangeFile] = []
     for action in actions:
         for kind in ("remove", "add"):
             body = action.get(kind)
             if body is not None and body.get("dataChange", True):
-                out.append(ChangeFile(_data_path(location, body["path"]), kind, version,
+                out.append(ChangeFile(data_path(location, body["path"]), kind, version,
                                       int(body.get("size") or 0)))
     return out
 

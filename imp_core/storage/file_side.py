@@ -53,6 +53,8 @@ class TableFiles:
     """Reads of a store's tables at given versions, column-pruned and filtered in the
     Parquet scan; one dataset per (table, version) is kept (its file list is immutable)."""
 
+    FILE_BOUNDS = 8192  # (file, column) row-group bounds kept
+
     def __init__(self, store: Any, row_filter: RowFilter | None = None, keep: int = 32):
         self.store = store
         self.row_filter = row_filter
@@ -61,6 +63,8 @@ class TableFiles:
         self._schemas: dict[str, pa.Schema] = {}
         self._bounds: OrderedDict[tuple[str, int, str], list[tuple[
             np.ndarray, np.ndarray, np.ndarray]] | None] = OrderedDict()
+        self._file_bounds: OrderedDict[tuple[str, str], tuple[
+            np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
 
     def schema(self, table: str) -> pa.Schema:
         """The table's user schema, read once (a table's schema never changes, and
@@ -199,22 +203,36 @@ class TableFiles:
         field = data.schema.field(column) if column in data.schema.names else None
         found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         if field is not None and pa.types.is_signed_integer(field.type):
-            found = []
-            for fragment in data.get_fragments():
-                meta = fragment.metadata
-                j = meta.schema.to_arrow_schema().get_field_index(column)
-                lo = np.full(meta.num_row_groups, NO_LOW, np.int64)
-                hi = np.full(meta.num_row_groups, NO_HIGH, np.int64)
-                rows = np.array([meta.row_group(i).num_rows
-                                 for i in range(meta.num_row_groups)], np.int64)
-                for i in range(meta.num_row_groups if j >= 0 else 0):
-                    st = meta.row_group(i).column(j).statistics
-                    if st is not None and st.has_min_max:
-                        lo[i], hi[i] = st.min, st.max
-                found.append((lo, hi, rows))
+            found = [self._file_group_bounds(fragment, column)
+                     for fragment in data.get_fragments()]
         self._bounds[key] = found
         while len(self._bounds) > self.keep:
             self._bounds.popitem(last=False)
+        return found
+
+    def _file_group_bounds(self, fragment: ds.ParquetFileFragment, column: str
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One file's row-group bounds of ``column`` (see ``_group_bounds``), read from
+        its footer once: a data file never changes, and a new version mostly lists the
+        files of the one before."""
+        key = (fragment.path, column)
+        found = self._file_bounds.get(key)
+        if found is not None:
+            self._file_bounds.move_to_end(key)
+            return found
+        meta = fragment.metadata
+        j = meta.schema.to_arrow_schema().get_field_index(column)
+        lo = np.full(meta.num_row_groups, NO_LOW, np.int64)
+        hi = np.full(meta.num_row_groups, NO_HIGH, np.int64)
+        rows = np.array([meta.row_group(i).num_rows
+                         for i in range(meta.num_row_groups)], np.int64)
+        for i in range(meta.num_row_groups if j >= 0 else 0):
+            st = meta.row_group(i).column(j).statistics
+            if st is not None and st.has_min_max:
+                lo[i], hi[i] = st.min, st.max
+        found = self._file_bounds[key] = (lo, hi, rows)
+        while len(self._file_bounds) > self.FILE_BOUNDS:
+            self._file_bounds.popitem(last=False)
         return found
 
 

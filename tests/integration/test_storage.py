@@ -520,3 +520,47 @@ def test_snapshot_files_kept_forward_equal_a_fresh_open(tmp_path):
     assert store.snapshot_files("t", 0)[0] != table_id
     assert sorted(store.file_uris("t", 0)) == fresh(0)
     assert store.read("t").num_rows == 7
+
+
+def test_snapshot_files_read_forward_from_each_commit(tmp_path):
+    """Going forward one version at a time, a snapshot's files come from the one before
+    and the commit's adds and removes (not from loading the log), for commits of every
+    writer: the store's MERGE, delta-rs appends, deletes, updates and overwrites, an
+    OPTIMIZE; each equals a fresh open of the log at that version. A commit that changes
+    the table's metadata (an overwrite with a new schema) is loaded from the log."""
+    from imp_core.storage.snapshots import SnapshotFiles, open_delta
+
+    store = DeltaStore(tmp_path / "s", SMALL)
+    rng = random.Random(11)
+    rows = [keyed_row(rng, k) for k in range(1, 201)]
+    store.create_table("k", rows_table(rows, KEYED), key=("id",), cluster_by=("id",))
+    entry = store.entry("k")
+    location = entry.location
+    store.apply("k", deletes=rows_table(rows[:5], KEYED))
+    write_deltalake(location, rows_table([keyed_row(rng, 900)], KEYED), mode="append")
+    DeltaTable(location).delete("id = 30")
+    DeltaTable(location).update(updates={"name": "'upd'"}, predicate="id = 40")
+    store.apply("k", inserts=rows_table([keyed_row(rng, 901)], KEYED),
+                deletes=rows_table(rows[50:52], KEYED))
+    store.optimize("k")
+    write_deltalake(location, rows_table(rows[100:120], KEYED), mode="overwrite")
+    evolved = rows_table(rows[:3], KEYED).append_column("extra", pa.array([1, 2, 3]))
+    write_deltalake(location, evolved, mode="overwrite", schema_mode="overwrite")
+    latest = store.version("k")
+
+    snapshots = SnapshotFiles()
+    loads: list[int] = []
+    load = snapshots._load
+
+    def counted(e, version):
+        loads.append(version)
+        return load(e, version)
+
+    snapshots._load = counted
+    for version in range(latest + 1):
+        table_id, files = snapshots.files(entry, version)
+        fresh = open_delta(entry, version)
+        assert sorted(files) == sorted(fresh.file_uris()), version
+        assert table_id == fresh.metadata().id
+    # the first version and the schema change are loaded; every other one read forward
+    assert loads == [0, latest]

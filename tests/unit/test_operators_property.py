@@ -411,12 +411,44 @@ def test_long_sequences_keep_float_and_decimal_sums_exact(data):
 
 def test_minmax_buffer_bounds_incomplete_groups_too():
     """Once a group's buffer dropped values, better values still keep it at the bound."""
-    from imp_core.engine.operators.aggregate import _MinMax
+    from imp_core.engine.operators.minmax import MinMaxSets
 
-    mm = _MinMax(is_max=False, buffer=3)
+    mm = MinMaxSets(is_max=False, buffer=3)
     for v in [50, 40, 30, 20, 10, 5, 1, 0]:  # each new value is the best so far
         mm.update(0, v, 1)
         assert len(mm.sets[0]) <= 3
-    assert list(mm.sets[0]) == [0, 1, 5] and mm.complete[0] is False
+    assert sorted(mm.sets[0]) == [0, 1, 5] and mm.complete[0] is False
     mm.update(0, 60, 1)  # worse than every kept value: beyond the buffer, not kept
-    assert list(mm.sets[0]) == [0, 1, 5]
+    assert sorted(mm.sets[0]) == [0, 1, 5]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-40, 40), st.sampled_from([1, 1, 2, -1])),
+                max_size=200),
+       st.booleans(), st.sampled_from([None, 2, 5, 30]))
+@settings(max_examples=int(150 * SCALE), deadline=None)
+def test_minmax_sets_small_and_sorted_answer_alike(ops, is_max, buffer):
+    """Groups held as plain dicts (few values) and as SortedDicts (many) give the same
+    extremes, kept values and completeness as a model of sorted lists, through inserts
+    and deletes of values held (a deletion of a value never held is skipped, as the
+    operator never sends one to a complete group)."""
+    from imp_core.engine.operators.minmax import MinMaxSets
+
+    small = MinMaxSets(is_max, buffer)
+    small.SMALL = 3
+    large = MinMaxSets(is_max, buffer)
+    large.SMALL = 0  # every group sorted from its first value
+    for g, v, w in ops:
+        held = small.sets.get(g, {})
+        if w < 0 and held.get(v, 0) < -w:
+            continue
+        for mm in (small, large):
+            mm.update(g, v, w)
+    for g in set(small.sets) | set(large.sets):
+        assert dict(small.sets[g]) == dict(large.sets[g])
+        assert small.extreme(g) == large.extreme(g)
+        assert small.complete[g] == large.complete[g]
+        kept = sorted(small.sets[g])
+        if kept:
+            assert small.extreme(g) == (kept[-1] if is_max else kept[0])
+        if buffer is not None:
+            assert len(kept) <= buffer

@@ -24,11 +24,11 @@ from typing import Callable, ClassVar, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sortedcontainers import SortedDict
 
 from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum, kind_of
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
+from imp_core.engine.operators.minmax import MinMaxSets
 from imp_core.engine.state import StateLayout, StateTable, StateTables
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import StateExhaustedError
@@ -45,77 +45,6 @@ def _grow(arr: np.ndarray, n: int, fill=0) -> np.ndarray:
         np.array([fill] * size, dtype=object)
     out[: len(arr)] = arr
     return out
-
-
-class _MinMax:
-    """Per-group ordered multisets {value: count} of non-NULL values, maybe bounded."""
-
-    def __init__(self, is_max: bool, buffer: int | None):
-        self.is_max = is_max
-        self.buffer = buffer
-        self.sets: dict[int, SortedDict] = {}
-        self.complete: dict[int, bool] = {}
-
-    def extreme(self, g: int):
-        s = self.sets.get(g)
-        if not s:
-            return None
-        return s.peekitem(-1)[0] if self.is_max else s.peekitem(0)[0]
-
-    def _worst(self, s: SortedDict):
-        return s.peekitem(0)[0] if self.is_max else s.peekitem(-1)[0]
-
-    def _better_or_equal(self, v, w) -> bool:
-        return v >= w if self.is_max else v <= w
-
-    def update(self, g: int, value, w: int) -> None:
-        s = self.sets.get(g)
-        if s is None:
-            s = self.sets[g] = SortedDict()
-            self.complete[g] = True
-        complete = self.complete[g]
-        if w > 0:
-            if not complete and (not s or not self._better_or_equal(value, self._worst(s))):
-                # belongs to the part of the group that is not kept (with every kept value
-                # deleted, nothing is known to be kept: the refill must decide)
-                return
-            s[value] = s.get(value, 0) + w
-        else:
-            c = s.get(value)
-            if c is None:
-                if complete:
-                    raise StateExhaustedError(f"deleting value {value!r} that group never had")
-                return
-            if c + w > 0:
-                s[value] = c + w
-            else:
-                del s[value]
-        if self.buffer is not None and len(s) > self.buffer:
-            # keep the best ``buffer`` values: still a prefix of the group's sorted values
-            # (complete or not), so the bound holds for incomplete groups too
-            while len(s) > self.buffer:
-                s.popitem(0 if self.is_max else -1)
-            self.complete[g] = False
-
-    def mark_complete_if_whole(self, g: int, nonnull: int) -> None:
-        """A bounded multiset that holds all ``nonnull`` values of its group is complete
-        again (e.g. a group whose values were all deleted)."""
-        if not self.complete.get(g, True):
-            s = self.sets.get(g)
-            if (sum(s.values()) if s else 0) == nonnull:
-                self.complete[g] = True
-
-    def needs_refill(self, g: int, nonnull: int) -> bool:
-        return nonnull > 0 and not self.sets.get(g)
-
-    def refill(self, g: int, values: dict) -> None:
-        s = SortedDict(values)
-        self.sets[g] = s
-        self.complete[g] = True
-        if self.buffer is not None and len(s) > self.buffer:
-            while len(s) > self.buffer:
-                s.popitem(0 if self.is_max else -1)
-            self.complete[g] = False
 
 
 @dataclass(frozen=True)
@@ -176,8 +105,8 @@ class AggregateOp(Operator):
         self.sums: list[np.ndarray | None] = [
             np.zeros(0, dtype=np.int64) if a.func in ("sum", "avg") else None
             for a in node.aggregates]
-        self.minmax: list[_MinMax | None] = [
-            _MinMax(a.func == "max", minmax_buffer) if a.func in ("min", "max") else None
+        self.minmax: list[MinMaxSets | None] = [
+            MinMaxSets(a.func == "max", minmax_buffer) if a.func in ("min", "max") else None
             for a in node.aggregates]
         self.source = source
         self.refills = 0
@@ -498,15 +427,12 @@ class AggregateOp(Operator):
         for i, mm in enumerate(self.minmax):
             if mm is None:
                 continue
-            mm.sets, mm.complete = {}, {}
             t = state[self.MINMAX.of(i)]
-            for g, v, c in zip(t.column("gid").to_pylist(), t.column("value").to_pylist(),
-                               t.column("count").to_pylist()):
-                mm.sets.setdefault(int(remap[g]), SortedDict())[v] = c
             ct = state[self.COMPLETE.of(i)]
-            for g, comp in zip(ct.column("gid").to_pylist(), ct.column("complete").to_pylist()):
-                mm.complete[int(remap[g])] = comp
-                mm.sets.setdefault(int(remap[g]), SortedDict())
+            mm.load(zip(remap[t.column("gid").to_numpy()].tolist(),
+                        t.column("value").to_pylist(), t.column("count").to_pylist()),
+                    zip(remap[ct.column("gid").to_numpy()].tolist(),
+                        ct.column("complete").to_pylist()))
         self._ensure(n)
 
     def unite_states(self, states: Sequence[Mapping[str, pa.Table]]) -> StateTables:

@@ -64,6 +64,7 @@ from benchmarks.paper_common import (
     timed_maintenance,
     write_partial,
 )
+from imp_core.storage.clustering import recluster_decayed
 
 QUERIES = ("q01", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q12", "q14", "q19")
 # the 22 standard TPC-H queries (workload suite tpch22); ``all22`` in a query list
@@ -136,27 +137,6 @@ def prepare_tpch_store(sf: float, data_root: Path, progress: bool = True,
                 store.optimize(t)
                 log(progress, f"  re-clustered {t} ({time.perf_counter() - t0:.1f} s)")
     return store, root
-
-
-def recluster_decayed(store, tables: Iterable[str]) -> list[tuple[str, float]]:
-    """Re-cluster (``optimize``) those of ``tables`` whose rows the earlier queries'
-    commits left out of order on their cluster column, else their first key column
-    (``TableFiles.clustered``, from the Parquet footers), as an operator's scheduled
-    OPTIMIZE would: every query then registers over a table laid out as when it was
-    loaded. Returns ``(table, seconds)`` of each rewrite."""
-    from imp_core.storage.file_side import TableFiles
-
-    files = TableFiles(store)
-    out = []
-    for t in dict.fromkeys(tables):
-        entry = store.entry(t)
-        column = (tuple(entry.sketch_columns) or tuple(entry.key or ()) or (None,))[0]
-        if column is None or files.clustered(t, store.version(t), column):
-            continue
-        t0 = time.perf_counter()
-        store.optimize(t)
-        out.append((t, time.perf_counter() - t0))
-    return out
 
 
 def _register(coordinator, qname: str, fragments: int, attribute: tuple[str, str]

@@ -179,6 +179,10 @@ class RuntimeConfig:
     lease_seconds: float = 15.0
     # how often the control loop weighs autoscaled queries' load (``autoscaler.py``)
     autoscale_every_s: float = 1.0
+    # how often the control loop looks for tables the queries read that other writers'
+    # commits left out of order on their cluster column, and rewrites them in order
+    # (``reclustering.py``; a rewrite reads the whole table into memory). None: never
+    recluster_every_s: float | None = None
 
     @property
     def tables_dir(self) -> str:
@@ -221,6 +225,10 @@ class RuntimeConfig:
         if env.get("IMP_SKETCH_MAX_READ_SHARE"):
             changes["sketch_max_read_share"] = _share(env["IMP_SKETCH_MAX_READ_SHARE"],
                                                       "IMP_SKETCH_MAX_READ_SHARE")
+        if env.get("IMP_RECLUSTER_EVERY_S"):
+            raw = env["IMP_RECLUSTER_EVERY_S"].strip().lower()
+            changes["recluster_every_s"] = None if raw in ("none", "off") else \
+                _seconds(raw, "IMP_RECLUSTER_EVERY_S")
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):

@@ -3,9 +3,11 @@
 Every tick (50 ms) it looks for table versions committed by other writers (every
 ``poll_seconds``), schedules eager queries whose pending changes are old enough, keeps
 the warm pool full, evicts idle queries and (every ``autoscale_every_s``) weighs the load
-of autoscaled queries (``autoscaler.py``). Eager maintenance runs on a small thread
-pool, rescales the autoscaler asks for on a thread of their own (so they never hold up
-another query's maintenance). Invariants:
+of autoscaled queries (``autoscaler.py``) and (every ``recluster_every_s``, when set)
+re-clusters tables other writers left out of order (``reclustering.py``). Eager
+maintenance runs on a small thread pool, rescales the autoscaler asks for on a thread of
+their own (so they never hold up another query's maintenance), re-clustering on another.
+Invariants:
 - a query has at most one maintenance job queued or running (``QueryRuntime.scheduled``)
   and at most one autoscaling rescale (``Trend.RESCALING`` until it ends);
 - the autoscaler acts only on live queries (a rescale never restores an evicted one);
@@ -29,6 +31,7 @@ from imp_actors.context import RuntimeContext
 from imp_actors.feed import count_changes
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.metrics import query_load
+from imp_actors.reclustering import Reclustering
 from imp_actors.registration import check_shards
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
@@ -49,6 +52,7 @@ class ControlLoop:
         self._pool: ThreadPoolExecutor | None = None
         self._scaler: ThreadPoolExecutor | None = None  # autoscaling rescales, one at a time
         self.autoscaler = Autoscaler()
+        self.reclustering = Reclustering(ctx)
         self._last_poll = 0.0
         self._last_autoscale = 0.0
         self._seen_versions: dict[str, int] = {}
@@ -77,6 +81,7 @@ class ControlLoop:
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imp-maintain")
         self._scaler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imp-autoscale")
+        self.reclustering.start()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="imp-coordinator",
                                         daemon=True)
@@ -93,6 +98,7 @@ class ControlLoop:
                     pool.shutdown(wait=True)
                 else:
                     pool.shutdown(wait=False, cancel_futures=True)
+        self.reclustering.stop(wait)
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_SECONDS):
@@ -122,6 +128,7 @@ class ControlLoop:
         if now - self._last_autoscale >= self.ctx.config.autoscale_every_s:
             self._last_autoscale = now
             self.autoscale()
+        self.reclustering.tick(now)
 
     # -- new versions -------------------------------------------------------------------
     def poll(self) -> dict[str, int]:

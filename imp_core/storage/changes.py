@@ -147,11 +147,23 @@ def commit_change_files(location: str, version: int) -> list[ChangeFile]:
     return out
 
 
+def _read_file(path: str, schema: pa.Schema) -> pa.Table:
+    """One change file, whole. A local file is read directly, on this thread, without
+    pre-buffering: a commit's change files are small (a 100-row cdc file in 0.24 ms
+    instead of 0.73 through the dataset layer); a remote one, or one lacking a column
+    (a partition value kept in its path), through ``pq.read_table``."""
+    if not is_uri(path):
+        data = pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)
+        if all(name in data.column_names for name in schema.names):
+            return data
+    return pq.read_table(path)
+
+
 def read_change_files(files: list[ChangeFile], schema: pa.Schema) -> pa.Table:
     """The change table (module docstring) the files hold; ``schema`` = user columns."""
     parts: list[pa.Table] = []
     for cf in files:
-        data = pq.read_table(cf.path)
+        data = _read_file(cf.path, schema)
         if cf.kind == "cdc":
             kinds = data.column(CHANGE_TYPE)
         else:

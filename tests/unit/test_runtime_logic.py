@@ -677,6 +677,23 @@ def test_bad_topk_buffer_is_refused_with_its_name(monkeypatch, raw):
         RuntimeConfig.from_env()
 
 
+@pytest.mark.parametrize("raw,want", [("600", 600.0), ("0.5", 0.5), ("off", None),
+                                      (None, None)])
+def test_recluster_period_from_the_environment(monkeypatch, raw, want):
+    if raw is None:
+        monkeypatch.delenv("IMP_RECLUSTER_EVERY_S", raising=False)
+    else:
+        monkeypatch.setenv("IMP_RECLUSTER_EVERY_S", raw)
+    assert RuntimeConfig.from_env().recluster_every_s == want
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "hourly", "inf"])
+def test_bad_recluster_period_is_refused_with_its_name(monkeypatch, raw):
+    monkeypatch.setenv("IMP_RECLUSTER_EVERY_S", raw)
+    with pytest.raises(ValueError, match="IMP_RECLUSTER_EVERY_S"):
+        RuntimeConfig.from_env()
+
+
 # -- request bounds (issue 13, P1 and P2) ---------------------------------------------------------
 def test_shards_are_bounded_before_any_actor_starts(root):
     """``shards: 100000`` once spawned actors past every cap; now the count is checked

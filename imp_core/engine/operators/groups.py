@@ -324,11 +324,13 @@ class FragmentCounts:
 
     def nbytes(self) -> int:
         """About the memory F_g takes: its arrays, and each multi-fragment group's bitmap
-        (its serialized size plus the object, about 100 bytes)."""
+        (the object, about 100 bytes, a container header and 2 bytes an id: a sketch's
+        ids are few and close, so its containers are arrays). Asked after every batch,
+        so counted from the bitmaps' sizes, not their serializations."""
         arrays = self.keys.nbytes + self.counts.nbytes + self.size.nbytes + self.single.nbytes
         if len(self.multi) > 10_000:  # an estimate, not a walk over every bitmap
             return arrays + len(self.multi) * (100 + 16)
-        return arrays + sum(100 + len(bm.serialize()) for bm in self.multi.values())
+        return arrays + 116 * len(self.multi) + 2 * sum(map(len, self.multi.values()))
 
     def sketch(self, g: int) -> BitMap:
         """The sketch of group ``g`` (a fresh bitmap unless it has two or more fragments:

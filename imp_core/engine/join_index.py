@@ -163,6 +163,20 @@ class SideIndex:
                 keys, valid, _ = key_hashes(ins.data, self.key_columns)
                 self.bloom.add(keys[valid])
 
+    def reset(self, rows: DeltaBatch) -> None:
+        """Hold exactly ``rows`` (consolidated) from now on, as the main part: what
+        ``apply`` of the difference would leave, without merging it in (a one-row side
+        that changes on every step, a scalar subquery's value with ~1,000 ids, costs
+        0.1 ms so instead of 0.7)."""
+        self._main = rows
+        self._shared = np.zeros(0, dtype=np.int32)
+        self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+        self._sorted = self._perm = None
+        self._recent = None
+        self.bloom = None
+        if self.use_bloom:
+            self._rebuild_bloom()
+
     def _rebuild_bloom(self) -> None:
         self._merge()
         data = self._main  # keys and weights only: the shared ids need not be added

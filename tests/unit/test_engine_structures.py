@@ -754,3 +754,42 @@ def test_join_side_bloom_filters_are_sized_by_their_distinct_keys():
     assert probed.bloom.bits == BloomFilter.for_keys(distinct).bits
     assert probed.bloom.might_contain(np.unique(keys)).all()
     assert not probed.bloom.saturated()
+
+
+def test_side_index_reset_holds_exactly_the_rows_given():
+    """``reset`` leaves a side as applying the difference would: the same contents, the
+    same probes (keys indexed anew), the same snapshot."""
+    import numpy as np
+    import pyarrow as pa
+
+    from imp_core.engine.annotation import Annotation
+    from imp_core.engine.join_index import SideIndex
+    from imp_core.engine.zset import DeltaBatch
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+
+    def rows(keys, ids):
+        return DeltaBatch(pa.table({"k": keys, "v": [10 * k for k in keys]}, schema=schema),
+                          np.ones(len(keys), np.int64), Annotation.from_sets(ids))
+
+    old = rows([1, 2, 3], [[1, 7], [2, 7], [3, 7]])
+    new = rows([2, 3, 4], [[2, 7], [3], [4, 9]])
+    applied, reset = SideIndex(schema, ("k",)), SideIndex(schema, ("k",))
+    for side in (applied, reset):
+        side.apply(old)
+    applied.apply(DeltaBatch.concat([old.negate(), new], schema))
+    reset.reset(new)
+    probe = DeltaBatch(pa.table({"k": [1, 2, 4, 5]}), np.ones(4, np.int64), Annotation.empty(4))
+
+    def seen(side):
+        c = side.contents().consolidate()
+        idx, matched = side.probe(probe, ("k",))
+        return (sorted(zip(c.data.column("k").to_pylist(), c.weights.tolist(),
+                           map(tuple, c.annotation.row_sets()))),
+                sorted(zip(idx.tolist(), matched.data.column("v").to_pylist())))
+
+    assert seen(reset) == seen(applied)
+    restored = SideIndex(schema, ("k",))
+    restored.restore(reset.snapshot())
+    assert seen(restored) == seen(applied)
+    assert reset.bloom is not None and reset.bloom.might_contain(np.array([4])).all()

@@ -72,8 +72,8 @@ class ScalarFilterOp(TwoSidedOp):
         self._s_rows: DeltaBatch | None = None  # S consolidated, until S changes
 
     def _subquery_rows(self) -> DeltaBatch:
-        """S's rows consolidated (kept between steps: S changes only in ``_step`` and
-        ``restore``, which drop them)."""
+        """S's rows consolidated (kept between steps: S changes only in ``_step``, which
+        replaces them, and ``restore``, which drops them)."""
         if self._s_rows is None:
             self._s_rows = self.right.contents().consolidate()
         return self._s_rows
@@ -122,9 +122,9 @@ class ScalarFilterOp(TwoSidedOp):
         parts: list[DeltaBatch] = []
         if len(ds):
             s_old = self._subquery_rows()
-            self.right.apply(ds)
-            self._s_rows = None
-            s_new = self._subquery_rows()
+            s_new = DeltaBatch.concat([s_old, ds], self.right_schema).consolidate()
+            self.right.reset(s_new)
+            self._s_rows = s_new
             main = self.left.main_part()
             if len(main):
                 parts += self._changed(main, s_old, s_new, self._main_passing)

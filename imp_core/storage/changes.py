@@ -153,7 +153,8 @@ def _read_file(path: str, schema: pa.Schema) -> pa.Table:
     instead of 0.73 through the dataset layer); a remote one, or one lacking a column
     (a partition value kept in its path), through ``pq.read_table``."""
     if not is_uri(path):
-        data = pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)
+        with pq.ParquetFile(path, pre_buffer=False) as reader:
+            data = reader.read(use_threads=False)
         if all(name in data.column_names for name in schema.names):
             return data
     return pq.read_table(path)

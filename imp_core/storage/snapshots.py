@@ -78,10 +78,12 @@ _SNAPSHOT_NEUTRAL = {"add", "remove", "cdc", "commitInfo", "txn"}
 
 
 class SnapshotFiles:
-    """The data files of tables' snapshots at given versions, read through one kept
-    ``DeltaTable`` per table location that is moved forward commit by commit: on a table
-    with thousands of commits, opening the log costs about 50 ms and moving it one commit
-    forward about 8, and a query probing a table reads each new version's files once.
+    """The data files of tables' snapshots at given versions. The version after a kept
+    one is the kept list with the adds and removes of that commit's log entry applied
+    (``_forward``); any other is read through one kept ``DeltaTable`` per table
+    location, moved forward commit by commit: on a table with thousands of commits,
+    opening the log costs about 50 ms and moving it one commit forward about 8–10, and a
+    query probing a table reads each new version's files once.
 
     Invariants: ``files`` answers exactly what ``open_delta(entry, version)`` would (the
     same errors included: any failure on the kept table is retried by ``open_delta``);

@@ -168,9 +168,14 @@ class SideIndex:
         ``apply`` of the difference would leave, without merging it in (a one-row side
         that changes on every step, a scalar subquery's value with ~1,000 ids, costs
         0.1 ms so instead of 0.7)."""
-        self._main = rows
-        self._shared = np.zeros(0, dtype=np.int32)
-        self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+        self._main, self._shared = rows, np.zeros(0, dtype=np.int32)
+        self._pending = []
+        self._reindexed()
+
+    def _reindexed(self) -> None:
+        """After the rows were replaced wholesale (all in the main part): the indexes are
+        built anew when next needed, the Bloom filter now."""
+        self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
         self._recent = None
         self.bloom = None
@@ -313,12 +318,7 @@ class SideIndex:
         rows = batch_from_arrow(table)
         self._pending = [rows] if len(rows) else []
         self._merge()  # the restored rows become the main part, shared ids factored out
-        self._pending_bytes = self._pending_rows = 0
-        self._sorted = self._perm = None
-        self._recent = None
-        self.bloom = None
-        if self.use_bloom:
-            self._rebuild_bloom()
+        self._reindexed()
 
     def nbytes(self) -> int:
         # the stored parts' sizes: merging them here would copy the whole side on every

@@ -661,36 +661,31 @@ def test_bad_join_state_budget_is_refused_with_its_name(monkeypatch, raw):
         RuntimeConfig.from_env()
 
 
-@pytest.mark.parametrize("raw,want", [("250", 250), ("none", None), (None, 1000)])
-def test_topk_buffer_from_the_environment(monkeypatch, raw, want):
+@pytest.mark.parametrize("variable,attribute,raw,want", [
+    ("IMP_TOPK_BUFFER", "topk_buffer", "250", 250),
+    ("IMP_TOPK_BUFFER", "topk_buffer", "none", None),
+    ("IMP_TOPK_BUFFER", "topk_buffer", None, 1000),
+    ("IMP_RECLUSTER_EVERY_S", "recluster_every_s", "600", 600.0),
+    ("IMP_RECLUSTER_EVERY_S", "recluster_every_s", "0.5", 0.5),
+    ("IMP_RECLUSTER_EVERY_S", "recluster_every_s", "off", None),
+    ("IMP_RECLUSTER_EVERY_S", "recluster_every_s", None, None),
+])
+def test_settings_from_the_environment(monkeypatch, variable, attribute, raw, want):
     if raw is None:
-        monkeypatch.delenv("IMP_TOPK_BUFFER", raising=False)
+        monkeypatch.delenv(variable, raising=False)
     else:
-        monkeypatch.setenv("IMP_TOPK_BUFFER", raw)
-    assert RuntimeConfig.from_env().topk_buffer == want
+        monkeypatch.setenv(variable, raw)
+    assert getattr(RuntimeConfig.from_env(), attribute) == want
 
 
-@pytest.mark.parametrize("raw", ["0", "-3", "many"])
-def test_bad_topk_buffer_is_refused_with_its_name(monkeypatch, raw):
-    monkeypatch.setenv("IMP_TOPK_BUFFER", raw)
-    with pytest.raises(ValueError, match="IMP_TOPK_BUFFER"):
-        RuntimeConfig.from_env()
-
-
-@pytest.mark.parametrize("raw,want", [("600", 600.0), ("0.5", 0.5), ("off", None),
-                                      (None, None)])
-def test_recluster_period_from_the_environment(monkeypatch, raw, want):
-    if raw is None:
-        monkeypatch.delenv("IMP_RECLUSTER_EVERY_S", raising=False)
-    else:
-        monkeypatch.setenv("IMP_RECLUSTER_EVERY_S", raw)
-    assert RuntimeConfig.from_env().recluster_every_s == want
-
-
-@pytest.mark.parametrize("raw", ["0", "-1", "hourly", "inf"])
-def test_bad_recluster_period_is_refused_with_its_name(monkeypatch, raw):
-    monkeypatch.setenv("IMP_RECLUSTER_EVERY_S", raw)
-    with pytest.raises(ValueError, match="IMP_RECLUSTER_EVERY_S"):
+@pytest.mark.parametrize("variable,raw", [
+    ("IMP_TOPK_BUFFER", "0"), ("IMP_TOPK_BUFFER", "-3"), ("IMP_TOPK_BUFFER", "many"),
+    ("IMP_RECLUSTER_EVERY_S", "0"), ("IMP_RECLUSTER_EVERY_S", "-1"),
+    ("IMP_RECLUSTER_EVERY_S", "hourly"), ("IMP_RECLUSTER_EVERY_S", "inf"),
+])
+def test_bad_setting_is_refused_with_its_name(monkeypatch, variable, raw):
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(ValueError, match=variable):
         RuntimeConfig.from_env()
 
 

@@ -383,7 +383,7 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
         for qname in queries:
             # every table: one a query reads may be left out of order by an earlier run
             # whose queries changed it (e.g. customer, by Q13 and Q22)
-            for t, seconds in recluster_decayed(store, changed + sorted(
+            for t, _, seconds in recluster_decayed(store, changed + sorted(
                     set(store.tables()) - set(changed))):
                 report.setdefault("reclustered", []).append(
                     {"before": qname, "table": t, "seconds": round(seconds, 2)})

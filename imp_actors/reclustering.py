@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from imp_actors.context import RuntimeContext
-from imp_core.storage.clustering import decayed
+from imp_core.storage.clustering import recluster_decayed
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +71,16 @@ class Reclustering:
     def run(self) -> list[tuple[str, int]]:
         """Re-cluster every decayed table some registered query reads; returns
         ``(table, version written)`` of each rewrite."""
-        store = self.ctx.store
-        try:
-            tables = decayed(store, self.ctx.queries.tables())
-        except Exception as exc:  # e.g. a table dropped meanwhile: look again next time
-            log.error("looking for tables to re-cluster failed: %s", exc)
+        def failed(table: str, exc: Exception) -> None:  # e.g. a concurrent commit won
+            log.error("re-clustering %s failed: %s", table, exc)
             self.ctx.counters["recluster_errors"] += 1
+
+        try:
+            done = recluster_decayed(self.ctx.store, self.ctx.queries.tables(), failed)
+        except Exception as exc:  # e.g. a table dropped meanwhile: look again next time
+            failed("(looking for decayed tables)", exc)
             return []
-        done = []
-        for table in tables:
-            t0 = time.perf_counter()
-            try:
-                version = store.optimize(table)
-            except Exception as exc:  # e.g. a concurrent commit won: next time
-                log.error("re-clustering %s failed: %s", table, exc)
-                self.ctx.counters["recluster_errors"] += 1
-                continue
-            log.info("re-clustered %s (version %d, %.1f s)", table, version,
-                     time.perf_counter() - t0)
+        for table, version, seconds in done:
+            log.info("re-clustered %s (version %d, %.1f s)", table, version, seconds)
             self.ctx.counters["reclustered_tables"] += 1
-            done.append((table, version))
-        return done
+        return [(table, version) for table, version, _ in done]

@@ -14,7 +14,7 @@ feed is empty and no sketch moves).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from imp_core.storage.file_side import TableFiles
@@ -40,12 +40,21 @@ def decayed(store: Any, tables: Iterable[str], files: TableFiles | None = None
     return out
 
 
-def recluster_decayed(store: Any, tables: Iterable[str]) -> list[tuple[str, float]]:
+def recluster_decayed(store: Any, tables: Iterable[str],
+                      on_error: Callable[[str, Exception], None] | None = None
+                      ) -> list[tuple[str, int, float]]:
     """Re-cluster (``optimize``) those of ``tables`` that have ``decayed``; returns
-    ``(table, seconds)`` of each rewrite."""
+    ``(table, version written, seconds)`` of each rewrite. A table whose rewrite fails
+    is passed to ``on_error`` and the others go on (None: the error is raised)."""
     out = []
     for table in decayed(store, tables):
         t0 = time.perf_counter()
-        store.optimize(table)
-        out.append((table, time.perf_counter() - t0))
+        try:
+            version = store.optimize(table)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(table, exc)
+            continue
+        out.append((table, version, time.perf_counter() - t0))
     return out

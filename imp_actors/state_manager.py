@@ -34,6 +34,7 @@ from imp_core.errors import (
     UnshardableQueryError,
     WorkerLostError,
 )
+from imp_core.memory_release import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class StateManager:
         q.batches_since_checkpoint = 0
         self.checkpoint_locked(q)
         q.transition(QueryState.LIVE)
+        release_free_memory()  # the capture's results collected into this process
 
     # -- maintenance on a live query --------------------------------------------------------
     def maintain(self, q: QueryRuntime, target: Mapping[str, int]) -> SketchVersion:
@@ -122,6 +124,7 @@ class StateManager:
             self.checkpoint_locked(q)
             self.shards.stop(q, QueryState.EVICTED)
             self.ctx.counters["evictions"] += 1
+            release_free_memory()  # an in-process worker's state was just dropped
             return True
         finally:
             q.lock.release()

@@ -33,6 +33,7 @@ from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import VersionContext
 from imp_core.errors import SnapshotError, VersionError
+from imp_core.memory_release import release_free_memory
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.partition import PartitionSet
 
@@ -142,6 +143,9 @@ class QueryWorker:
             versions = {str(k): int(v) for k, v in dict(meta["versions"]).items()}
         self.spec, self.pipeline, self.versions, self._store = spec, pipeline, versions, store
         self.context = wiring.context
+        # building the state (a bootstrap's tables, a checkpoint's blob) peaks well above
+        # the state itself; give the difference back before the next query needs it
+        release_free_memory()
         return self.status()
 
     def unload(self) -> None:

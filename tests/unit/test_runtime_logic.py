@@ -267,7 +267,16 @@ def test_random_updates_keep_every_sketch_exact(root, strategy):
 
 
 @pytest.mark.integration
-def test_eviction_under_a_live_actor_cap_restores_transparently(root):
+def test_eviction_under_a_live_actor_cap_restores_transparently(root, monkeypatch):
+    import imp_actors.state_manager
+    import imp_actors.worker
+
+    released = {"evict_or_bootstrap": 0, "load": 0}
+    monkeypatch.setattr(imp_actors.state_manager, "release_free_memory",
+                        lambda: released.__setitem__("evict_or_bootstrap",
+                                                     released["evict_or_bootstrap"] + 1))
+    monkeypatch.setattr(imp_actors.worker, "release_free_memory",
+                        lambda: released.__setitem__("load", released["load"] + 1))
     cfg = make_config(root, eviction=EvictionPolicy(max_live_actors=2, idle_seconds=None))
     rng = np.random.default_rng(8)
     names = ["g1", "g2", "g3", "g4"]
@@ -283,6 +292,10 @@ def test_eviction_under_a_live_actor_cap_restores_transparently(root):
                 assert c.stats()["live_actors"] <= 2
         assert c.counters["evictions"] >= 4 and c.counters["restores"] >= 4
         assert [i.state for i in c.queries()].count("live") <= 2
+        # freed memory goes back to the system after each registration, eviction and
+        # restore (the workers run in this process)
+        assert released["evict_or_bootstrap"] >= len(names) + c.counters["evictions"]
+        assert released["load"] >= len(names) + c.counters["restores"]
 
 
 @pytest.mark.integration

@@ -273,11 +273,11 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                    help="with --json: print the whole report, not only the results")
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="concurrent client counts (default 1,50)")
-    p.add_argument("--seconds", type=float, default=5.0, help="measuring time per point")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--seconds", type=float, default=2.0, help="measuring time per round")
+    p.add_argument("--rounds", type=int, default=10,
                    help="alternating rounds of the service and the no-op server per client "
-                   "count (their calls per second are summed for the ratio)")
-    p.add_argument("--warmup", type=float, default=1.0, help="warm-up time per point")
+                   "count (the ratio is of their mean calls per second)")
+    p.add_argument("--warmup", type=float, default=0.5, help="warm-up time per round")
     p.add_argument("--rows", type=int, default=20_000, help="rows of the bench table")
     p.add_argument("--fragments", type=int, default=256, help="fragments of the sketch")
     p.add_argument("--paced-rate", type=float, default=10.0,

@@ -44,6 +44,10 @@ class QueryDirectory:
             raise UnknownQueryError(f"no registered query {name!r}")
         return q
 
+    def lookup(self, name: str) -> QueryRuntime | None:
+        """``get`` without the error: None for a name not registered."""
+        return self._queries.get(name)  # atomic, as in ``get``
+
     def find(self, name: str) -> QueryRuntime | None:
         with self.lock:
             return self._queries.get(name)

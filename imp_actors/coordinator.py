@@ -231,13 +231,36 @@ class Coordinator:
                 latest = q.history.latest
             assert latest is not None
             return latest
-        target = self.ctx.latest_versions(q, self.config.fresh_recheck_s)
-        if latest is not None and dict(latest.versions) == target:
+        if latest is not None and self._current(q, latest):
             self.counters["sketch_hits"] += 1
             return latest
         if before_work is not None:
             before_work()
-        return self.state.maintain(q, target)
+        return self.state.maintain(q, self.ctx.latest_versions(q))
+
+    def sketch_unchanged(self, name: str, sv: SketchVersion, fresh: bool = True) -> bool:
+        """True when ``get_sketch(name, fresh)`` would answer ``sv`` without any work:
+        ``name`` is registered, ``sv`` is its latest version (so of this registration,
+        not of a dropped namesake's) and, with ``fresh``, no table it reads has a newer
+        committed version. Lets a front end answer a repeated request with the answer it
+        made before; counted as a use and a hit, as ``get_sketch`` counts it."""
+        q = self.ctx.queries.lookup(name)
+        if q is None or q.history.latest is not sv or (fresh and not self._current(q, sv)):
+            return False
+        q.last_used = time.time()
+        self.counters["sketch_hits"] += 1
+        return True
+
+    def _current(self, q: QueryRuntime, sv: SketchVersion) -> bool:
+        """``sv`` is exact for the newest committed version of every table ``q`` reads
+        (as found at most ``fresh_recheck_s`` ago)."""
+        versions, probe, max_age = sv.versions, self.ctx.probe, self.config.fresh_recheck_s
+        if len(versions) != len(q.tables):
+            return False
+        for t in q.tables:  # a loop, not all(...): this runs on every sketch request
+            if versions.get(t) != probe.latest(t, max_age):
+                return False
+        return True
 
     def sketch_version(self, name: str, seq: int) -> SketchVersion:
         return self._get(name).history.get(seq)

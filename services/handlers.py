@@ -10,7 +10,9 @@ own call, with RESOURCE_EXHAUSTED. Every finished call, refused ones included, i
 counted in ``CallMetrics``.
 
 Invariant: the health and reflection services are registered as they are (no token, no
-wrapper), every method of the wrapped services goes through ``CallWrapper``.
+wrapper), every method of the wrapped services goes through ``CallWrapper``. A servicer
+may name methods in ``RAW_REQUESTS``: their handlers get the request's bytes and parse
+them with ``parse_request``, which refuses a malformed message as the wrapper does.
 """
 
 from __future__ import annotations
@@ -42,8 +44,12 @@ class CallWrapper:
         self.metrics = metrics or CallMetrics()
         self.auth = auth
 
-    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        kwargs = dict(request_deserializer=_tolerant(handler.request_deserializer),
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str, raw: bool = False
+             ) -> grpc.RpcMethodHandler:
+        """``raw``: the method's behavior takes the request's bytes and parses them itself
+        (with ``parse_request``)."""
+        deserialize = None if raw else _tolerant(handler.request_deserializer)
+        kwargs = dict(request_deserializer=deserialize,
                       response_serializer=_passthrough(handler.response_serializer))
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -142,8 +148,10 @@ def register_service(server: grpc.Server, add_to_server: Callable[[Any, Any], No
     add_to_server(servicer, capture)
     if not capture.services:
         raise RuntimeError("the generated code registered no method handlers")
+    raw = getattr(servicer, "RAW_REQUESTS", frozenset())
     for service, handlers in capture.services.items():
-        wrapped = {name: wrapper.wrap(h, f"/{service}/{name}") for name, h in handlers.items()}
+        wrapped = {name: wrapper.wrap(h, f"/{service}/{name}", raw=name in raw)
+                   for name, h in handlers.items()}
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service,
                                                                              wrapped),))
         server.add_registered_method_handlers(service, wrapped)
@@ -192,5 +200,18 @@ def _passthrough(serialize: Callable | None) -> Callable | None:
 
 def _refuse_malformed(request: object) -> None:
     if isinstance(request, _Malformed):
-        raise BadRequestError(f"the request is not a valid message of this method's type: "
-                              f"{request.reason}")
+        raise _malformed(request.reason)
+
+
+def parse_request(message_type: Any, data: bytes) -> Any:
+    """``data`` parsed as ``message_type``, for a method registered with raw requests; a
+    malformed message is refused as any other method refuses it."""
+    try:
+        return message_type.FromString(data)
+    except Exception as exc:  # noqa: BLE001 - DecodeError, bad UTF-8, ...
+        raise _malformed(str(exc) or type(exc).__name__) from None
+
+
+def _malformed(reason: str) -> BadRequestError:
+    return BadRequestError(f"the request is not a valid message of this method's type: "
+                           f"{reason}")

@@ -21,8 +21,10 @@ from services import convert
 from services.auth import client_identity
 from services.errors import BadRequestError, status_of
 from services.guards import Guard, StalledStreams
+from services.handlers import parse_request
 from services.metrics import CallMetrics
 from services.protos import pb, rpc
+from services.sketch_responses import SketchResponses
 
 WATCH_SLICE_S = 0.25  # longest wait between two checks of a watch's client
 
@@ -39,6 +41,9 @@ def _alive(context: grpc.ServicerContext) -> None:
 
 
 class SketchServicer(rpc.SketchServiceServicer):
+    # methods whose handler takes the request's bytes and parses them itself
+    RAW_REQUESTS = frozenset({"GetSketch"})
+
     def __init__(self, coordinator: Any, guard: Guard, metrics: CallMetrics,
                  stopping: threading.Event | None = None):
         self.c = coordinator
@@ -46,6 +51,7 @@ class SketchServicer(rpc.SketchServiceServicer):
         self.metrics = metrics
         self.stopping = stopping or threading.Event()
         self.sketches = convert.SketchEncoder()
+        self.responses = SketchResponses(coordinator)
         self.stalled = StalledStreams(guard.limits.watch_send_seconds)
 
     # -- queries ---------------------------------------------------------------------------
@@ -61,6 +67,7 @@ class SketchServicer(rpc.SketchServiceServicer):
         self.c.drop(request.name)
         self.guard.dropped(request.name)
         self.sketches.forget(request.name)
+        self.responses.forget(request.name)
         return pb.DropQueryResponse()
 
     def ListQueries(self, request, context):
@@ -75,7 +82,13 @@ class SketchServicer(rpc.SketchServiceServicer):
             for t in self.c.tables()])
 
     # -- sketches --------------------------------------------------------------------------
-    def GetSketch(self, request, context):
+    def GetSketch(self, data: bytes, context):
+        """Takes the request's bytes (``RAW_REQUESTS``): a request answered before whose
+        answer still holds is answered without parsing (``services.sketch_responses``)."""
+        response = self.responses.lookup(data)
+        if response is not None:
+            return response
+        request = parse_request(pb.GetSketchRequest, data)
         if request.HasField("seq"):
             sv = self.c.sketch_version(request.query, request.seq)
         else:
@@ -83,7 +96,9 @@ class SketchServicer(rpc.SketchServiceServicer):
             # a gone client starts no maintenance; a current sketch is answered at once
             sv = self.c.get_sketch(request.query, fresh=fresh,
                                    before_work=lambda: _alive(context))
-        return self.sketches.response(sv, request.include_partitions)
+        response = self.sketches.response(sv, request.include_partitions)
+        self.responses.keep(data, request, sv, response)
+        return response
 
     def GetSketches(self, request, context):
         names = list(dict.fromkeys(request.queries)) or [q.name for q in self.c.queries()]

@@ -238,18 +238,35 @@ class Coordinator:
             before_work()
         return self.state.maintain(q, self.ctx.latest_versions(q))
 
-    def sketch_unchanged(self, name: str, sv: SketchVersion, fresh: bool = True) -> bool:
-        """True when ``get_sketch(name, fresh)`` would answer ``sv`` without any work:
-        ``name`` is registered, ``sv`` is its latest version (so of this registration,
-        not of a dropped namesake's) and, with ``fresh``, no table it reads has a newer
-        committed version. Lets a front end answer a repeated request with the answer it
-        made before; counted as a use and a hit, as ``get_sketch`` counts it."""
-        q = self.ctx.queries.lookup(name)
-        if q is None or q.history.latest is not sv or (fresh and not self._current(q, sv)):
-            return False
-        q.last_used = time.time()
-        self.counters["sketch_hits"] += 1
-        return True
+    def answer_check(self, name: str, sv: SketchVersion, fresh: bool = True
+                     ) -> Callable[[], bool]:
+        """A check, made once and called on every repeated request, that says whether
+        ``get_sketch(name, fresh)`` would still answer ``sv`` without any work: ``name`` is
+        still this registration, ``sv`` its latest version and, with ``fresh``, no table
+        it reads has a newer committed version. Lets a front end answer a repeated
+        request with the answer it made before; a passed check counts as a use and a
+        hit, as ``get_sketch`` counts them. Everything it needs is looked up here, once:
+        it runs thousands of times a second."""
+        q = self._get(name)
+        directory, history, ctx, counters = self.ctx.queries, q.history, self.ctx, \
+            self.counters
+        probe, expected = self.ctx.probe, tuple((t, sv.versions.get(t)) for t in q.tables)
+        if len(sv.versions) != len(expected):
+            return lambda: False
+
+        def unchanged() -> bool:
+            if directory.lookup(name) is not q or history.latest is not sv:
+                return False
+            if fresh:
+                max_age = ctx.config.fresh_recheck_s
+                for table, version in expected:
+                    if probe.latest(table, max_age) != version:
+                        return False
+            q.last_used = time.time()
+            counters["sketch_hits"] += 1
+            return True
+
+        return unchanged
 
     def _current(self, q: QueryRuntime, sv: SketchVersion) -> bool:
         """``sv`` is exact for the newest committed version of every table ``q`` reads

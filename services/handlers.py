@@ -68,11 +68,16 @@ class CallWrapper:
 
     def _unary(self, behavior: Callable, method: str) -> Callable:
         record = self.metrics.recorder(method)
+        auth = self.auth
 
         def call(request, context):
             start = time.perf_counter()
             try:
-                self._admit(request, context)
+                # ``_admit``, inline: this runs on every call, thousands of times a second
+                if auth is not None:
+                    self._admit(request, context)
+                elif type(request) is _Malformed:
+                    raise _malformed(request.reason)
                 response = behavior(request, context)
             except Exception as error:  # noqa: BLE001 - mapped to a status by _abort
                 self._abort(error, context, method, start)

@@ -2,13 +2,14 @@
 
 A dashboard asks for the same sketch again and again with the same request. The first
 time, the request is parsed and answered as any other (``SketchServicer.GetSketch``);
-the answer is kept under the request's bytes. A later request with the same bytes is
-answered with the kept bytes as long as the coordinator says the kept version is still
-what it would answer (``Coordinator.sketch_unchanged``): no message is parsed, built or
-serialized. On 2 cores, where the interpreter lock serializes every call's Python, this
-is what keeps GetSketch near a no-op server's rate (``imp bench grpc``).
+the answer is kept under the request's bytes, with a check made for it by the
+coordinator (``Coordinator.answer_check``). A later request with the same bytes is
+answered with the kept bytes as long as that check says the kept version is still what
+the coordinator would answer: no message is parsed, built or serialized. On 2 cores,
+where the interpreter lock serializes every call's Python, this is what keeps GetSketch
+near a no-op server's rate (``imp bench grpc``).
 
-Invariants: an entry is only used after ``sketch_unchanged`` confirmed it for this call,
+Invariants: an entry is only used after its check confirmed it for this call,
 so a kept answer is never staler than the one the full path would give; only requests
 whose bytes are the canonical encoding of a request without ``seq`` are kept (one entry
 per query, freshness and ``include_partitions``, whatever bytes a client sends); at
@@ -17,8 +18,9 @@ most ``limit`` entries are held.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
+from imp_core.errors import ImpError
 from services.protos import pb
 
 LIMIT = 4096  # entries; past it the cache starts over (every entry is cheap to rebuild)
@@ -26,9 +28,8 @@ LIMIT = 4096  # entries; past it the cache starts over (every entry is cheap to 
 
 class _Answer(NamedTuple):
     query: str
-    fresh: bool
-    version: Any  # the SketchVersion answered
-    response: bytes  # its serialized GetSketchResponse
+    unchanged: Callable[[], bool]  # True while ``response`` is still the answer
+    response: bytes  # the serialized GetSketchResponse
 
 
 class SketchResponses:
@@ -44,8 +45,7 @@ class SketchResponses:
     def lookup(self, data: bytes) -> bytes | None:
         """The kept answer to the request ``data`` if it is still the answer, else None."""
         answer = self._answers.get(data)
-        if answer is not None and self._c.sketch_unchanged(answer.query, answer.version,
-                                                           answer.fresh):
+        if answer is not None and answer.unchanged():
             return answer.response
         return None
 
@@ -60,7 +60,11 @@ class SketchResponses:
         if len(self._answers) >= self.limit:
             self._answers = {}
         fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
-        self._answers[data] = _Answer(request.query, fresh, version, response)
+        try:
+            check = self._c.answer_check(request.query, version, fresh)
+        except ImpError:  # dropped meanwhile: this answer stands, nothing is kept
+            return
+        self._answers[data] = _Answer(request.query, check, response)
 
     def forget(self, query: str) -> None:
         """Drop the answers about ``query`` (it was dropped)."""

@@ -274,7 +274,7 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="concurrent client counts (default 1,50)")
     p.add_argument("--seconds", type=float, default=2.0, help="measuring time per round")
-    p.add_argument("--rounds", type=int, default=10,
+    p.add_argument("--rounds", type=int, default=20,
                    help="alternating rounds of the service and the no-op server per client "
                    "count (the ratio is of their mean calls per second)")
     p.add_argument("--warmup", type=float, default=0.5, help="warm-up time per round")

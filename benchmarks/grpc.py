@@ -20,7 +20,7 @@ rounds (``rounds`` each, AB BA AB ...) by the same client processes, whose chann
 open from round to round: on 2 cores one round's throughput may differ from the next by
 a fifth with nothing changed, so one round of each would compare the noise.
 ``ratio_to_noop`` is the service's mean calls per second over the no-op server's, at
-each client count.
+each client count; ``ratio_to_noop_ci90`` a 90% bootstrap interval of it over the rounds.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -291,7 +292,9 @@ def _compare(clients: _Clients, warmup: float, seconds: float, rounds: int
                    seconds * rounds, clients.clients, clients.processes)
     noop = _figures([x for lat, _ in runs[1] for x in lat], [], seconds * rounds,
                     clients.clients, clients.processes)
+    pairs = [(len(a) / seconds, len(b) / seconds) for (a, _), (b, _) in zip(runs[0], runs[1])]
     return {**imp, "rounds": rounds,
+            "ratio_to_noop_ci90": _ratio_interval(pairs),
             "round_calls_per_s": [round(len(lat) / seconds, 1) for lat, _ in runs[0]],
             "noop_round_calls_per_s": [round(len(lat) / seconds, 1) for lat, _ in runs[1]],
             "mean_calls_per_s": imp["calls_per_s"],
@@ -301,10 +304,26 @@ def _compare(clients: _Clients, warmup: float, seconds: float, rounds: int
             if noop["calls_per_s"] else None}
 
 
+def _ratio_interval(pairs: list[tuple[float, float]], draws: int = 2000,
+                    seed: int = 0) -> list[float] | None:
+    """A 90% bootstrap interval of the ratio of mean throughputs, resampling the rounds
+    (each a pair: the service's round and the no-op server's next to it)."""
+    if len(pairs) < 2:
+        return None
+    rnd = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        sample = [pairs[rnd.randrange(len(pairs))] for _ in pairs]
+        noop = sum(b for _, b in sample)
+        ratios.append(sum(a for a, _ in sample) / noop if noop else 0.0)
+    ratios.sort()
+    return [round(ratios[int(0.05 * draws)], 3), round(ratios[int(0.95 * draws) - 1], 3)]
+
+
 def run_grpc_bench(clients: tuple[int, ...] | list[int] = CLIENTS, seconds: float = 2.0,
                    warmup: float = 0.5, rows: int = 20_000, fragments: int = 256,
                    processes: int = 0, workers: int = 16, paced_rate: float = 10.0,
-                   progress: bool = True, rounds: int = 10) -> dict[str, Any]:
+                   progress: bool = True, rounds: int = 20) -> dict[str, Any]:
     from imp_core.workloads.queries import load_query
     from services.client import SketchClient
 
@@ -377,6 +396,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     out["calls_per_s"] = top["calls_per_s"]
     out["noop_calls_per_s"] = top.get("noop_calls_per_s")
     out["ratio_to_noop"] = top.get("ratio_to_noop")
+    out["ratio_to_noop_ci90"] = top.get("ratio_to_noop_ci90")
     out["ratio_to_noop_target"] = RATIO_TARGET
     out["ratio_to_noop_met"] = bool((top.get("ratio_to_noop") or 0) >= RATIO_TARGET)
     for r in report.get("paced", []):

@@ -32,6 +32,8 @@ def test_bench_grpc_json(tmp_path, capsys):
         assert r["rounds"] == 2 and len(r["noop_round_calls_per_s"]) == 2
         assert r["ratio_to_noop"] == pytest.approx(
             r["mean_calls_per_s"] / r["noop_calls_per_s"], abs=1e-3)
+        low, high = r["ratio_to_noop_ci90"]  # resampled rounds: around the ratio
+        assert low <= r["ratio_to_noop"] + 1e-3 and r["ratio_to_noop"] - 1e-3 <= high
     report = json.loads(out.read_text())
     assert report["bench"] == "grpc" and report["results"] == results
     [paced] = report["paced"]

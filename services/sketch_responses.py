@@ -11,9 +11,10 @@ near a no-op server's rate (``imp bench grpc``).
 
 Invariants: an entry is only used after its check confirmed it for this call,
 so a kept answer is never staler than the one the full path would give; only requests
-whose bytes are the canonical encoding of a request without ``seq`` are kept (one entry
-per query, freshness and ``include_partitions``, whatever bytes a client sends); at
-most ``limit`` entries are held.
+whose bytes are the canonical encoding of a request without ``seq`` and with a known
+freshness are kept (at most one entry per query, freshness and ``include_partitions``,
+whatever bytes a client sends; the answer's bytes are those ``SketchEncoder`` keeps
+anyway); at most ``limit`` entries are held.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from imp_core.errors import ImpError
 from services.protos import pb
 
 LIMIT = 4096  # entries; past it the cache starts over (every entry is cheap to rebuild)
+# the freshness values a kept request may carry: an unknown number (an open enum keeps
+# it) would make one more key per number for the same answer
+_FRESHNESS = frozenset({pb.FRESHNESS_UNSPECIFIED, pb.FRESHNESS_CURRENT,
+                        pb.FRESHNESS_LATEST_MAINTAINED})
 
 
 class _Answer(NamedTuple):
@@ -51,7 +56,7 @@ class SketchResponses:
 
     def keep(self, data: bytes, request: Any, version: Any, response: bytes) -> None:
         """Keep ``response``, the answer to ``request`` (parsed from ``data``)."""
-        if request.HasField("seq"):
+        if request.HasField("seq") or request.freshness not in _FRESHNESS:
             return
         canonical = pb.GetSketchRequest(query=request.query, freshness=request.freshness,
                                         include_partitions=request.include_partitions)

@@ -93,6 +93,8 @@ def test_only_canonical_requests_without_seq_are_kept_and_the_cache_is_bounded(r
         odd = _request(pb.FRESHNESS_CURRENT) + b"\x98\x06\x01"  # an unknown field 99
         answer = pb.GetSketchResponse.FromString(s.GetSketch(odd, _Context()))
         assert answer.sketch.seq == seq and len(s.responses) == 0
+        s.GetSketch(_request(57), _Context())  # a freshness number of no known value
+        assert len(s.responses) == 0
         for i, freshness in enumerate((pb.FRESHNESS_CURRENT, pb.FRESHNESS_LATEST_MAINTAINED)):
             s.GetSketch(_request(freshness), _Context())
             assert len(s.responses) == i + 1

@@ -138,6 +138,7 @@ def _client_process(targets: list[tuple[str, str | None]], threads: int, conn: A
 
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[str] = []
+    connected = threading.Barrier(threads + 1)
     go = threading.Barrier(threads + 1)
     done = threading.Barrier(threads + 1)
     spec: dict[str, Any] = {}
@@ -147,8 +148,9 @@ def _client_process(targets: list[tuple[str, str | None]], threads: int, conn: A
         try:
             for _, call, request in calls:
                 call(request, timeout=60)  # connect before any clock starts
-        except grpc.RpcError as exc:
+        except grpc.RpcError as exc:  # reported with the first round
             errors.append(f"{exc.code().name}: {exc.details()}")
+        connected.wait()
         go.wait()
         while spec["round"] is not None:
             index, start_at, warmup, seconds, rate = spec["round"]
@@ -167,17 +169,18 @@ def _client_process(targets: list[tuple[str, str | None]], threads: int, conn: A
     spec["round"] = None
     for t in pool:
         t.start()
+    connected.wait()
     conn.send("ready")
     while True:
         spec["round"] = conn.recv()
-        for lat in latencies:
-            lat.clear()
-        errors.clear()
         go.wait()
         if spec["round"] is None:
             break
         done.wait()
         conn.send(([x for lat in latencies for x in lat], list(errors)))
+        for lat in latencies:
+            lat.clear()
+        errors.clear()
     for t in pool:
         t.join()
     conn.close()

@@ -248,20 +248,16 @@ class Coordinator:
         hit, as ``get_sketch`` counts them. Everything it needs is looked up here, once:
         it runs thousands of times a second."""
         q = self._get(name)
-        directory, history, ctx, counters = self.ctx.queries, q.history, self.ctx, \
-            self.counters
-        probe, expected = self.ctx.probe, tuple((t, sv.versions.get(t)) for t in q.tables)
-        if len(sv.versions) != len(expected):
+        directory, history, counters = self.ctx.queries, q.history, self.counters
+        expected, hold = _expected_versions(q, sv), self._versions_hold
+        if expected is None:
             return lambda: False
 
         def unchanged() -> bool:
             if directory.lookup(name) is not q or history.latest is not sv:
                 return False
-            if fresh:
-                max_age = ctx.config.fresh_recheck_s
-                for table, version in expected:
-                    if probe.latest(table, max_age) != version:
-                        return False
+            if fresh and not hold(expected):
+                return False
             q.last_used = time.time()
             counters["sketch_hits"] += 1
             return True
@@ -271,11 +267,15 @@ class Coordinator:
     def _current(self, q: QueryRuntime, sv: SketchVersion) -> bool:
         """``sv`` is exact for the newest committed version of every table ``q`` reads
         (as found at most ``fresh_recheck_s`` ago)."""
-        versions, probe, max_age = sv.versions, self.ctx.probe, self.config.fresh_recheck_s
-        if len(versions) != len(q.tables):
-            return False
-        for t in q.tables:  # a loop, not all(...): this runs on every sketch request
-            if versions.get(t) != probe.latest(t, max_age):
+        expected = _expected_versions(q, sv)
+        return expected is not None and self._versions_hold(expected)
+
+    def _versions_hold(self, expected: tuple[tuple[str, int | None], ...]) -> bool:
+        """Every (table, version) of ``expected`` is the table's newest committed version
+        (as found at most ``fresh_recheck_s`` ago)."""
+        probe, max_age = self.ctx.probe, self.ctx.config.fresh_recheck_s
+        for table, version in expected:  # a loop, not all(...): this runs on every request
+            if probe.latest(table, max_age) != version:
                 return False
         return True
 
@@ -435,3 +435,12 @@ class Coordinator:
             if not q.live or q.handles is None:
                 raise UnknownQueryError(f"query {name!r} has no live actors")
             q.handles[shard].kill()
+
+
+def _expected_versions(q: QueryRuntime, sv: SketchVersion
+                       ) -> tuple[tuple[str, int | None], ...] | None:
+    """(table, version of ``sv``) for every table ``q`` reads; None when ``sv`` is for
+    another set of tables."""
+    if len(sv.versions) != len(q.tables):
+        return None
+    return tuple((t, sv.versions.get(t)) for t in q.tables)

@@ -188,6 +188,18 @@ class Coordinator:
     def drop(self, name: str) -> None:
         self.registration.drop(self._get(name))
 
+    def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
+        """Why the query is sketched on its attributes (``imp_core.advisor.explanation``
+        of its registration's advice and its sketch, current or latest maintained)."""
+        from imp_core.advisor import Advice, explanation
+
+        sv = self.get_sketch(name, fresh)
+        raw = self._get(name).record.advice
+        out = explanation(Advice.from_json(raw) if raw else None, self._get(name).plan,
+                          sv.sketch)
+        out.update(query=name, sketch_seq=sv.seq)
+        return out
+
     def _get(self, name: str) -> QueryRuntime:
         return self.ctx.queries.get(name)
 

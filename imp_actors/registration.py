@@ -19,8 +19,9 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
-from typing import Callable
+from typing import Callable, Mapping
 
 from imp_actors.config import RuntimeConfig, strategy_to_json
 from imp_actors.context import RuntimeContext
@@ -47,8 +48,11 @@ from imp_core.plan.nodes import QueryPlan
 from imp_core.prepare import PreparedQuery, StoreTables, prepare_query
 from imp_core.scan_spec import scan_specs
 from imp_core.sketch.partition import PartitionSet
+from imp_core.sketch.sketch import Sketch
 from imp_core.storage.file_side import TableFiles
+from imp_core.storage.row_groups import StoreLayout
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -60,10 +64,16 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
     # queries only, see ``place_join_sides``), so the memory estimate leaves them out
     budget = ctx.config.join_state_budget_bytes if most_shards(spec) == 1 else None
     files = TableFiles(ctx.store)
+
+    def capture(plan: QueryPlan, pset: PartitionSet, versions: Mapping[str, int]) -> Sketch:
+        return ctx.spark.recapture(plan, pset, versions)[0]
+
     return prepare_query(spec.sql, tables, spec.partitions,
                          spec.fragments or ctx.config.default_fragments, spec.force,
                          pushdown=spec.pushdown, join_state_budget_bytes=budget,
-                         clustered=files.clustered, not_null=files.not_null)
+                         clustered=files.clustered, not_null=files.not_null,
+                         capture=capture, layout=StoreLayout(ctx.store),
+                         progress=lambda line: log.info("%s: %s", spec.name, line))
 
 
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
@@ -139,7 +149,8 @@ class Registration:
                              placement=place(prepared, most_shards(spec), ctx),
                              seq_reserved=SEQ_BLOCK,
                              autoscaling=spec.autoscaling.to_json() if spec.autoscaling
-                             else None)
+                             else None,
+                             advice=prepared.advice.to_json() if prepared.advice else None)
         q = self.runtime(record, plan, pset, QueryState.REGISTERING, restarted=False)
         ctx.queries.add(q)
         try:

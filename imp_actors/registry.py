@@ -79,6 +79,9 @@ class QueryRecord:
     # ``config.Autoscaling.to_json()`` of an autoscaled query; None (and absent from older
     # files): its shard count changes only when asked (ScaleQuery)
     autoscaling: dict[str, Any] | None = None
+    # ``imp_core.advisor.Advice.to_json()``: the attributes considered at registration
+    # and why these were chosen (None in older files: named by the user)
+    advice: dict[str, Any] | None = None
 
     def with_shards(self, shards: int) -> QueryRecord:
         return replace(self, shards=shards, generation=self.generation + 1)

@@ -24,9 +24,12 @@ from imp_core.sketch.sketch import Sketch
 
 class SparkWork:
     def __init__(self, store: Any):
+        from imp_core.storage.row_groups import StoreLayout
+
         self.store = store
         self._lock = threading.Lock()
         self._delta_source: Any = None
+        self.layout = StoreLayout(store)
 
     def session(self) -> Any:
         from imp_core.spark.session import get_spark
@@ -48,10 +51,16 @@ class SparkWork:
         table is read whole, ``imp_core.spark.access``; none filtered: the plain query).
         The result names no sketch version: the caller knows which one it used."""
         from imp_core.spark.access import choose_access
+        from imp_core.spark.compile import MAX_PREDICATE_RANGES
         from imp_core.spark.run import run_query
+        from imp_core.storage.row_groups import fit_to_layout
 
-        choice = choose_access(sketch, max_read_share) if sketch is not None else None
-        used = choice.sketch if choice is not None else None
+        choice = used = None
+        layout = fit_to_layout(sketch, versions, self.layout, MAX_PREDICATE_RANGES) \
+            if sketch is not None else None
+        if layout is not None:
+            choice = choose_access(layout.sketch, max_read_share, layout.shares)
+            used = choice.sketch
         with self._lock:
             spark = self.session()
             files = self._table_views(spark, versions, used)
@@ -61,7 +70,13 @@ class SparkWork:
         return QueryResult(run.rows, run.seconds, dict(run.rows_read), dict(run.files_read),
                            skipped, access="plain" if used is None else "sketch",
                            access_reason=choice.reason if choice is not None else "",
-                           read_share=choice.read_share if choice is not None else {})
+                           read_share=choice.read_share if choice is not None else {},
+                           bytes_read=run.bytes_read,
+                           table_rows=self.table_rows(versions))
+
+    def table_rows(self, versions: Mapping[str, int]) -> dict[str, int]:
+        """Rows of each table at its version (from the Delta log)."""
+        return {t: self.layout.rows(t, v) for t, v in versions.items()}
 
     def recapture(self, plan: QueryPlan, partitions: PartitionSet,
                   versions: Mapping[str, int]) -> tuple[Sketch, float]:

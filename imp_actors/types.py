@@ -25,7 +25,8 @@ class QuerySpec:
 
     ``partitions`` maps "table.column" to a fragment count (equi-depth on the current
     data) or explicit split points; None uses the SQL's ``-- sketch: table.column``
-    header with ``fragments`` fragments. ``force`` registers even if the safety check
+    header with ``fragments`` fragments; "auto" (or None without a header) lets the
+    attribute advisor choose (``imp_core.advisor``). ``force`` registers even if the safety check
     finds the sketch attribute unsafe. ``pushdown`` False keeps the query's selections
     out of its scans (every row of a read table reaches its workers; for measurements).
     ``autoscaling`` lets the shard count follow the maintenance load within its bounds
@@ -34,7 +35,7 @@ class QuerySpec:
 
     name: str
     sql: str
-    partitions: Mapping[str, PartitionSpec] | None = None
+    partitions: Mapping[str, PartitionSpec] | str | None = None
     fragments: int | None = None
     strategy: Strategy = field(default_factory=Lazy)
     force: bool = False
@@ -129,6 +130,9 @@ class QueryResult:
     access: str = "plain"
     access_reason: str = ""
     read_share: Mapping[str, float] = field(default_factory=dict)
+    # bytes Spark's tasks read from storage (None: Spark did not tell); rows per table
+    bytes_read: int | None = None
+    table_rows: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

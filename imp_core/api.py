@@ -50,8 +50,10 @@ class RegisteredQuery:
     """A query whose sketch the engine keeps fresh."""
 
     def __init__(self, engine: Engine, name: str, plan: QueryPlan, partitions: PartitionSet,
-                 pipeline: IncrementalQuery, verdicts: list):
+                 pipeline: IncrementalQuery, verdicts: list, advice: Any = None):
         self.engine = engine
+        # the attributes considered and why these were chosen (``imp_core.advisor``)
+        self.advice = advice
         self.name = name
         self.plan = plan
         self.partitions = partitions
@@ -69,6 +71,13 @@ class RegisteredQuery:
 
     def ranges(self, table: str) -> list[Range]:
         return self.sketch.ranges(table)
+
+    def explain(self) -> dict[str, Any]:
+        """The advice of the registration (``Advice.to_json``) with the current sketch's
+        size and, for a sketch covering all or none of a table, why (``coverage``)."""
+        from imp_core.advisor import explanation
+
+        return explanation(self.advice, self.plan, self.sketch)
 
     def predicate(self, table: str) -> str:
         return self.sketch.predicate(table)
@@ -151,18 +160,20 @@ class Engine:
                                     f"{', '.join(sorted(self._tables)) or 'none'}") from None
 
     # -- queries ----------------------------------------------------------------------
-    def register(self, sql: str, partitions: Mapping[str, PartitionSpec] | None = None,
+    def register(self, sql: str, partitions: Mapping[str, PartitionSpec] | str | None = None,
                  name: str | None = None, force: bool = False,
                  fragments: int = DEFAULT_FRAGMENTS) -> RegisteredQuery:
         """Plan ``sql``, check sketch safety, capture the initial sketch and state.
 
         ``partitions`` maps "table.column" to a fragment count (equi-depth on current
         data), explicit split points, or a ``RangePartition``; by default the query's
-        ``-- sketch: table.column`` header is used with ``fragments`` fragments.
+        ``-- sketch: table.column`` header is used with ``fragments`` fragments; "auto"
+        (or neither given) lets the advisor choose (``imp_core.advisor``).
         """
         from imp_core.prepare import prepare_query
 
-        prepared = prepare_query(sql, self, partitions, fragments, force)
+        prepared = prepare_query(sql, self, partitions, fragments, force,
+                                 capture=self._capture)
         plan, pset, verdicts = prepared.plan, prepared.partitions, list(prepared.verdicts)
         qname = name or f"q{len(self._queries) + 1}"
         if qname in self._queries:
@@ -170,7 +181,7 @@ class Engine:
         pipeline = IncrementalQuery(plan, pset, self.options, source=self._source(pset))
         tables = plan.root.tables()
         pipeline.apply({t: TableDelta.inserts(self._get(t).data) for t in tables})
-        q = RegisteredQuery(self, qname, plan, pset, pipeline, verdicts)
+        q = RegisteredQuery(self, qname, plan, pset, pipeline, verdicts, prepared.advice)
         self._queries[qname] = q
         return q
 
@@ -183,6 +194,15 @@ class Engine:
 
     def versions(self, tables: list[str]) -> dict[str, int]:
         return {}  # in-memory tables are not versioned
+
+    def cluster_columns(self, table: str) -> tuple[str, ...]:
+        """The first key column: a sketch attribute candidate of every query."""
+        return tuple(self._get(table).key or ())[:1]
+
+    def _capture(self, plan: QueryPlan, pset: PartitionSet, versions: Mapping[str, int]
+                 ) -> Sketch:
+        """The accurate sketch over the current tables (the attribute advisor's)."""
+        return reference_capture(plan, self.tables(), pset).sketch
 
     def _source(self, pset: PartitionSet):
         def source(node: PlanNode) -> DeltaBatch:

@@ -34,6 +34,7 @@ from imp_core.scan_spec import ScanSpec
 from imp_core.sketch.partition import PartitionSet, PartitionSpec
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage.change_reader import ChangeReader, DeltaSource
+from imp_core.storage.row_groups import StoreLayout
 
 if TYPE_CHECKING:  # pragma: no cover
     from imp_core.spark.bootstrap import BootstrapRun
@@ -62,10 +63,18 @@ class MaintainedQuery:
     bootstrap: str = "engine"  # how the state was first built: "spark" or "engine"
     bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
     placement: JoinPlacement = frozenset()  # the join sides probed in the data layer
+    advice: Any = None  # the attributes considered and the choice (``imp_core.advisor``)
 
     @property
     def sketch(self) -> Sketch:
         return self.pipeline.sketch()
+
+    def explain(self) -> dict[str, Any]:
+        """``Advice.to_json`` of the registration with the current sketch's size and
+        coverage line (``imp_core.advisor.explanation``)."""
+        from imp_core.advisor import explanation
+
+        return explanation(self.advice, self.plan, self.sketch)
 
     def bounds(self, table: str) -> list:
         """The split points of ``table``'s range partition."""
@@ -125,14 +134,15 @@ class Maintainer:
         return {t: self.store.schema(t) for t in self.store.tables()}
 
     def register(self, name: str, sql: str,
-                 partitions: Mapping[str, PartitionSpec] | None = None,
+                 partitions: Mapping[str, PartitionSpec] | str | None = None,
                  force: bool = False, fragments: int = DEFAULT_FRAGMENTS,
                  bootstrap: str | None = None) -> MaintainedQuery:
         """Prepare ``sql`` (plan, partitions on the current table versions, safety) and
         bootstrap its state (``bootstrap`` overrides the maintainer's mode for this
         query)."""
         mode = self._mode(bootstrap)
-        prepared = prepare_query(sql, StoreTables(self.store), partitions, fragments, force)
+        prepared = prepare_query(sql, StoreTables(self.store), partitions, fragments, force,
+                                 capture=self._capture(mode), layout=StoreLayout(self.store))
         versions = dict(prepared.versions)
         placement: JoinPlacement = frozenset()
         if self.join_memory_rows is not None:
@@ -151,9 +161,25 @@ class Maintainer:
             pipeline.apply({t: self._initial(t, v, specs.get(t)) for t, v in versions.items()})
         q = MaintainedQuery(name, prepared.plan, prepared.partitions, pipeline, versions, specs,
                             context=wiring.context, bootstrap=mode, bootstrap_run=run,
-                            placement=placement)
+                            placement=placement, advice=prepared.advice)
         self.queries[name] = q
         return q
+
+    def _capture(self, mode: str) -> Any:
+        """The attribute advisor's capture: on Spark where this maintainer uses it, else
+        the reference evaluator over the tables read at the versions."""
+        def capture(plan: Any, pset: PartitionSet, versions: Mapping[str, int]) -> Sketch:
+            if mode == "spark":
+                from imp_core.spark.run import capture as spark_capture
+                from imp_core.spark.tables import snapshot_frame
+
+                spark = self.spark()
+                for t, v in versions.items():
+                    snapshot_frame(spark, self.store, t, v)[0].createOrReplaceTempView(t)
+                return spark_capture(spark, plan, pset)
+            tables = {t: self.store.read(t, v) for t, v in versions.items()}
+            return reference_capture(plan, tables, pset).sketch
+        return capture
 
     # -- Spark ----------------------------------------------------------------------------
     def _mode(self, requested: str | None) -> str:

@@ -47,6 +47,14 @@ from imp_core.sketch.partition import (
 )
 
 DEFAULT_FRAGMENTS = 64
+# partitions="auto": the attribute advisor (``imp_core.advisor``) chooses them
+AUTO_PARTITIONS = "auto"
+
+# (plan, partitions, table versions) -> the accurate sketch (a capture on Spark, or the
+# reference evaluator over in-memory tables)
+Capture = Callable[[QueryPlan, PartitionSet, Mapping[str, int]], Any]
+# (table, version, column) -> ``imp_core.storage.row_groups.RowGroups`` (None: no files)
+LayoutOf = Callable[[str, int, str], Any]
 
 
 class TableSource(Protocol):
@@ -82,37 +90,50 @@ class PreparedQuery:
     versions: Mapping[str, int] = field(default_factory=dict)
     # the memory estimate the registration guard checked (None: no statistics taken)
     estimate: PlanEstimate | None = None
+    # the attributes considered and why these were chosen (``imp_core.advisor.Advice``)
+    advice: Any = None
 
     @property
     def tables(self) -> tuple[str, ...]:
         return tuple(sorted(self.plan.root.tables()))
 
 
-def partition_specs(sql: str, partitions: Mapping[str, PartitionSpec] | None,
-                    fragments: int) -> Mapping[str, PartitionSpec]:
+def partition_specs(sql: str, partitions: Mapping[str, PartitionSpec] | str | None,
+                    fragments: int) -> Mapping[str, PartitionSpec] | str:
     """The partitions given, or ``fragments`` ranges per attribute of the SQL's
-    ``-- sketch: table.column`` header."""
+    ``-- sketch: table.column`` header, or ``AUTO_PARTITIONS`` (asked for, or neither
+    given): the advisor chooses."""
     from imp_core.sql import parse_sketch_header
 
+    if isinstance(partitions, str):
+        if partitions.strip().lower() != AUTO_PARTITIONS:
+            raise PartitionError(f"partitions {partitions!r}: give 'auto' or a mapping of "
+                                 "'table.column' to a fragment count or split points")
+        return AUTO_PARTITIONS
     if partitions is not None:
         return partitions
     header = parse_sketch_header(sql)
     if not header:
-        raise PartitionError("no partitions given and the SQL has no "
-                             "'-- sketch: table.column' header")
+        return AUTO_PARTITIONS
     return {f"{t}.{c}": fragments for t, c in header}
 
 
 def prepare_query(sql: str, source: TableSource,
-                  partitions: Mapping[str, PartitionSpec] | None = None,
+                  partitions: Mapping[str, PartitionSpec] | str | None = None,
                   fragments: int = DEFAULT_FRAGMENTS, force: bool = False,
                   pushdown: bool = True, memory_budget_bytes: int | None | str = AUTO,
                   join_state_budget_bytes: int | None = None,
                   clustered: Callable[[str, int, str], bool] | None = None,
-                  not_null: Callable[[str, str], bool] | None = None) -> PreparedQuery:
+                  not_null: Callable[[str, str], bool] | None = None,
+                  capture: Capture | None = None, layout: LayoutOf | None = None,
+                  progress: Callable[[str], None] | None = None) -> PreparedQuery:
     """Plan, check and partition ``sql`` over ``source``; raises the domain error of the
     first problem (bad SQL, unknown table or column, bad partition, a plan too large for
     memory, unsafe attribute).
+
+    ``partitions`` "auto" (or none given and no SQL header): the attribute advisor
+    (``imp_core.advisor.advise``) chooses them, capturing candidates with ``capture``
+    and estimating their reads from ``layout``; the choice is checked as any other.
 
     ``pushdown=False`` keeps every selection above its scan (the scan specs carry no
     predicate): deltas then reach the pipeline unfiltered.
@@ -136,8 +157,11 @@ def prepare_query(sql: str, source: TableSource,
     catalog = source.catalog()
     plan = plan_sql(sql, catalog)
     specs = partition_specs(sql, partitions, fragments)
-    check_fragments(specs)  # before any value is read or any range chosen
     tables = sorted(plan.root.tables())
+    auto = specs == AUTO_PARTITIONS
+    if auto:  # the memory check assumes every table sketched: the advisor may do so
+        specs = {f"{t}.*": fragments for t in tables}
+    check_fragments(specs)  # before any value is read or any range chosen
     versions = source.versions(tables)
     reads = _ColumnReads(source)
     estimate = None
@@ -149,16 +173,51 @@ def prepare_query(sql: str, source: TableSource,
             None if clustered is None else lambda t, c: clustered(t, versions[t], c),
             not_null)
         check_memory(estimate, budget)
+    domains = {t: dict(source.domains(t)) for t in tables}
+    advice = None
+    if auto:
+        reads.clear()
+        advice = _advise(plan, source, catalog, tables, versions, domains, fragments,
+                         capture, layout, progress)
+        specs = advice.specs()
     pset = build_partition_set(specs, lambda t: _schema(catalog, t), reads.column)
     reads.clear()
     verdicts = require_safe(plan, [(p.table, p.column) for p in pset.partitions],
-                            domains={t: dict(source.domains(t)) for t in tables},
-                            force=force,
+                            domains=domains, force=force,
                             table_columns={t: s.names for t, s in catalog.items()})
+    if advice is None:
+        from imp_core.advisor import given_advice
+
+        advice = given_advice(verdicts, pset)
     scans = scan_specs(plan.root, pset)
     if not pushdown:
         scans = {t: ScanSpec(s.table, s.columns, None, s.partition) for t, s in scans.items()}
-    return PreparedQuery(sql, plan, pset, tuple(verdicts), scans, versions, estimate)
+    return PreparedQuery(sql, plan, pset, tuple(verdicts), scans, versions, estimate,
+                         advice)
+
+
+def _advise(plan: QueryPlan, source: TableSource, catalog: Mapping[str, pa.Schema],
+            tables: list[str], versions: Mapping[str, int],
+            domains: Mapping[str, Mapping[str, Any]], fragments: int,
+            capture: Capture | None, layout: LayoutOf | None,
+            progress: Callable[[str], None] | None) -> Any:
+    """``imp_core.advisor.advise`` over ``source`` at ``versions``."""
+    from imp_core.advisor import advise
+
+    if capture is None:
+        raise PartitionError("no sketch attribute given (no partitions, no "
+                             "'-- sketch: table.column' header) and this front cannot "
+                             "capture sketches to choose one: name the attribute")
+    clustered_of = getattr(source, "cluster_columns", None)
+    clustered = {t: tuple(clustered_of(t)) for t in tables} if callable(clustered_of) \
+        else {}
+    groups = None
+    if layout is not None:
+        def groups(table: str, column: str) -> Any:
+            return layout(table, versions[table], column) if table in versions else None
+    return advise(plan, catalog, source.column, fragments,
+                  lambda pset: capture(plan, pset, versions), groups, domains, clustered,
+                  progress=progress)
 
 
 def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
@@ -303,6 +362,12 @@ class StoreTables:
 
     def domains(self, table: str) -> Mapping[str, tuple[Any, Any]]:
         return dict(self.store.entry(table).domains or {})
+
+    def cluster_columns(self, table: str) -> tuple[str, ...]:
+        """The columns the table is kept in order on (its cluster columns, else its
+        first key column): candidates a sketch may skip by."""
+        entry = self.store.entry(table)
+        return tuple(entry.sketch_columns) or tuple(entry.key or ())[:1]
 
     def statistics(self, table: str) -> TableStats:
         """Row count and per-column min/max at the recorded version, from the Delta

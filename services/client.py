@@ -38,7 +38,8 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 # Calls that may run twice with the same effect as once.
 IDEMPOTENT = ("ListQueries", "ListTables", "GetSketch", "GetSketches", "WatchSketch", "Maintain",
-              "RunQuery", "Checkpoint", "Evict", "Restore", "ScaleQuery", "Stats")
+              "RunQuery", "ExplainSketch", "Checkpoint", "Evict", "Restore", "ScaleQuery",
+              "Stats")
 
 
 class RemoteError(ImpError):
@@ -149,15 +150,29 @@ class SketchClient:
 
     # -- queries ---------------------------------------------------------------------------
     def register(self, name: str, sql: str,
-                 partitions: Mapping[str, int | Sequence[Any]] | None = None,
+                 partitions: Mapping[str, int | Sequence[Any]] | str | None = None,
                  fragments: int | None = None, strategy: Strategy | None = None,
                  force: bool = False, shards: int = 1,
                  autoscaling: Autoscaling | None = None) -> QueryInfo:
         """Register ``sql`` under ``name``. ``partitions`` maps "table.column" to a
-        fragment count or split points; None uses the SQL's ``-- sketch:`` header.
+        fragment count or split points; "auto" lets the service choose the attributes;
+        None uses the SQL's ``-- sketch:`` header (without one, the service chooses).
         ``autoscaling``: the shard count follows the maintenance load within its bounds."""
+        return self.register_explained(name, sql, partitions, fragments, strategy, force,
+                                       shards, autoscaling)[0]
+
+    def register_explained(self, name: str, sql: str,
+                           partitions: Mapping[str, int | Sequence[Any]] | str | None = None,
+                           fragments: int | None = None, strategy: Strategy | None = None,
+                           force: bool = False, shards: int = 1,
+                           autoscaling: Autoscaling | None = None
+                           ) -> tuple[QueryInfo, dict[str, Any]]:
+        """``register``, with the explanation of the attributes chosen (as ``explain``)."""
+        auto = isinstance(partitions, str)
+        if auto and str(partitions).strip().lower() != "auto":
+            raise ValueError(f"partitions {partitions!r}: give 'auto' or a mapping")
         specs = []
-        for attr, spec in (partitions or {}).items():
+        for attr, spec in ({} if auto else partitions or {}).items():
             if isinstance(spec, int):
                 specs.append(pb.PartitionSpec(attribute=attr, fragments=spec))
             else:
@@ -166,8 +181,20 @@ class SketchClient:
         req = pb.RegisterQueryRequest(
             name=name, sql=sql, partitions=specs, fragments=fragments or 0,
             strategy=convert.strategy_to_proto(strategy or Lazy()), force=force,
-            shards=shards, autoscaling=convert.autoscaling_to_proto(autoscaling))
-        return convert.query_info_from_proto(self._call("RegisterQuery", req).query)
+            shards=shards, autoscaling=convert.autoscaling_to_proto(autoscaling),
+            auto_partitions=auto)
+        resp = self._call("RegisterQuery", req)
+        return (convert.query_info_from_proto(resp.query),
+                convert.explanation_from_proto(resp.explanation))
+
+    def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
+        """Why query ``name`` is sketched on its attributes: the candidates considered
+        (roles, safety and reason, sketch size, provenance and read shares), the choice
+        (``chosen``, ``why``) and, for a sketch covering all or none of a table,
+        ``coverage``; of the current sketch (``fresh``) or the latest maintained."""
+        req = pb.ExplainSketchRequest(query=name, freshness=pb.FRESHNESS_CURRENT if fresh
+                                      else pb.FRESHNESS_LATEST_MAINTAINED)
+        return convert.explanation_from_proto(self._call("ExplainSketch", req).explanation)
 
     def drop(self, name: str) -> None:
         self._call("DropQuery", pb.DropQueryRequest(name=name))

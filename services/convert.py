@@ -259,8 +259,11 @@ def partition_specs(specs: Iterable[pb.PartitionSpec]) -> dict[str, Any] | None:
 
 
 def query_spec(req: pb.RegisterQueryRequest) -> QuerySpec:
+    if req.auto_partitions and len(req.partitions):
+        raise BadRequestError("give partitions or auto_partitions, not both")
     return QuerySpec(
-        name=req.name, sql=req.sql, partitions=partition_specs(req.partitions),
+        name=req.name, sql=req.sql,
+        partitions="auto" if req.auto_partitions else partition_specs(req.partitions),
         fragments=req.fragments or None, strategy=strategy_from_proto(req.strategy),
         force=req.force, shards=req.shards or 1,
         autoscaling=autoscaling_from_proto(req.autoscaling)
@@ -288,6 +291,43 @@ def query_info_to_proto(info: QueryInfo) -> pb.QueryInfo:
         state_bytes=info.state_bytes, pending_tuples=info.pending_tuples,
         last_used=info.last_used, probed_join_sides=list(info.probed_join_sides),
         autoscaling=autoscaling_to_proto(info.autoscaling), load=info.load)
+
+
+_CANDIDATE_NUMBERS = ("fragments", "size", "provenance_share", "read_share", "read_rows",
+                      "read_bytes", "table_rows", "table_bytes", "pages", "table_pages")
+_EXPLANATION_FIELDS = ("mode", "why", "sketch_seq", "sketch_fragments", "total_fragments",
+                       "coverage")
+
+
+def explanation_to_proto(doc: Mapping[str, Any]) -> pb.SketchExplanation:
+    """An explanation (``Coordinator.explain``: ``Advice.to_json`` and the sketch's
+    coverage) as a ``SketchExplanation``."""
+    out = pb.SketchExplanation(query=doc.get("query", ""), chosen=list(doc.get("chosen", ())),
+                               **{k: doc[k] for k in _EXPLANATION_FIELDS if k in doc})
+    for c in doc.get("candidates", ()):
+        out.candidates.add(attribute=c["attribute"], roles=list(c.get("roles", ())),
+                           safe=bool(c.get("safe")), reason=c.get("reason", ""),
+                           evaluated="read_rows" in c,
+                           **{k: c[k] for k in _CANDIDATE_NUMBERS if k in c})
+    return out
+
+
+def explanation_from_proto(msg: pb.SketchExplanation) -> dict[str, Any]:
+    """The inverse of ``explanation_to_proto`` (figures of unevaluated candidates
+    left out)."""
+    out: dict[str, Any] = {"query": msg.query, "chosen": list(msg.chosen)}
+    out.update({k: getattr(msg, k) for k in _EXPLANATION_FIELDS})
+    cands = []
+    for c in msg.candidates:
+        item: dict[str, Any] = {"attribute": c.attribute, "roles": list(c.roles),
+                                "safe": c.safe, "reason": c.reason, "evaluated": c.evaluated}
+        if c.evaluated:
+            item.update({k: getattr(c, k) for k in _CANDIDATE_NUMBERS})
+        elif c.size:
+            item["size"] = c.size
+        cands.append(item)
+    out["candidates"] = cands
+    return out
 
 
 def _range_to_proto(r: Range, dtype: pa.DataType) -> pb.Range:
@@ -403,7 +443,8 @@ def query_result_to_proto(r: QueryResult, rows: bytes) -> pb.RunQueryResponse:
     out = pb.RunQueryResponse(
         rows=rows, row_count=r.rows.num_rows, seconds=r.seconds, rows_read=dict(r.rows_read),
         files_read=dict(r.files_read), files_skipped=dict(r.files_skipped),
-        access=r.access, access_reason=r.access_reason, read_share=dict(r.read_share))
+        access=r.access, access_reason=r.access_reason, read_share=dict(r.read_share),
+        table_rows=dict(r.table_rows), bytes_read=-1 if r.bytes_read is None else r.bytes_read)
     if r.sketch is not None:
         out.sketch.CopyFrom(sketch_to_proto(r.sketch))
     return out
@@ -472,7 +513,8 @@ def run_result_from_proto(msg: pb.RunQueryResponse) -> RunResult:
         files_skipped=dict(msg.files_skipped),
         sketch=sketch_from_proto(msg.sketch) if msg.HasField("sketch") else None,
         access=msg.access or "plain", access_reason=msg.access_reason,
-        read_share=dict(msg.read_share))
+        read_share=dict(msg.read_share), table_rows=dict(msg.table_rows),
+        bytes_read=None if msg.bytes_read < 0 else msg.bytes_read)
 
 
 def table_from_proto(msg: pb.TableInfo) -> TableRecord:

@@ -79,11 +79,18 @@ class RunResult:
     sketch: SketchRecord | None = None
     access: str = "plain"  # "sketch": scans filtered by the sketch; "plain": no filter
     access_reason: str = ""
-    read_share: Mapping[str, float] = field(default_factory=dict)
+    read_share: Mapping[str, float] = field(default_factory=dict)  # estimated, per table
+    table_rows: Mapping[str, int] = field(default_factory=dict)
+    bytes_read: int | None = None  # Spark's input metrics (None: unknown)
 
     @property
     def total_rows_read(self) -> int:
         return sum(self.rows_read.values())
+
+    def rows_read_share(self) -> dict[str, float]:
+        """Per table, the share of its rows Spark's scans actually returned."""
+        return {t: n / self.table_rows[t] for t, n in self.rows_read.items()
+                if self.table_rows.get(t)}
 
 
 @dataclass(frozen=True)

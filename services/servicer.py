@@ -61,7 +61,14 @@ class SketchServicer(rpc.SketchServiceServicer):
         _alive(context)
         with self.guard.registration(client_identity(context), spec.name):
             info = self.c.register(spec)
-        return pb.RegisterQueryResponse(query=convert.query_info_to_proto(info))
+        return pb.RegisterQueryResponse(
+            query=convert.query_info_to_proto(info),
+            explanation=convert.explanation_to_proto(self.c.explain(info.name, fresh=False)))
+
+    def ExplainSketch(self, request, context):
+        fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
+        return pb.ExplainSketchResponse(
+            explanation=convert.explanation_to_proto(self.c.explain(request.query, fresh)))
 
     def DropQuery(self, request, context):
         self.c.drop(request.name)

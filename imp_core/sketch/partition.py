@@ -30,6 +30,14 @@ def _sortable(values: pa.Array, dtype: pa.DataType) -> np.ndarray:
     if values.type != dtype:
         values = pc.cast(values, dtype)
     if pa.types.is_decimal(dtype):
+        if pa.types.is_decimal128(dtype) and dtype.precision <= 18:
+            # the unscaled value fits the low 64 bits of each little-endian 128-bit word
+            words = np.frombuffer(values.buffers()[1], dtype=np.int64,
+                                  count=2 * (values.offset + len(values)))
+            out = words[2 * values.offset::2].copy()
+            if values.null_count:
+                out[values.is_null().to_numpy(zero_copy_only=False)] = 0
+            return out
         ints = [0 if v is None else int(v.scaleb(dtype.scale)) for v in values.to_pylist()]
         big = any(abs(v) >= 2**62 for v in ints)
         return np.array(ints, dtype=object if big else np.int64)

@@ -49,9 +49,11 @@ def read_shares(sketch: Sketch) -> dict[str, float]:
             for part in sketch.partitions.partitions}
 
 
-def choose_access(sketch: Sketch, max_read_share: float = DEFAULT_MAX_READ_SHARE
-                  ) -> AccessChoice:
-    """The access path for a query filtered by ``sketch`` (module docstring).
+def choose_access(sketch: Sketch, max_read_share: float = DEFAULT_MAX_READ_SHARE,
+                  shares: dict[str, float] | None = None) -> AccessChoice:
+    """The access path for a query filtered by ``sketch`` (module docstring);
+    ``shares``: per sketched table, the share its filter reads when known better than
+    by fragments (from the row groups the filter meets, ``imp_core.storage.row_groups``).
 
     >>> import pyarrow as pa
     >>> from imp_core.sketch.partition import PartitionSet, RangePartition
@@ -63,7 +65,7 @@ def choose_access(sketch: Sketch, max_read_share: float = DEFAULT_MAX_READ_SHARE
     """
     if not 0.0 <= max_read_share <= 1.0:
         raise ValueError("max_read_share must lie in [0, 1]")
-    shares = read_shares(sketch)
+    shares = {**read_shares(sketch), **(shares or {})}
     keep = tuple(t for t, s in shares.items() if s <= max_read_share)
     widened = BitMap(sketch.fragments)
     for part, off in zip(sketch.partitions.partitions, sketch.partitions.offsets):

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from imp_core.stdout import json_out
 from services.cli.output import (
     EXIT_REFUSED,
+    describe_explanation,
     describe_info,
     describe_sketch,
     exit_code,
@@ -59,6 +60,8 @@ def _connection_parent() -> argparse.ArgumentParser:
 
 
 def _partition(text: str) -> tuple[str, str]:
+    if text.strip().lower() == "auto":
+        return "auto", ""
     attr, sep, value = text.partition("=")
     if not sep or "." not in attr or not value:
         raise argparse.ArgumentTypeError(f"expected table.column=VALUE, got {text!r}")
@@ -124,7 +127,10 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--file", help="a file holding the query")
     src.add_argument("--workload", help="a shipped workload query by name (e.g. q_having_2)")
     p.add_argument("--partition", action="append", type=_partition, default=[],
-                   metavar="TABLE.COLUMN=N", help="partition by N equi-depth fragments")
+                   metavar="TABLE.COLUMN=N|auto",
+                   help="partition by N equi-depth fragments; 'auto' (the default without "
+                   "a -- sketch: header) lets the service choose the attributes whose "
+                   "sketch makes the query read least (see: imp explain)")
     p.add_argument("--bounds", action="append", type=_partition, default=[],
                    metavar="TABLE.COLUMN=V1,V2,...", help="partition by split points")
     p.add_argument("--fragments", type=int, help="fragments for the SQL's -- sketch: header")
@@ -149,6 +155,12 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
                       help="seconds the load must ask for fewer shards first (default 300)")
     auto.add_argument("--load-window", type=_finite_seconds,
                       help="seconds the load is averaged over (default 30)")
+
+    p = cmd("explain", "why a query is sketched on its attributes: the candidates, what "
+            "each would read, the choice", _explain)
+    p.add_argument("name")
+    p.add_argument("--latest", action="store_true",
+                   help="of the latest maintained sketch (no maintenance)")
 
     p = cmd("sketch", "print a query's sketch (several names: all in one call)", _sketch)
     p.add_argument("name", nargs="+", help="one or more registered queries")
@@ -276,8 +288,12 @@ def _register(client: Any, args: argparse.Namespace) -> int:
             raise ValueError(exc.args[0]) from None
         header = ", ".join(f"{t}.{c}" for t, c in wq.sketch)
         sql = f"-- sketch: {header}\n{wq.sql}"
-    partitions: dict[str, Any] = {}
-    for attr, value in args.partition:
+    partitions: dict[str, Any] | str = {}
+    auto = [a for a, _ in args.partition if a == "auto"]
+    if auto and (len(args.partition) > 1 or args.bounds):
+        raise ValueError("--partition auto chooses every attribute: give no other "
+                         "--partition or --bounds")
+    for attr, value in args.partition if not auto else ():
         try:
             partitions[attr] = int(value)
         except ValueError:
@@ -285,16 +301,31 @@ def _register(client: Any, args: argparse.Namespace) -> int:
                              "--bounds for split points)") from None
     for attr, value in args.bounds:
         partitions[attr] = _typed_bounds(client, attr, value.split(","))
+    if auto:
+        partitions = "auto"
     strategy = Lazy()
     if args.eager:
         strategy = Eager(args.batch_tuples, args.max_delay if args.max_delay > 0 else None)
-    info = client.register(args.name, sql, partitions=partitions or None,
-                           fragments=args.fragments, strategy=strategy, force=args.force,
-                           shards=args.shards, autoscaling=_autoscaling(args))
+    info, explained = client.register_explained(
+        args.name, sql, partitions=partitions or None, fragments=args.fragments,
+        strategy=strategy, force=args.force, shards=args.shards,
+        autoscaling=_autoscaling(args))
     if args.json:
-        print_json(info)
+        doc = to_json(info)
+        doc["explanation"] = explained
+        print_json(doc)
     else:
         print(f"registered {describe_info(info)}")
+        print("\n".join(describe_explanation(explained, brief=True)))
+    return 0
+
+
+def _explain(client: Any, args: argparse.Namespace) -> int:
+    explained = client.explain(args.name, fresh=not args.latest)
+    if args.json:
+        print_json(explained)
+    else:
+        print("\n".join(describe_explanation(explained)))
     return 0
 
 
@@ -407,6 +438,7 @@ def _query(client: Any, args: argparse.Namespace) -> int:
         write_rows(result.rows, args.out)
     if args.json:
         out = to_json(result)
+        out["rows_read_share"] = result.rows_read_share()
         if args.out:
             out["rows"] = f"written to {args.out}"
         print(json.dumps(out, indent=2, default=str), file=json_out())
@@ -420,9 +452,17 @@ def _query(client: Any, args: argparse.Namespace) -> int:
     print(f"{result.rows.num_rows} rows in {result.seconds:.3f} s {how}")
     if result.access_reason:
         print(f"  access: {result.access} ({result.access_reason})")
+    actual = result.rows_read_share()
     for t in sorted(result.rows_read):
-        print(f"  {t}: {result.rows_read[t]:,} rows read, {result.files_read.get(t, 0)} files "
-              f"read, {result.files_skipped.get(t, 0)} skipped")
+        of = f" of {result.table_rows[t]:,} ({100 * actual[t]:.1f}%" if t in actual else ""
+        if of and t in result.read_share:
+            of += f", estimated {100 * result.read_share[t]:.1f}%"
+        of += ")" if of else ""
+        print(f"  {t}: Spark read {result.rows_read[t]:,} rows{of}, "
+              f"{result.files_read.get(t, 0)} files, {result.files_skipped.get(t, 0)} "
+              "skipped")
+    if result.bytes_read is not None:
+        print(f"  Spark read {result.bytes_read:,} bytes from storage")
     if args.show and result.rows.num_rows:
         print(result.rows.slice(0, args.show).to_pandas().to_string(index=False))
         if result.rows.num_rows > args.show:

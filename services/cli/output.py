@@ -90,6 +90,37 @@ def describe_sketch(s: Any) -> list[str]:
     return lines
 
 
+def _share(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
+    """An explanation (``SketchClient.explain``) as text: the choice and its one-line
+    why, the sketch's coverage, then (unless ``brief``) every candidate."""
+    how = "chosen by the advisor" if e.get("mode") == "auto" else "named at registration"
+    lines = [f"{e.get('query', '')}: sketched on {', '.join(e.get('chosen', ())) or '-'} "
+             f"({how})"]
+    if e.get("why"):
+        lines.append(f"  why: {e['why']}")
+    if not brief and e.get("total_fragments"):
+        lines.append(f"  sketch: {e.get('sketch_fragments', 0)}/{e['total_fragments']} "
+                     f"fragments (seq {e.get('sketch_seq', 0)})")
+    if e.get("coverage"):
+        lines.append(f"  coverage: {e['coverage']}")
+    if brief:
+        return lines
+    lines.append(f"  {'candidate':32s} {'roles':24s} {'safe':5s} {'sketch':>7s} "
+                 f"{'provenance':>10s} {'reads':>7s}  reason")
+    for c in e.get("candidates", ()):
+        frag = f"{c['fragments']}/{c['size']}" if "fragments" in c and c.get("evaluated",
+                                                                            True) else "-"
+        lines.append(f"  {c['attribute']:32s} {','.join(c['roles']):24s} "
+                     f"{'yes' if c['safe'] else 'no':5s} {frag:>7s} "
+                     f"{_share(c.get('provenance_share')):>10s} "
+                     f"{_share(c.get('read_share')):>7s}  {c.get('reason', '')}")
+    return lines
+
+
 def describe_info(q: Any) -> str:
     from imp_actors.config import strategy_to_json
 

@@ -1,0 +1,277 @@
+"""A table's physical layout as a sketch-filtered scan meets it: its pages' bounds.
+
+Spark's Parquet reader skips a row group whose min/max statistics of a filtered column
+exclude every range of the filter, and inside the row groups it reads, the pages whose
+page-index bounds do (the store writes pages of at most ``WriteOptions.page_rows``
+rows, with the page index). ``Blocks`` holds, for one column of one table version, each
+such page's bounds (as sortable keys, ``imp_core.sketch.partition``), rows and share of
+the compressed bytes of its row group, and tells what a filter on that column reads
+(``read``). The bounds are computed from the column's values in file order, cut at the
+row groups of the footers and into pages of ``page_rows`` rows: the page index itself
+is not readable from Python.
+
+Invariants: a block holding NULLs where the filter admits NULL is counted as read; the
+counts are those of the files of the version given, in file order; ``fit_to_blocks``
+only ever adds fragments to a sketch (a superset of a safe sketch is safe).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+from pyroaring import BitMap
+
+from imp_core.sketch.partition import RangePartition, _sortable
+from imp_core.sketch.sketch import Sketch
+
+DEFAULT_PAGE_ROWS = 2048
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Per block (a page of a row group): ``lo``/``hi`` keys of its non-NULL values
+    (lo > hi when it holds none), whether it holds NULLs, its rows and compressed bytes;
+    ``groups`` is the number of row groups they were cut from."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    nulls: np.ndarray
+    rows: np.ndarray
+    bytes: np.ndarray
+    groups: int = 0
+
+    @property
+    def total_rows(self) -> int:
+        return int(self.rows.sum())
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.bytes.sum())
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def hit(self, part: RangePartition, fragments: Sequence[int]) -> np.ndarray:
+        """Which blocks a filter keeping ``fragments`` (local, sorted) of ``part``
+        reads: those whose [lo, hi] meets one of their ranges, and with NULLs where
+        fragment 0 (which holds NULL) is kept."""
+        out = np.zeros(len(self.rows), dtype=bool)
+        if not len(fragments):
+            return out
+        starts, ends = _runs(part, fragments)
+        # the first range ending above a block's minimum; later ones start even higher
+        i = np.searchsorted(ends, self.lo, side="right")
+        inside = i < len(ends)
+        j = np.minimum(i, len(ends) - 1)
+        out = inside & (starts[j] <= self.hi) & (self.lo <= self.hi)
+        if fragments[0] == 0:
+            out |= self.nulls
+        return out
+
+    def read(self, part: RangePartition, fragments: Sequence[int]) -> tuple[int, int, int]:
+        """``(rows, bytes, blocks)`` a filter keeping ``fragments`` of ``part`` reads."""
+        hit = self.hit(part, fragments)
+        return int(self.rows[hit].sum()), int(self.bytes[hit].sum()), int(hit.sum())
+
+    def rows_inside(self, lo: Any, hi: Any) -> int:
+        """Rows of the blocks whose every value lies in keys [lo, hi) (None: open),
+        without NULLs."""
+        inside = (self.lo <= self.hi) & ~self.nulls
+        if lo is not None:
+            inside &= self.lo >= lo
+        if hi is not None:
+            inside &= self.hi < hi
+        return int(self.rows[inside].sum())
+
+
+def _extremes(keys: np.ndarray) -> tuple[Any, Any]:
+    if keys.dtype.kind == "f":
+        return np.inf, -np.inf
+    if keys.dtype.kind in "iu":
+        info = np.iinfo(np.int64)
+        return info.max, info.min
+    raise TypeError("block bounds need numeric keys")
+
+
+def _runs(part: RangePartition, fragments: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end keys of the runs of consecutive ``fragments``, open ends as the
+    key type's extremes (the end of a run is exclusive)."""
+    keys = part._sorted_bounds
+    top, bottom = _extremes(keys if len(keys) else np.zeros(0, np.int64))
+    starts, ends = [], []
+    prev = None
+    for f in fragments:
+        if prev is not None and f == prev + 1:
+            prev = f
+            continue
+        if prev is not None:
+            ends.append(keys[prev] if prev < part.size - 1 else top)
+        starts.append(keys[f - 1] if f > 0 else bottom)
+        prev = f
+    ends.append(keys[prev] if prev < part.size - 1 else top)
+    dtype = keys.dtype if len(keys) else np.int64
+    return np.array(starts, dtype=dtype), np.array(ends, dtype=dtype)
+
+
+def blocks(files: Sequence[str], column: str, dtype: pa.DataType,
+           page_rows: int = DEFAULT_PAGE_ROWS) -> Blocks | None:
+    """The pages of ``files`` (Parquet URIs or paths) with their bounds of ``column``
+    (of type ``dtype``); None where its values have no numeric order (strings, big
+    decimals)."""
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
+    nulls: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    groups = 0
+    for fragment in ds.dataset(list(files), format="parquet").get_fragments() if files else ():
+        meta = fragment.metadata
+        values = fragment.to_table(columns=[column]).column(0).combine_chunks()
+        try:
+            keys = _sortable(values, dtype)
+        except Exception:  # noqa: BLE001 - no order the filter's statistics follow
+            return None
+        if keys.dtype.kind not in "iuf":
+            return None
+        missing = values.is_null().to_numpy(zero_copy_only=False) if values.null_count \
+            else np.zeros(len(values), dtype=bool)
+        top, bottom = _extremes(keys)
+        low = np.where(missing, top, keys)
+        high = np.where(missing, bottom, keys)
+        start = 0
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            n = group.num_rows
+            size = sum(group.column(c).total_compressed_size
+                       for c in range(group.num_columns))
+            cuts = np.arange(start, start + n, page_rows)
+            if n:
+                lo.append(np.minimum.reduceat(low[start:start + n], cuts - start))
+                hi.append(np.maximum.reduceat(high[start:start + n], cuts - start))
+                nulls.append(np.logical_or.reduceat(missing[start:start + n], cuts - start))
+                counts = np.diff(np.append(cuts, start + n))
+                rows.append(counts)
+                sizes.append(np.round(size * counts / n).astype(np.int64))
+            start += n
+            groups += 1
+    if not rows:
+        return Blocks(*(np.zeros(0, np.int64),) * 2, np.zeros(0, bool),
+                      np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    return Blocks(np.concatenate(lo), np.concatenate(hi), np.concatenate(nulls),
+                  np.concatenate(rows).astype(np.int64), np.concatenate(sizes), groups)
+
+
+class StoreLayout:
+    """``(table, version, column) -> Blocks`` of a table store's snapshot (None: the
+    snapshot has no files, or the column no numeric order). A snapshot's files never
+    change, so the answers of the last ``keep`` calls are kept. Thread-safe."""
+
+    def __init__(self, store: Any, keep: int = 64):
+        self.store = store
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, int, str], Blocks | None] = OrderedDict()
+
+    def __call__(self, table: str, version: int, column: str) -> Blocks | None:
+        key = (table, version, column)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        files = self.store.file_uris(table, version)
+        page_rows = getattr(getattr(self.store, "options", None), "page_rows", None)
+        found = blocks(files, column, self.store.schema(table).field(column).type,
+                       page_rows or DEFAULT_PAGE_ROWS) if files else None
+        with self._lock:
+            self._kept[key] = found
+            while len(self._kept) > self.keep:
+                self._kept.popitem(last=False)
+        return found
+
+    def rows(self, table: str, version: int) -> int:
+        """The rows of the snapshot (from its footers)."""
+        files = self.store.file_uris(table, version)
+        if not files:
+            return 0
+        return sum(f.metadata.num_rows
+                   for f in ds.dataset(list(files), format="parquet").get_fragments())
+
+
+def fit_to_blocks(sketch: Sketch, table: str, found: Blocks | None,
+                  max_ranges: int) -> Sketch:
+    """A superset of ``sketch`` whose filter on ``table`` has at most ``max_ranges``
+    ranges and reads as few rows of ``found`` as such a filter can.
+
+    Filling the gap between two ranges of the sketch adds exactly the blocks lying
+    wholly inside the gap (a block meeting either range is read anyway), so gaps holding
+    no whole block are filled for free; beyond that the gaps holding the fewest such
+    rows are filled until ``max_ranges`` remain. Without blocks (no files), the smallest
+    gaps in fragments are filled (``Sketch.coarsened``).
+    """
+    located = sketch.partitions.for_table(table)
+    if located is None:
+        return sketch
+    part, off = located
+    if found is None or not len(found):
+        coarse = sketch.coarsened(max_ranges)
+        out = BitMap(sketch.fragments)
+        out.update(g for g in coarse.fragments if off <= g < off + part.size)
+        return Sketch(sketch.partitions, out)
+    runs: list[list[int]] = []  # [first, last] local fragments of each range
+    for f in sketch.table_fragments(table):
+        if runs and f == runs[-1][1] + 1:
+            runs[-1][1] = f
+        else:
+            runs.append([f, f])
+    if len(runs) < 2:
+        return sketch
+    keys = part._sorted_bounds
+    # the gap after run i spans fragments runs[i][1]+1 .. runs[i+1][0]-1: keys
+    # [bound of its first fragment, bound after its last)
+    costs = [found.rows_inside(keys[a[1]], keys[b[0] - 1]) for a, b in zip(runs, runs[1:])]
+    order = sorted(range(len(costs)), key=lambda i: (costs[i], i))
+    fill = {i for i in order if costs[i] == 0}
+    for i in order:
+        if len(runs) - len(fill) <= max_ranges:
+            break
+        fill.add(i)
+    out = BitMap(sketch.fragments)
+    for i in fill:
+        out.update(range(off + runs[i][1] + 1, off + runs[i + 1][0]))
+    return Sketch(sketch.partitions, out)
+
+
+@dataclass(frozen=True)
+class LayoutFit:
+    """A sketch fitted to its tables' blocks (``fit_to_layout``) and, per sketched table
+    with files, the share of its rows (``shares``) and bytes (``byte_shares``) the
+    fitted filter reads."""
+
+    sketch: Sketch
+    shares: dict[str, float]
+    byte_shares: dict[str, float]
+
+
+def fit_to_layout(sketch: Sketch, versions: Mapping[str, int], layout: Any,
+                  max_ranges: int) -> LayoutFit:
+    """``fit_to_blocks`` on every sketched table at its version in ``versions``
+    (``layout(table, version, column)`` gives its blocks), with what the fitted filter
+    reads of each."""
+    shares: dict[str, float] = {}
+    byte_shares: dict[str, float] = {}
+    for part in sketch.partitions.partitions:
+        t = part.table
+        found = layout(t, versions[t], part.column) if t in versions else None
+        sketch = fit_to_blocks(sketch, t, found, max_ranges)
+        if found is not None and found.total_rows:
+            rows, size, _ = found.read(part, sketch.table_fragments(t))
+            shares[t] = rows / found.total_rows
+            if found.total_bytes:
+                byte_shares[t] = size / found.total_bytes
+    return LayoutFit(sketch, shares, byte_shares)

@@ -183,13 +183,22 @@ def _bench_use(args: argparse.Namespace) -> int:
 
     report = run_use_bench(sf=args.sf, queries=args.queries, fragments=args.fragments,
                            repeats=args.repeats, max_read_share=args.max_read_share,
-                           data_root=args.data_root, progress=not args.quiet)
+                           data_root=args.data_root, progress=not args.quiet,
+                           attributes=args.attributes)
 
     def readable() -> None:
-        print(f"{'query':8s} {'access':7s} {'use s':>7s} {'plain s':>8s} {'ratio':>6s} same")
+        print(f"{'query':8s} {'sketch on':40s} {'access':7s} {'read':>22s} {'use s':>7s} "
+              f"{'plain s':>8s} {'ratio':>6s} same")
         for r in report["results"]:
-            print(f"{r['query']:8s} {r['access']:7s} {r['use_s']:7.2f} {r['plain_s']:8.2f} "
+            read = " ".join(f"{100 * v:.1f}%" for v in r["read_share"].values()) or "-"
+            print(f"{r['query']:8s} {', '.join(r['sketch'])[:40]:40s} {r['access']:7s} "
+                  f"{read:>22s} {r['use_s']:7.2f} {r['plain_s']:8.2f} "
                   f"{r['use_over_plain']:6.2f} {r['same_result']}")
+        summary = report["summary"]
+        print(f"sketch used for {summary['sketch_used']} of {summary['queries']} "
+              f"(median speed-up {summary['median_speedup_used']}); not used:")
+        for q, why in summary["not_used"].items():
+            print(f"  {q}: {why}")
 
     return _write_report(report, args, readable)
 
@@ -315,8 +324,11 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     _report_options(use, "bench-results/use.json")
     use.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
     use.add_argument("--queries", type=lambda s: s.split(","), default=["all22"],
-                     help="workload queries (all22: h01..h22)")
-    use.add_argument("--fragments", type=int, default=1000)
+                     help="workload queries (all22: h01..h22; paper12: the paper's twelve)")
+    use.add_argument("--fragments", type=int, default=64, help="ranges per attribute")
+    use.add_argument("--attributes", choices=("auto", "header"), default="auto",
+                     help="chosen by the attribute advisor (default) or the query's "
+                     "-- sketch: header")
     use.add_argument("--repeats", type=int, default=3, help="timed runs of each (median)")
     use.add_argument("--max-read-share", type=float, default=None,
                      help="the access path's threshold (default IMP_SKETCH_MAX_READ_SHARE's)")

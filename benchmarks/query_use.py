@@ -1,14 +1,19 @@
-"""``imp bench use``: does a sketch ever cost the user time? RunQuery with and without it.
+"""``imp bench use``: does a sketch make the user's query read less and run faster, and
+never cost time? RunQuery with and without it, on the same layout.
 
 For each workload query over TPC-H (scale factor SF; the TPC-H store of ``imp bench
-tpch``), sketched on its header's attribute with ``fragments`` equi-depth ranges: the
-accurate sketch is captured on Spark, then the query runs through the service's own
-RunQuery path (``imp_actors.spark_work.SparkWork.run``: the access path of
-``imp_core.spark.access`` decides whether each table is read with the sketch's filter)
-and plainly, alternately, ``repeats`` times each after one warm-up run of both; the
-medians are reported with the access path taken, the estimated read share, rows read and
-whether both returned the same rows. ``use_over_plain`` above 1 means the sketch cost
-time; the summary gives the largest.
+tpch``), the sketch attributes are chosen by the attribute advisor (``attributes``
+"auto", ``imp_core.advisor``: safe candidates captured on Spark and measured against the
+tables' pages) or taken from the query's header ("header"), with ``fragments``
+equi-depth ranges; the accurate sketch is captured on Spark, then the query runs through
+the service's own RunQuery path (``imp_actors.spark_work.SparkWork.run``: the sketch
+fitted to the pages, and the access path of ``imp_core.spark.access`` deciding whether
+each table is read with its filter) and plainly, alternately, ``repeats`` times each
+after one warm-up run of both. Reported per query: the attributes and why (the advisor's
+line), the provenance share, the estimated and the actual share of each sketched table
+Spark read (rows from its scans' metrics), the bytes Spark read (its input metrics), the
+median times, ``use_over_plain`` (above 1: the sketch cost time) and whether both
+returned the same rows.
 """
 
 from __future__ import annotations
@@ -22,22 +27,47 @@ from benchmarks.common import environment
 from benchmarks.paper_common import log
 from imp_core.results import same_rows
 
+ATTRIBUTES = ("auto", "header")
 
-def measure(work: Any, store: Any, qname: str, fragments: int, repeats: int,
-            max_read_share: float) -> dict[str, Any]:
+
+def prepare(work: Any, store: Any, qname: str, fragments: int, attributes: str,
+            progress: bool) -> Any:
+    """The query prepared on the store's latest versions with its attributes chosen."""
     from imp_core.prepare import StoreTables, prepare_query
+    from imp_core.storage.row_groups import StoreLayout
     from imp_core.workloads.queries import load_query
 
     wq = load_query(qname)
-    table, column = wq.sketch[0]
-    row: dict[str, Any] = {"query": qname, "sketch": f"{table}.{column}"}
-    prepared = prepare_query(wq.sql, StoreTables(store), {f"{table}.{column}": fragments},
-                             force=True)
+    if attributes == "header":
+        specs: Any = {f"{t}.{c}": fragments for t, c in wq.sketch}
+    else:
+        specs = "auto"
+    return prepare_query(
+        wq.sql, StoreTables(store), specs, fragments, force=attributes == "header",
+        capture=lambda plan, pset, versions: work.recapture(plan, pset, versions)[0],
+        layout=StoreLayout(store), progress=lambda line: log(progress, f"    {line}"))
+
+
+def measure(work: Any, store: Any, qname: str, fragments: int, repeats: int,
+            max_read_share: float, attributes: str = "auto",
+            progress: bool = False) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    prepared = prepare(work, store, qname, fragments, attributes, progress)
+    advice = prepared.advice
+    row: dict[str, Any] = {"query": qname, "attributes": attributes,
+                           "sketch": [f"{p.table}.{p.column}"
+                                      for p in prepared.partitions.partitions],
+                           "why": advice.why if advice is not None else "",
+                           "advise_s": round(time.perf_counter() - t0, 3)}
     versions = dict(prepared.versions)
     sketch, fm_s = work.recapture(prepared.plan, prepared.partitions, versions)
     row["fm_s"] = round(fm_s, 3)
     row["sketch_fragments"] = len(sketch.fragments)
     row["fragments"] = prepared.partitions.size
+    row["provenance_share"] = {
+        c.table: round(c.provenance_share, 4) for c in
+        (advice.chosen_candidates() if advice is not None else ())
+        if c.provenance_share is not None}
     use = plain = None
     use_s, plain_s = [], []
     for i in range(repeats + 1):  # the first round warms both plans
@@ -47,24 +77,52 @@ def measure(work: Any, store: Any, qname: str, fragments: int, repeats: int,
             use_s.append(use.seconds)
             plain_s.append(plain.seconds)
     assert use is not None and plain is not None
+    sketched = [p.table for p in prepared.partitions.partitions]
     row["access"] = use.access
-    row["read_share"] = {t: round(s, 4) for t, s in use.read_share.items()}
+    row["access_reason"] = use.access_reason
+    row["estimated_read_share"] = {t: round(s, 4) for t, s in use.read_share.items()}
+    row["rows_read_use"] = {t: use.rows_read.get(t) for t in sketched}
+    row["rows_read_plain"] = {t: plain.rows_read.get(t) for t in sketched}
+    row["table_rows"] = {t: use.table_rows.get(t) for t in sketched}
+    row["read_share"] = {t: round(use.rows_read[t] / use.table_rows[t], 4)
+                         for t in sketched if use.table_rows.get(t) and t in use.rows_read}
+    row["bytes_read_use"] = use.bytes_read
+    row["bytes_read_plain"] = plain.bytes_read
     row["use_s"] = round(statistics.median(use_s), 3)
     row["plain_s"] = round(statistics.median(plain_s), 3)
     row["use_over_plain"] = round(row["use_s"] / row["plain_s"], 3) if row["plain_s"] else None
-    row["rows_read_use"] = use.rows_read.get(table)
-    row["rows_read_plain"] = plain.rows_read.get(table)
     row["same_result"] = same_rows(plain.rows, use.rows)
     return row
 
 
-def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragments: int = 1000,
+def summarize(results: list[dict[str, Any]], max_read_share: float) -> dict[str, Any]:
+    ratios = [r["use_over_plain"] for r in results if r["use_over_plain"] is not None]
+    used = [r for r in results if r["access"] == "sketch"]
+    speedups = [1 / r["use_over_plain"] for r in used if r["use_over_plain"]]
+    selective = [r for r in results if r["provenance_share"]
+                 and min(r["provenance_share"].values()) <= 0.25]
+    return {"queries": len(results), "max_use_over_plain": max(ratios, default=None),
+            "sketch_used": len(used), "used": [r["query"] for r in used],
+            "median_speedup_used": round(statistics.median(speedups), 3) if speedups
+            else None,
+            "selective": len(selective),
+            "selective_used": sum(r["access"] == "sketch" for r in selective),
+            "not_used": {r["query"]: r["why"] or r["access_reason"] for r in results
+                         if r["access"] != "sketch"},
+            "all_same_result": all(r["same_result"] for r in results),
+            "max_read_share": max_read_share}
+
+
+def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragments: int = 64,
                   repeats: int = 3, max_read_share: float | None = None,
-                  data_root: str | Path = ".imp", progress: bool = True) -> dict[str, Any]:
+                  data_root: str | Path = ".imp", progress: bool = True,
+                  attributes: str = "auto") -> dict[str, Any]:
     from benchmarks.tpch import expand_queries, prepare_tpch_store
     from imp_actors.config import RuntimeConfig
     from imp_actors.spark_work import SparkWork
 
+    if attributes not in ATTRIBUTES:
+        raise ValueError(f"attributes {attributes!r}: one of {', '.join(ATTRIBUTES)}")
     started = time.perf_counter()
     share = RuntimeConfig().sketch_max_read_share if max_read_share is None else max_read_share
     names = expand_queries(queries)
@@ -72,18 +130,16 @@ def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragment
     work = SparkWork(store)
     results = []
     for qname in names:
-        row = measure(work, store, qname, fragments, repeats, share)
+        log(progress, f"  {qname}: choosing attributes ({attributes}) ...")
+        row = measure(work, store, qname, fragments, repeats, share, attributes, progress)
         results.append(row)
-        log(progress, f"  {qname}: {row['access']:6s} use {row['use_s']:6.2f} s plain "
-            f"{row['plain_s']:6.2f} s ({row['use_over_plain']:.2f}x) read share "
-            f"{row['read_share']} same={row['same_result']}")
-    ratios = [r["use_over_plain"] for r in results if r["use_over_plain"] is not None]
-    summary = {"queries": len(results), "max_use_over_plain": max(ratios, default=None),
-               "sketch_used": sum(r["access"] == "sketch" for r in results),
-               "all_same_result": all(r["same_result"] for r in results),
-               "max_read_share": share}
+        log(progress, f"  {qname}: {', '.join(row['sketch'])}: {row['access']:6s} use "
+            f"{row['use_s']:6.2f} s plain {row['plain_s']:6.2f} s "
+            f"({row['use_over_plain']:.2f}x) read {row['read_share']} "
+            f"same={row['same_result']}")
     return {"bench": "use", "environment": environment(),
             "parameters": {"sf": sf, "queries": names, "fragments": fragments,
-                           "repeats": repeats, "max_read_share": share, "store": str(root)},
-            "results": results, "summary": summary,
+                           "repeats": repeats, "max_read_share": share, "store": str(root),
+                           "attributes": attributes},
+            "results": results, "summary": summarize(results, share),
             "total_s": round(time.perf_counter() - started, 1)}

@@ -69,14 +69,15 @@ from imp_core.storage.clustering import recluster_decayed
 QUERIES = ("q01", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q12", "q14", "q19")
 # the 22 standard TPC-H queries (workload suite tpch22); ``all22`` in a query list
 ALL22 = tuple(f"h{i:02d}" for i in range(1, 23))
-QUERY_SETS = {"all22": ALL22}
+QUERY_SETS = {"all22": ALL22, "paper12": QUERIES}
 DELTA_SIZES = (10, 50, 100, 500, 1000)
 KINDS = ("insert", "delete", "mixed")
 LINEITEM_KEY = ("l_orderkey", "l_linenumber")
 
 
 def expand_queries(names: Iterable[str]) -> list[str]:
-    """``names`` with ``all22`` replaced by ``h01`` .. ``h22`` (duplicates dropped, order
+    """``names`` with ``all22`` replaced by ``h01`` .. ``h22`` and ``paper12`` by the
+    paper's twelve TPC-H queries (duplicates dropped, order
     kept); every name must be a workload query (``KeyError`` otherwise)."""
     from imp_core.workloads.queries import load_query
 

@@ -183,6 +183,10 @@ class RuntimeConfig:
     # commits left out of order on their cluster column, and rewrites them in order
     # (``reclustering.py``; a rewrite reads the whole table into memory). None: never
     recluster_every_s: float | None = None
+    # "apply": each re-clustering check also lays every sketched table out in the order
+    # the layout advice recommends when that reads much less (``layouts.py``); "off": only
+    # on request (LayoutTable, ``imp layout``)
+    layout_policy: str = "off"
 
     @property
     def tables_dir(self) -> str:
@@ -229,12 +233,21 @@ class RuntimeConfig:
             raw = env["IMP_RECLUSTER_EVERY_S"].strip().lower()
             changes["recluster_every_s"] = None if raw in ("none", "off") else \
                 _seconds(raw, "IMP_RECLUSTER_EVERY_S")
+        if env.get("IMP_LAYOUT_POLICY"):
+            raw = env["IMP_LAYOUT_POLICY"].strip().lower()
+            if raw not in LAYOUT_POLICIES:
+                raise ValueError(f"IMP_LAYOUT_POLICY must be one of "
+                                 f"{', '.join(LAYOUT_POLICIES)}, not {raw!r}")
+            changes["layout_policy"] = raw
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):
             changes["eviction"] = replace(cfg.eviction,
                                           max_live_actors=int(env["IMP_MAX_LIVE_ACTORS"]))
         return replace(cfg, **changes) if changes else cfg
+
+
+LAYOUT_POLICIES = ("off", "apply")
 
 
 def _budget(raw: str) -> int | None:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 from imp_actors.autoscaler import Autoscaler, ceiling
 from imp_actors.config import Eager
@@ -43,7 +44,8 @@ TICK_SECONDS = 0.05
 
 
 class ControlLoop:
-    def __init__(self, ctx: RuntimeContext, shards: ShardManager, state: StateManager):
+    def __init__(self, ctx: RuntimeContext, shards: ShardManager, state: StateManager,
+                 layouts: Any = None):
         self.ctx = ctx
         self.shards = shards
         self.state = state
@@ -52,7 +54,7 @@ class ControlLoop:
         self._pool: ThreadPoolExecutor | None = None
         self._scaler: ThreadPoolExecutor | None = None  # autoscaling rescales, one at a time
         self.autoscaler = Autoscaler()
-        self.reclustering = Reclustering(ctx)
+        self.reclustering = Reclustering(ctx, layouts)
         self._last_poll = 0.0
         self._last_autoscale = 0.0
         self._seen_versions: dict[str, int] = {}

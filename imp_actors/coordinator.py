@@ -39,6 +39,7 @@ from imp_actors.context import QueryDirectory, RuntimeContext
 from imp_actors.control_loop import ControlLoop
 from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.handles import Pending, T, WorkerHandle, gather, make_backend
+from imp_actors.layouts import Layouts
 from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.maintenance import Maintenance
@@ -91,9 +92,10 @@ class Coordinator:
         self.shards = ShardManager(self.ctx)
         self.maintenance = Maintenance(self.ctx, self.shards)
         self.state = StateManager(self.ctx, self.shards, self.maintenance)
-        self.loop = ControlLoop(self.ctx, self.shards, self.state)
-        self.registration = Registration(self.ctx, self.shards, self.state, self.catalog)
         self.writer = TableWriter(self.ctx)
+        self.layouts = Layouts(self.ctx, self.writer)
+        self.loop = ControlLoop(self.ctx, self.shards, self.state, self.layouts)
+        self.registration = Registration(self.ctx, self.shards, self.state, self.catalog)
         self._started = False
         c = self.ctx  # the collaborators, under the names tools and tests use
         self.store, self.options, self.backend, self.registry = \
@@ -188,16 +190,31 @@ class Coordinator:
     def drop(self, name: str) -> None:
         self.registration.drop(self._get(name))
 
+    def layout(self, table: str, columns: tuple[str, ...] = (),
+               rows_per_group: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """Lay ``table`` out for its sketches (``layouts.Layouts``): ``result`` of the
+        rewrite (none with ``dry_run``) and the ``advice`` followed or asked for."""
+        if dry_run:
+            return {"result": None, "advice": self.layouts.advise(table).to_json()}
+        result, advice = self.layouts.apply(table, tuple(columns), rows_per_group)
+        return {"result": result, "advice": advice.to_json() if advice else None}
+
     def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
         """Why the query is sketched on its attributes (``imp_core.advisor.explanation``
-        of its registration's advice and its sketch, current or latest maintained)."""
+        of its registration's advice and its sketch, current or latest maintained), with
+        the share of each sketched table its filter reads under the layout now
+        (``read_share_now``)."""
         from imp_core.advisor import Advice, explanation
+        from imp_core.spark.compile import MAX_PREDICATE_RANGES
+        from imp_core.storage.row_groups import fit_to_layout
 
         sv = self.get_sketch(name, fresh)
         raw = self._get(name).record.advice
         out = explanation(Advice.from_json(raw) if raw else None, self._get(name).plan,
                           sv.sketch)
-        out.update(query=name, sketch_seq=sv.seq)
+        fit = fit_to_layout(sv.sketch, dict(sv.versions), self.spark.layout,
+                            MAX_PREDICATE_RANGES)
+        out.update(query=name, sketch_seq=sv.seq, read_share_now=fit.shares)
         return out
 
     def _get(self, name: str) -> QueryRuntime:

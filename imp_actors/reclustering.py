@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from imp_actors.context import RuntimeContext
 from imp_core.storage.clustering import recluster_decayed
@@ -33,8 +34,11 @@ class ReclusterState(enum.Enum):
 
 
 class Reclustering:
-    def __init__(self, ctx: RuntimeContext):
+    def __init__(self, ctx: RuntimeContext, layouts: Any = None):
         self.ctx = ctx
+        # ``layouts.Layouts``: with ``layout_policy`` "apply", each check first lays the
+        # sketched tables out in their recommended order
+        self.layouts = layouts
         self.state = ReclusterState.IDLE
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -75,6 +79,8 @@ class Reclustering:
             log.error("re-clustering %s failed: %s", table, exc)
             self.ctx.counters["recluster_errors"] += 1
 
+        if self.layouts is not None and self.ctx.config.layout_policy == "apply":
+            self.layouts.apply_policy()
         try:
             done = recluster_decayed(self.ctx.store, self.ctx.queries.tables(), failed)
         except Exception as exc:  # e.g. a table dropped meanwhile: look again next time

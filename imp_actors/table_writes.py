@@ -10,12 +10,15 @@ with weight -1 and insertions with +1.
 from __future__ import annotations
 
 import threading
+from typing import Callable, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from imp_actors.context import RuntimeContext
 from imp_core.engine.operators.base import TableDelta
+
+T = TypeVar("T")
 
 
 class TableWriter:
@@ -45,6 +48,14 @@ class TableWriter:
         self.ctx.probe.note(table, version)
         self.ctx.counters["updates"] += 1
         return version, n_ins, n_del
+
+    def rewrite(self, table: str, write: Callable[[], T]) -> T:
+        """Run ``write`` (a commit of ``table`` that changes no data, e.g. a layout
+        rewrite) between the service's own commits, and note the version it made."""
+        with self._lock:
+            out = write()
+            self.ctx.probe.note(table, self.ctx.store.version(table))
+        return out
 
     def _changes(self, table: str, inserts: pa.Table | None, deletes: pa.Table | None
                  ) -> TableDelta:

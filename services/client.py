@@ -187,6 +187,17 @@ class SketchClient:
         return (convert.query_info_from_proto(resp.query),
                 convert.explanation_from_proto(resp.explanation))
 
+    def layout(self, table: str, columns: Sequence[str] = (), rows_per_group: int = 0,
+               dry_run: bool = False) -> dict[str, Any]:
+        """Rewrite ``table`` in range order of one column or Z-order of several (none:
+        the order recommended for the registered sketches), row groups of
+        ``rows_per_group`` rows (0: sized for skipping); ``dry_run``: only the advice.
+        Returns the rewrite's figures (``applied``, ``version``, ``row_groups``, ...)
+        and the ``advice`` (orders weighed, rows each would read, ``why``)."""
+        req = pb.LayoutTableRequest(table=table, columns=list(columns),
+                                    rows_per_group=rows_per_group, dry_run=dry_run)
+        return convert.layout_from_proto(self._call("LayoutTable", req))
+
     def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
         """Why query ``name`` is sketched on its attributes: the candidates considered
         (roles, safety and reason, sketch size, provenance and read shares), the choice

@@ -303,6 +303,7 @@ def explanation_to_proto(doc: Mapping[str, Any]) -> pb.SketchExplanation:
     """An explanation (``Coordinator.explain``: ``Advice.to_json`` and the sketch's
     coverage) as a ``SketchExplanation``."""
     out = pb.SketchExplanation(query=doc.get("query", ""), chosen=list(doc.get("chosen", ())),
+                               read_share_now=dict(doc.get("read_share_now", {})),
                                **{k: doc[k] for k in _EXPLANATION_FIELDS if k in doc})
     for c in doc.get("candidates", ()):
         out.candidates.add(attribute=c["attribute"], roles=list(c.get("roles", ())),
@@ -315,7 +316,8 @@ def explanation_to_proto(doc: Mapping[str, Any]) -> pb.SketchExplanation:
 def explanation_from_proto(msg: pb.SketchExplanation) -> dict[str, Any]:
     """The inverse of ``explanation_to_proto`` (figures of unevaluated candidates
     left out)."""
-    out: dict[str, Any] = {"query": msg.query, "chosen": list(msg.chosen)}
+    out: dict[str, Any] = {"query": msg.query, "chosen": list(msg.chosen),
+                           "read_share_now": dict(msg.read_share_now)}
     out.update({k: getattr(msg, k) for k in _EXPLANATION_FIELDS})
     cands = []
     for c in msg.candidates:
@@ -327,6 +329,45 @@ def explanation_from_proto(msg: pb.SketchExplanation) -> dict[str, Any]:
             item["size"] = c.size
         cands.append(item)
     out["candidates"] = cands
+    return out
+
+
+def layout_to_proto(doc: Mapping[str, Any]) -> pb.LayoutTableResponse:
+    """``Coordinator.layout``'s answer as a ``LayoutTableResponse``."""
+    out = pb.LayoutTableResponse(applied=doc.get("result") is not None)
+    r = doc.get("result")
+    if r is not None:
+        out.MergeFrom(pb.LayoutTableResponse(
+            table=r.table, version=r.version, columns=list(r.columns), order=r.order,
+            rows=r.rows, row_groups=r.row_groups, row_group_rows=r.row_group_rows,
+            seconds=r.seconds))
+    a = doc.get("advice")
+    if a:
+        out.advice.CopyFrom(pb.LayoutAdvice(
+            table=a["table"], rows=a["rows"], current=a["current"],
+            recommended=a["recommended"], why=a["why"], queries=a["queries"],
+            options=[pb.LayoutOption(columns=o["columns"], order=o["order"],
+                                     rows_read=o["rows_read"], shares=o["shares"])
+                     for o in a["options"]]))
+        if not out.table:
+            out.table = a["table"]
+    return out
+
+
+def layout_from_proto(msg: pb.LayoutTableResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {"applied": msg.applied, "table": msg.table}
+    if msg.applied:
+        out.update(version=msg.version, columns=list(msg.columns), order=msg.order,
+                   rows=msg.rows, row_groups=msg.row_groups,
+                   row_group_rows=msg.row_group_rows, seconds=msg.seconds)
+    if msg.HasField("advice"):
+        a = msg.advice
+        out["advice"] = {"table": a.table, "rows": a.rows, "current": list(a.current),
+                         "recommended": list(a.recommended), "why": a.why,
+                         "queries": list(a.queries),
+                         "options": [{"columns": list(o.columns), "order": o.order,
+                                      "rows_read": o.rows_read, "shares": dict(o.shares)}
+                                     for o in a.options]}
     return out
 
 

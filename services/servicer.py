@@ -65,6 +65,14 @@ class SketchServicer(rpc.SketchServiceServicer):
             query=convert.query_info_to_proto(info),
             explanation=convert.explanation_to_proto(self.c.explain(info.name, fresh=False)))
 
+    def LayoutTable(self, request, context):
+        if request.rows_per_group > 2**31:
+            raise BadRequestError("rows_per_group is too large")
+        _alive(context)
+        doc = self.c.layout(request.table, tuple(request.columns),
+                            request.rows_per_group or None, request.dry_run)
+        return convert.layout_to_proto(doc)
+
     def ExplainSketch(self, request, context):
         fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
         return pb.ExplainSketchResponse(

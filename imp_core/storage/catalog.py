@@ -59,6 +59,9 @@ class TableEntry:
     key: tuple[str, ...] | None
     domains: Mapping[str, tuple[Bound, Bound]] = field(default_factory=dict)
     sketch_columns: tuple[str, ...] = ()
+    # rows laid out in Z-order of ``sketch_columns`` (``imp_core.storage.layout``)
+    # rather than sorted on them in turn
+    zorder: bool = False
 
     def __post_init__(self) -> None:
         if self.name != normalize_name(self.name):
@@ -150,6 +153,10 @@ class TableCatalog:
             raise TableExistsError(f"table {entry.name!r} already exists")
         self._save({**self._entries, entry.name: entry})
 
+    def replace(self, entry: TableEntry) -> None:
+        """Replace the entry of an existing table (e.g. its layout)."""
+        self._save({**self._entries, self.get(entry.name).name: entry})
+
     def remove(self, name: str) -> TableEntry:
         entry = self.get(name)
         self._save({k: v for k, v in self._entries.items() if k != entry.name})
@@ -212,6 +219,7 @@ class TableCatalog:
                 for col, (low, high) in entry.domains.items()
             },
             "sketch_columns": list(entry.sketch_columns),
+            **({"zorder": True} if entry.zorder else {}),
         }
 
     def _entry_from_json(self, name: str, raw: Mapping[str, Any]) -> TableEntry:
@@ -227,4 +235,5 @@ class TableCatalog:
                 for col, (low, high) in raw["domains"].items()
             },
             sketch_columns=tuple(raw["sketch_columns"]),
+            zorder=bool(raw.get("zorder", False)),
         )

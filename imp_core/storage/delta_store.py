@@ -26,7 +26,9 @@ statistics) and ``changes`` (the change feed).
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,13 @@ from imp_core.storage.changes import (
     commit_change_files,
     empty_changes,
     normalize_changes,
+)
+from imp_core.storage.layout import (
+    LayoutResult,
+    check_columns,
+    order_kind,
+    ordered,
+    row_group_rows,
 )
 from imp_core.storage.merge import complete_deletes, merge_changes
 from imp_core.storage.ordered_write import rewrite_ordered
@@ -324,6 +333,39 @@ class DeltaStore:
 
     # --- maintenance -------------------------------------------------------------------
 
+    def layout(self, name: str, by: Sequence[str], rows_per_group: int | None = None
+               ) -> LayoutResult:
+        """Rewrite the table in range order of ``by`` (one column) or Z-order (several),
+        in row groups of ``rows_per_group`` rows (default: sized for skipping,
+        ``imp_core.storage.layout.row_group_rows``), as one commit that changes no data
+        (an empty change feed); ``by`` becomes the table's cluster columns, so later
+        re-clustering keeps the layout. On an object store delta-rs Z-orders the files."""
+        t0 = time.perf_counter()
+        entry = self.catalog.get(name)
+        table = self._delta(entry)
+        columns = check_columns(user_schema(stored_schema(table)), by, entry.name)
+        if rows_per_group is not None and rows_per_group < 1:
+            raise ValueError("rows per row group must be at least 1")
+        updated = replace(entry, sketch_columns=columns, zorder=len(columns) > 1)
+        if is_uri(entry.location):
+            table.optimize.z_order(list(columns),
+                                   writer_properties=self.options.writer_properties(),
+                                   target_size=self.options.target_file_size)
+            rows, groups, per_group = -1, -1, self.options.max_row_group_size
+        else:
+            data = read_snapshot(entry, table, None, with_row_ids=True)
+            per_group = rows_per_group or row_group_rows(data.num_rows,
+                                                         self.options.max_row_group_size)
+            options = replace(self.options, max_row_group_size=per_group)
+            rows, groups = data.num_rows, -(-data.num_rows // per_group)
+            if rows:
+                rewrite_ordered(table, ordered(data, columns).cast(stored_schema(table)),
+                                options)
+        self.catalog.replace(updated)
+        return LayoutResult(entry.name, self._delta(entry).version(), columns,
+                            order_kind(columns), rows, groups, per_group,
+                            time.perf_counter() - t0)
+
     def optimize(self, name: str) -> int:
         """Rewrite the table's files, its rows sorted on the cluster columns, else on the
         key (a local table is read whole and written in that order, so probes by either
@@ -336,8 +378,8 @@ class DeltaStore:
         order = tuple(entry.sketch_columns) or tuple(entry.key or ())
         if order and not is_uri(entry.location):
             data = read_snapshot(entry, table, None, with_row_ids=True)
-            rewrite_ordered(table, sort_rows(data, order).cast(stored_schema(table)),
-                            self.options)
+            data = ordered(data, order) if entry.zorder else sort_rows(data, order)
+            rewrite_ordered(table, data.cast(stored_schema(table)), self.options)
         elif entry.sketch_columns:
             table.optimize.z_order(list(entry.sketch_columns), writer_properties=props,
                                    target_size=self.options.target_file_size)

@@ -124,47 +124,67 @@ def blocks(files: Sequence[str], column: str, dtype: pa.DataType,
     """The pages of ``files`` (Parquet URIs or paths) with their bounds of ``column``
     (of type ``dtype``); None where its values have no numeric order (strings, big
     decimals)."""
-    lo: list[np.ndarray] = []
-    hi: list[np.ndarray] = []
-    nulls: list[np.ndarray] = []
-    rows: list[np.ndarray] = []
-    sizes: list[np.ndarray] = []
-    groups = 0
+    parts: list[Blocks] = []
     for fragment in ds.dataset(list(files), format="parquet").get_fragments() if files else ():
         meta = fragment.metadata
-        values = fragment.to_table(columns=[column]).column(0).combine_chunks()
-        try:
-            keys = _sortable(values, dtype)
-        except Exception:  # noqa: BLE001 - no order the filter's statistics follow
+        groups = [(meta.row_group(g).num_rows,
+                   sum(meta.row_group(g).column(c).total_compressed_size
+                       for c in range(meta.row_group(g).num_columns)))
+                  for g in range(meta.num_row_groups)]
+        found = cut_blocks(fragment.to_table(columns=[column]).column(0), dtype, groups,
+                           page_rows)
+        if found is None:
             return None
-        if keys.dtype.kind not in "iuf":
-            return None
-        missing = values.is_null().to_numpy(zero_copy_only=False) if values.null_count \
-            else np.zeros(len(values), dtype=bool)
-        top, bottom = _extremes(keys)
-        low = np.where(missing, top, keys)
-        high = np.where(missing, bottom, keys)
-        start = 0
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            n = group.num_rows
-            size = sum(group.column(c).total_compressed_size
-                       for c in range(group.num_columns))
-            cuts = np.arange(start, start + n, page_rows)
-            if n:
-                lo.append(np.minimum.reduceat(low[start:start + n], cuts - start))
-                hi.append(np.maximum.reduceat(high[start:start + n], cuts - start))
-                nulls.append(np.logical_or.reduceat(missing[start:start + n], cuts - start))
-                counts = np.diff(np.append(cuts, start + n))
-                rows.append(counts)
-                sizes.append(np.round(size * counts / n).astype(np.int64))
-            start += n
-            groups += 1
+        parts.append(found)
+    return concat_blocks(parts)
+
+
+def cut_blocks(values: pa.Array | pa.ChunkedArray, dtype: pa.DataType,
+               groups: Sequence[tuple[int, int]], page_rows: int) -> Blocks | None:
+    """``values`` in file order cut into the row groups ``groups`` (rows, compressed
+    bytes; their rows add up to the values') and those into pages of ``page_rows``
+    rows; None where the values have no numeric order."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    try:
+        keys = _sortable(values, dtype)
+    except Exception:  # noqa: BLE001 - no order the filter's statistics follow
+        return None
+    if keys.dtype.kind not in "iuf":
+        return None
+    missing = values.is_null().to_numpy(zero_copy_only=False) if values.null_count \
+        else np.zeros(len(values), dtype=bool)
+    top, bottom = _extremes(keys)
+    low = np.where(missing, top, keys)
+    high = np.where(missing, bottom, keys)
+    lo, hi, nulls, rows, sizes = [], [], [], [], []
+    start = 0
+    for n, size in groups:
+        if n:
+            cuts = np.arange(0, n, page_rows)
+            lo.append(np.minimum.reduceat(low[start:start + n], cuts))
+            hi.append(np.maximum.reduceat(high[start:start + n], cuts))
+            nulls.append(np.logical_or.reduceat(missing[start:start + n], cuts))
+            counts = np.diff(np.append(cuts, n))
+            rows.append(counts)
+            sizes.append(np.round(size * counts / n).astype(np.int64))
+        start += n
     if not rows:
-        return Blocks(*(np.zeros(0, np.int64),) * 2, np.zeros(0, bool),
-                      np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+        return concat_blocks([])
     return Blocks(np.concatenate(lo), np.concatenate(hi), np.concatenate(nulls),
-                  np.concatenate(rows).astype(np.int64), np.concatenate(sizes), groups)
+                  np.concatenate(rows).astype(np.int64), np.concatenate(sizes),
+                  len(groups))
+
+
+def concat_blocks(parts: Sequence[Blocks]) -> Blocks:
+    """The blocks of several files, in order."""
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return Blocks(empty, empty, np.zeros(0, bool), empty, empty, 0)
+    return Blocks(np.concatenate([p.lo for p in parts]), np.concatenate([p.hi for p in parts]),
+                  np.concatenate([p.nulls for p in parts]),
+                  np.concatenate([p.rows for p in parts]),
+                  np.concatenate([p.bytes for p in parts]), sum(p.groups for p in parts))
 
 
 class StoreLayout:

@@ -162,6 +162,19 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latest", action="store_true",
                    help="of the latest maintained sketch (no maintenance)")
 
+    p = cmd("layout", "rewrite a table in the order that makes its sketches skip most "
+            "(a commit that changes no data)", _layout)
+    p.add_argument("table")
+    p.add_argument("--by", type=lambda s: [c for c in s.split(",") if c.strip()],
+                   default=[], metavar="COL[,COL...]",
+                   help="range order of one column, Z-order of several (default: the "
+                   "order recommended for the registered queries' sketches)")
+    p.add_argument("--rows-per-group", type=_at_least_one,
+                   help="rows per Parquet row group (default: sized for skipping)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="show the recommendation and what each order would read; write "
+                   "nothing")
+
     p = cmd("sketch", "print a query's sketch (several names: all in one call)", _sketch)
     p.add_argument("name", nargs="+", help="one or more registered queries")
     p.add_argument("--latest", action="store_true",
@@ -317,6 +330,27 @@ def _register(client: Any, args: argparse.Namespace) -> int:
     else:
         print(f"registered {describe_info(info)}")
         print("\n".join(describe_explanation(explained, brief=True)))
+    return 0
+
+
+def _layout(client: Any, args: argparse.Namespace) -> int:
+    done = client.layout(args.table, args.by, args.rows_per_group or 0, args.dry_run)
+    if args.json:
+        print_json(done)
+        return 0
+    advice = done.get("advice")
+    if advice:
+        print(f"{advice['table']}: {advice['rows']:,} rows; recommended order: "
+              f"{', '.join(advice['recommended']) or '-'} ({advice['why']})")
+        for o in advice["options"]:
+            shares = ", ".join(f"{q} {100 * v:.1f}%" for q, v in sorted(o["shares"].items()))
+            print(f"  {', '.join(o['columns']):30s} {o['order']:8s} reads "
+                  f"{o['rows_read']:>14,} rows  ({shares})")
+    if done["applied"]:
+        print(f"{done['table']}: laid out by {', '.join(done['columns'])} ({done['order']}) "
+              f"as version {done['version']}: {done['row_groups']:,} row groups of "
+              f"{done['row_group_rows']:,} rows in {done['seconds']:.1f} s (no data "
+              "changed: no sketch moves)")
     return 0
 
 

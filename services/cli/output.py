@@ -107,6 +107,9 @@ def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
                      f"fragments (seq {e.get('sketch_seq', 0)})")
     if e.get("coverage"):
         lines.append(f"  coverage: {e['coverage']}")
+    if not brief and e.get("read_share_now"):
+        now = ", ".join(f"{t} {100 * v:.1f}%" for t, v in sorted(e["read_share_now"].items()))
+        lines.append(f"  the filtered query reads now: {now} of the rows (current layout)")
     if brief:
         return lines
     lines.append(f"  {'candidate':32s} {'roles':24s} {'safe':5s} {'sketch':>7s} "

@@ -149,4 +149,82 @@ def test_cli_query_json(svc, capsys, tmp_path):
         svc.coordinator.store.read("t1000g").column("a"), 5)).as_py()
     assert main(["query", "--query", "groups", *conn]) == 0
     text = capsys.readouterr().out
-    assert "rows in" in text and "with the sketch of groups" in text and "rows read" in text
+    assert "rows in" in text and "with the sketch of groups" in text and "Spark read" in text
+
+
+def test_run_query_reports_what_spark_read(svc):
+    """Issue 27: the read share shown is what Spark's scans returned, beside the
+    estimate, with the table's rows and the bytes Spark read."""
+    client = svc.client()
+    for name, wq in QUERIES.items():
+        table = load_query(wq).sketch[0][0]
+        used = client.run_query(query=name, use_sketch=True)
+        plain = client.run_query(query=name, use_sketch=False)
+        rows = svc.coordinator.store.read(table).num_rows
+        assert used.table_rows[table] == plain.table_rows[table] == rows
+        assert plain.rows_read_share()[table] == 1.0
+        assert 0 < used.rows_read_share()[table] <= 1.0
+        assert used.bytes_read is not None and plain.bytes_read is not None
+        assert plain.bytes_read > 0
+        if used.access == "sketch":
+            # the estimate counts whole pages the filter meets, as the reader skips them
+            assert used.rows_read[table] <= used.read_share[table] * rows * 1.05 + 4096
+
+
+def test_registration_without_attribute_chooses_one_and_explains(svc):
+    """Issue 27: RegisterQuery with auto_partitions (and without partitions or header)
+    chooses safe attributes by what the filtered query reads; ExplainSketch lists every
+    candidate with its verdict and figures; the chosen sketch is exact."""
+    client = svc.client()
+    sql = ("SELECT a, sum(b) AS s FROM t1000g GROUP BY a "
+           "HAVING sum(b) > 0 ORDER BY s DESC LIMIT 5")
+    info, explained = client.register_explained("advised", sql, partitions="auto")
+    assert explained["mode"] == "auto" and explained["chosen"]
+    assert [f"{p['table']}.{p['column']}" for p in info.partitions] == explained["chosen"]
+    by = {c["attribute"]: c for c in explained["candidates"]}
+    assert "t1000g.a" in by and "group-by" in by["t1000g.a"]["roles"]
+    for attr in explained["chosen"]:
+        assert by[attr]["safe"] and by[attr]["evaluated"]
+        assert 0 <= by[attr]["read_share"] <= 1 and by[attr]["size"] >= 1
+    again = client.explain("advised")
+    assert again["chosen"] == explained["chosen"] and again["why"] == explained["why"]
+    assert again["sketch_fragments"] == len(client.sketch("advised").fragments)
+    sketch, _ = svc.coordinator.recapture("advised")
+    assert set(sketch.fragments) == set(client.sketch("advised").fragments)
+    # no header and no partitions: the advisor chooses too; a global sum says why
+    info, explained = client.register_explained("advised_sum",
+                                                "SELECT sum(b) AS s FROM t1000g")
+    assert explained["chosen"] and "global aggregate" in explained["why"]
+    assert "every range" in client.explain("advised_sum")["coverage"]
+    with pytest.raises(RemoteError) as refused:
+        client.explain("no_such_query")
+    assert refused.value.code == "NOT_FOUND"
+    for name in ("advised", "advised_sum"):
+        client.drop(name)
+
+
+def test_cli_register_auto_and_explain(svc, capsys):
+    import json
+
+    from grpc_harness import TOKEN
+
+    from services.cli.main import main
+
+    conn = ["--target", svc.address, "--token", TOKEN]
+    assert main(["register", "cli_auto", "--sql",
+                 "SELECT a, count(*) AS n FROM t1000g WHERE a < 40 GROUP BY a",
+                 "--partition", "auto", *conn]) == 0
+    text = capsys.readouterr().out
+    assert "registered cli_auto" in text and "why:" in text
+    assert main(["explain", "cli_auto", "--json", *conn]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["query"] == "cli_auto" and doc["mode"] == "auto"
+    assert {c["attribute"] for c in doc["candidates"]} >= {"t1000g.a"}
+    assert main(["explain", "cli_auto", *conn]) == 0
+    text = capsys.readouterr().out
+    assert "sketched on" in text and "candidate" in text
+    assert main(["register", "cli_bad", "--sql", "SELECT a FROM t1000g",
+                 "--partition", "auto", "--partition", "t1000g.a=8", *conn]) != 0
+    assert "--partition auto" in capsys.readouterr().err
+    client = svc.client()
+    client.drop("cli_auto")

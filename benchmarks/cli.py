@@ -184,7 +184,7 @@ def _bench_use(args: argparse.Namespace) -> int:
     report = run_use_bench(sf=args.sf, queries=args.queries, fragments=args.fragments,
                            repeats=args.repeats, max_read_share=args.max_read_share,
                            data_root=args.data_root, progress=not args.quiet,
-                           attributes=args.attributes)
+                           attributes=args.attributes, layout=args.layout)
 
     def readable() -> None:
         print(f"{'query':8s} {'sketch on':40s} {'access':7s} {'read':>22s} {'use s':>7s} "
@@ -199,6 +199,24 @@ def _bench_use(args: argparse.Namespace) -> int:
               f"(median speed-up {summary['median_speedup_used']}); not used:")
         for q, why in summary["not_used"].items():
             print(f"  {q}: {why}")
+
+    return _write_report(report, args, readable)
+
+
+def _bench_skew(args: argparse.Namespace) -> int:
+    from benchmarks.skew import run_skew_bench
+
+    report = run_skew_bench(rows=args.rows, batches=args.batches, batch_rows=args.batch_rows,
+                            hot=args.hot, fragments=args.fragments, progress=not args.quiet)
+
+    def readable() -> None:
+        r = report["results"]
+        print(f"selective query {r['selective']}: read share adaptive "
+              f"{100 * r['read_share']['adaptive']:.2f}%, fresh equi-depth "
+              f"{100 * r['read_share']['fresh_equi_depth']:.2f}%, static "
+              f"{100 * r['read_share']['static']:.2f}%")
+        print(f"repartitions {r['repartitions']}; maintenance median ms "
+              f"{r['maintain_ms_median']}")
 
     return _write_report(report, args, readable)
 
@@ -334,6 +352,21 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                      help="the access path's threshold (default IMP_SKETCH_MAX_READ_SHARE's)")
     use.add_argument("--data-root", default=".imp", help="TPC-H cache and store")
     use.set_defaults(func=_bench_use)
+    use.add_argument("--layout", action="store_true",
+                     help="first lay every sketched table out in the order the layout "
+                     "advice recommends for the chosen sketches (imp layout)")
+
+    sk = bsub.add_parser("skew", help="adaptive ranges under skewed inserts: sketches exact "
+                         "after every batch, read share against a fresh equi-depth "
+                         "partition's and static ranges'")
+    _report_options(sk, "bench-results/skew.json")
+    sk.add_argument("--rows", type=int, default=200_000)
+    sk.add_argument("--batches", type=int, default=50)
+    sk.add_argument("--batch-rows", type=int, default=2000)
+    sk.add_argument("--hot", type=float, default=0.5,
+                    help="share of each batch inserted into 1%% of the domain")
+    sk.add_argument("--fragments", type=int, default=64)
+    sk.set_defaults(func=_bench_skew)
 
     fz = bsub.add_parser("fuzz", help="random SQL over random update streams (sketch = "
                          "recapture, result = DuckDB) and mutated requests against a live "

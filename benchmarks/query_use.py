@@ -113,10 +113,57 @@ def summarize(results: list[dict[str, Any]], max_read_share: float) -> dict[str,
             "max_read_share": max_read_share}
 
 
+def lay_out(work: Any, store: Any, names: list[str], fragments: int, attributes: str,
+            progress: bool) -> dict[str, Any]:
+    """Each query's sketch captured on its chosen attributes, then every sketched table
+    laid out in the order the layout advice recommends for all of them."""
+    from imp_core.layout_advice import advise_layout
+    from imp_core.storage.clustering import cluster_column
+
+    by_table: dict[str, dict[str, Any]] = {}
+    for qname in names:
+        log(progress, f"  {qname}: choosing attributes for the layout advice ...")
+        prepared = prepare(work, store, qname, fragments, attributes, progress)
+        sketch, _ = work.recapture(prepared.plan, prepared.partitions,
+                                   dict(prepared.versions))
+        for p in prepared.partitions.partitions:
+            by_table.setdefault(p.table, {})[qname] = sketch
+    out = {}
+    for table, sketches in sorted(by_table.items()):
+        entry = store.entry(table)
+        current = tuple(entry.sketch_columns) or tuple(
+            c for c in (cluster_column(store, table),) if c)
+        columns = {s.partitions.for_table(table)[0].column for s in sketches.values()}
+        data = store.read(table, columns=sorted(columns | set(current)))
+        advice = advise_layout(table, sketches, data, current,
+                               page_rows=store.options.page_rows or 2048,
+                               max_group_rows=store.options.max_row_group_size)
+        done = None
+        if advice.recommended and advice.recommended != current:
+            done = store.layout(table, advice.recommended)
+            log(progress, f"  laid {table} out by {', '.join(done.columns)} ({done.order}): "
+                f"{done.row_groups} row groups in {done.seconds:.1f} s")
+        out[table] = {"advice": advice.to_json(),
+                      "applied": None if done is None else
+                      {"columns": list(done.columns), "order": done.order,
+                       "row_groups": done.row_groups, "seconds": round(done.seconds, 1)}}
+    return out
+
+
+def _layout_store(root: Path, sf: float) -> Path:
+    """A copy of the bench's TPC-H store to lay out (the other suites keep theirs)."""
+    import shutil
+
+    copy = root.parent / f"{root.name}-use-layout"
+    if not copy.exists():
+        shutil.copytree(root, copy)
+    return copy
+
+
 def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragments: int = 64,
                   repeats: int = 3, max_read_share: float | None = None,
                   data_root: str | Path = ".imp", progress: bool = True,
-                  attributes: str = "auto") -> dict[str, Any]:
+                  attributes: str = "auto", layout: bool = False) -> dict[str, Any]:
     from benchmarks.tpch import expand_queries, prepare_tpch_store
     from imp_actors.config import RuntimeConfig
     from imp_actors.spark_work import SparkWork
@@ -127,6 +174,13 @@ def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragment
     share = RuntimeConfig().sketch_max_read_share if max_read_share is None else max_read_share
     names = expand_queries(queries)
     store, root = prepare_tpch_store(sf, Path(data_root), progress, changed=())
+    layouts = None
+    if layout:
+        from benchmarks.paper_common import open_store
+
+        root = _layout_store(Path(root), sf)
+        store = open_store(root)
+        layouts = lay_out(SparkWork(store), store, names, fragments, attributes, progress)
     work = SparkWork(store)
     results = []
     for qname in names:
@@ -140,6 +194,6 @@ def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragment
     return {"bench": "use", "environment": environment(),
             "parameters": {"sf": sf, "queries": names, "fragments": fragments,
                            "repeats": repeats, "max_read_share": share, "store": str(root),
-                           "attributes": attributes},
-            "results": results, "summary": summarize(results, share),
+                           "attributes": attributes, "layout": layout},
+            "layouts": layouts, "results": results, "summary": summarize(results, share),
             "total_s": round(time.perf_counter() - started, 1)}

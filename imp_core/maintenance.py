@@ -30,8 +30,9 @@ from imp_core.errors import ImpError, UnknownQueryError, UnknownTableError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.prepare import DEFAULT_FRAGMENTS, StoreTables, prepare_query
 from imp_core.reference import reference_capture
-from imp_core.scan_spec import ScanSpec
-from imp_core.sketch.partition import PartitionSet, PartitionSpec
+from imp_core.scan_spec import ScanSpec, restrict_delta
+from imp_core.sketch.adaptive import FragmentCounts, rebalanced
+from imp_core.sketch.partition import PartitionSet, PartitionSpec, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage.change_reader import ChangeReader, DeltaSource
 from imp_core.storage.row_groups import StoreLayout
@@ -64,6 +65,11 @@ class MaintainedQuery:
     bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
     placement: JoinPlacement = frozenset()  # the join sides probed in the data layer
     advice: Any = None  # the attributes considered and the choice (``imp_core.advisor``)
+    force: bool = False  # registered with its safety check overridden
+    # rows per fragment of each sketched table, kept from the changes (adaptive ranges)
+    counts: dict[str, FragmentCounts] = field(default_factory=dict)
+    # each re-partition: {"versions", "table", "reason", "fragments"}
+    repartitions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def sketch(self) -> Sketch:
@@ -108,13 +114,20 @@ class Maintainer:
 
     With bounded min/max or top-k buffers (``EngineOptions``), an exhausted buffer is
     refilled from the operator's input at the batch's target versions (``DataLayer``).
+
+    ``adaptive`` (the default): the rows per fragment of every sketched table are kept
+    from the change feed, and after a batch that leaves a fragment over- or underflowing
+    (``imp_core.sketch.adaptive``) the query gets new equi-depth ranges on that table,
+    its state and sketch captured anew on them at the batch's versions (exact); the old
+    sketch is the query's until the new one is ready.
     """
 
     def __init__(self, store: Any, source: DeltaSource | None = None,
                  options: EngineOptions = EngineOptions(),
                  join_memory_rows: int | None = None, spark: Any = None,
-                 bootstrap: str = "auto"):
+                 bootstrap: str = "auto", adaptive: bool = True):
         _check_mode(bootstrap)
+        self.adaptive = adaptive
         self.store = store
         self._spark = spark
         self.options = options
@@ -143,6 +156,12 @@ class Maintainer:
         mode = self._mode(bootstrap)
         prepared = prepare_query(sql, StoreTables(self.store), partitions, fragments, force,
                                  capture=self._capture(mode), layout=StoreLayout(self.store))
+        q = self._start(name, prepared, mode, force)
+        self.queries[name] = q
+        return q
+
+    def _start(self, name: str, prepared: Any, mode: str, force: bool) -> MaintainedQuery:
+        """The prepared query's pipeline wired and bootstrapped at its versions."""
         versions = dict(prepared.versions)
         placement: JoinPlacement = frozenset()
         if self.join_memory_rows is not None:
@@ -161,9 +180,48 @@ class Maintainer:
             pipeline.apply({t: self._initial(t, v, specs.get(t)) for t, v in versions.items()})
         q = MaintainedQuery(name, prepared.plan, prepared.partitions, pipeline, versions, specs,
                             context=wiring.context, bootstrap=mode, bootstrap_run=run,
-                            placement=placement, advice=prepared.advice)
-        self.queries[name] = q
+                            placement=placement, advice=prepared.advice, force=force)
+        if self.adaptive:
+            q.counts = {p.table: FragmentCounts.of(p, self._column(p, versions[p.table]))
+                        for p in q.partitions.partitions}
         return q
+
+    def _column(self, part: RangePartition, version: int) -> pa.ChunkedArray:
+        return self.store.read(part.table, version, columns=[part.column]).column(0)
+
+    # -- adaptive ranges ----------------------------------------------------------------
+    def rebalance(self, name: str) -> list[dict[str, Any]]:
+        """New ranges for each of the query's sketched tables whose fragments over- or
+        underflow (``imp_core.sketch.adaptive``), with the query's state and sketch built
+        anew on them at its versions; returns what was re-partitioned."""
+        q = self.query(name)
+        specs: dict[str, Any] = {f"{p.table}.{p.column}": p for p in q.partitions.partitions}
+        done = []
+        for table, counts in q.counts.items():
+            reason = counts.skew()
+            if reason is None:
+                continue
+            part = counts.partition
+            values = self._column(part, q.versions[table])
+            new = rebalanced(part, values)
+            if not counts.worth(FragmentCounts.of(new, values)):
+                continue
+            specs[f"{table}.{part.column}"] = new
+            done.append({"versions": dict(q.versions), "table": table, "reason": reason,
+                         "fragments": new.size})
+        if not done:
+            return []
+        prepared = prepare_query(q.plan.sql, StoreTables(self.store), specs, force=q.force)
+        fresh = self._start(name, prepared, q.bootstrap, q.force)
+        fresh.history, fresh.advice = q.history, q.advice
+        fresh.repartitions = q.repartitions + done
+        for table, counts in q.counts.items():
+            if table not in {d["table"] for d in done}:
+                fresh.counts[table].settled_at = counts.settled_at
+            else:
+                fresh.counts[table].rebalances = counts.rebalances + 1
+        self.queries[name] = fresh  # the old query served until here
+        return done
 
     def _capture(self, mode: str) -> Any:
         """The attribute advisor's capture: on Spark where this maintainer uses it, else
@@ -239,8 +297,7 @@ class Maintainer:
         q = self.query(name)
         t0 = time.perf_counter()
         target = {t: self.store.version(t) for t in q.versions}
-        changes = {t: self.source.changes(t, q.versions[t], v, q.specs.get(t))
-                   for t, v in target.items() if v > q.versions[t]}
+        changes = {t: self._changes(q, t, v) for t, v in target.items() if v > q.versions[t]}
         if not changes:
             return SketchDelta(type(q.sketch.fragments)(), type(q.sketch.fragments)(), 0.0)
         if q.context is not None:
@@ -249,7 +306,19 @@ class Maintainer:
         q.versions = target
         delta = SketchDelta(delta.added, delta.removed, time.perf_counter() - t0)
         q.history.append(delta)
+        if q.counts:
+            self.rebalance(name)
         return delta
+
+    def _changes(self, q: MaintainedQuery, table: str, version: int) -> TableDelta:
+        """The changes of ``table`` up to ``version`` cut to the query's scan spec; a
+        sketched table's are first counted per fragment whole (adaptive ranges)."""
+        counts = q.counts.get(table)
+        if counts is None:
+            return self.source.changes(table, q.versions[table], version, q.specs.get(table))
+        whole = self.source.changes(table, q.versions[table], version, None)
+        counts.apply(whole.rows.column(counts.partition.column), whole.weights)
+        return restrict_delta(whole, q.specs.get(table))
 
     def maintain_all(self) -> dict[str, SketchDelta]:
         return {name: self.maintain(name) for name in self.queries}

@@ -65,8 +65,8 @@ def zorder_indices(data: pa.Table, columns: Sequence[str]) -> np.ndarray:
     for j, name in enumerate(columns):
         ranks = _ranks(data.column(name))
         top = int(ranks.max()) if len(ranks) else 0
-        if top:
-            ranks = (ranks.astype(np.float64) * ((2 ** bits - 1) / top)).astype(np.uint64)
+        if top:  # integer scaling: a float's rounding could carry past the top bit
+            ranks = ranks * np.uint64((2 ** bits - 1) // top)
         for b in range(bits):
             bit = (ranks >> np.uint64(b)) & np.uint64(1)
             code |= bit << np.uint64(b * n + j)

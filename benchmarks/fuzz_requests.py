@@ -62,6 +62,8 @@ def base_requests(table: pa.Table, query: str, sql: str) -> list[tuple[str, Any]
         ("Restore", pb.RestoreRequest(query=query)),
         ("ScaleQuery", pb.ScaleQueryRequest(query=query, shards=1)),
         ("Stats", pb.StatsRequest()),
+        ("ExplainSketch", pb.ExplainSketchRequest(query=query)),
+        ("LayoutTable", pb.LayoutTableRequest(table="t1000g", dry_run=True)),
     ]
 
 

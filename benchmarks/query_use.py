@@ -86,6 +86,7 @@ def measure(work: Any, store: Any, qname: str, fragments: int, repeats: int,
     row["table_rows"] = {t: use.table_rows.get(t) for t in sketched}
     row["read_share"] = {t: round(use.rows_read[t] / use.table_rows[t], 4)
                          for t in sketched if use.table_rows.get(t) and t in use.rows_read}
+    row["within_bound"] = within_bound(store, prepared, sketch, row)
     row["bytes_read_use"] = use.bytes_read
     row["bytes_read_plain"] = plain.bytes_read
     row["use_s"] = round(statistics.median(use_s), 3)
@@ -93,6 +94,24 @@ def measure(work: Any, store: Any, qname: str, fragments: int, repeats: int,
     row["use_over_plain"] = round(row["use_s"] / row["plain_s"], 3) if row["plain_s"] else None
     row["same_result"] = same_rows(plain.rows, use.rows)
     return row
+
+
+def within_bound(store: Any, prepared: Any, sketch: Any, row: dict[str, Any]
+                 ) -> dict[str, bool]:
+    """Per sketched table: whether Spark read at most twice the provenance's rows plus
+    one row group per fragment of the sketch (the target of issue 27)."""
+    from imp_core.storage.row_groups import StoreLayout
+
+    layout, out = StoreLayout(store), {}
+    for p in prepared.partitions.partitions:
+        t, share = p.table, row["provenance_share"].get(p.table)
+        rows, read = row["table_rows"].get(t), row["rows_read_use"].get(t)
+        found = layout(t, prepared.versions[t], p.column)
+        if share is None or not rows or read is None or found is None or not found.groups:
+            continue
+        group = found.total_rows / found.groups
+        out[t] = read <= 2 * share * rows + len(sketch.table_fragments(t)) * group
+    return out
 
 
 def summarize(results: list[dict[str, Any]], max_read_share: float) -> dict[str, Any]:
@@ -107,6 +126,8 @@ def summarize(results: list[dict[str, Any]], max_read_share: float) -> dict[str,
             else None,
             "selective": len(selective),
             "selective_used": sum(r["access"] == "sketch" for r in selective),
+            "selective_within_bound": sum(all(r.get("within_bound", {}).values())
+                                          for r in selective if r["access"] == "sketch"),
             "not_used": {r["query"]: r["why"] or r["access_reason"] for r in results
                          if r["access"] != "sketch"},
             "all_same_result": all(r["same_result"] for r in results),

@@ -187,6 +187,9 @@ class RuntimeConfig:
     # the layout advice recommends when that reads much less (``layouts.py``); "off": only
     # on request (LayoutTable, ``imp layout``)
     layout_policy: str = "off"
+    # keep each sketched table's rows per fragment from the changes and give a query new
+    # equi-depth ranges when skewed updates over- or underfill one (``adaptive_ranges.py``)
+    adaptive_ranges: bool = True
 
     @property
     def tables_dir(self) -> str:
@@ -239,6 +242,11 @@ class RuntimeConfig:
                 raise ValueError(f"IMP_LAYOUT_POLICY must be one of "
                                  f"{', '.join(LAYOUT_POLICIES)}, not {raw!r}")
             changes["layout_policy"] = raw
+        if env.get("IMP_ADAPTIVE_RANGES"):
+            raw = env["IMP_ADAPTIVE_RANGES"].strip().lower()
+            if raw not in ("on", "off"):
+                raise ValueError(f"IMP_ADAPTIVE_RANGES must be on or off, not {raw!r}")
+            changes["adaptive_ranges"] = raw == "on"
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):

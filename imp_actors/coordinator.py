@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 
+from imp_actors.adaptive_ranges import AdaptiveRanges
 from imp_actors.checkpoints import CheckpointStore
 from imp_actors.config import RuntimeConfig
 from imp_actors.context import QueryDirectory, RuntimeContext
@@ -92,6 +93,7 @@ class Coordinator:
         self.shards = ShardManager(self.ctx)
         self.maintenance = Maintenance(self.ctx, self.shards)
         self.state = StateManager(self.ctx, self.shards, self.maintenance)
+        self.ranges = self.state.ranges = AdaptiveRanges(self.ctx, self.state)
         self.writer = TableWriter(self.ctx)
         self.layouts = Layouts(self.ctx, self.writer)
         self.loop = ControlLoop(self.ctx, self.shards, self.state, self.layouts)
@@ -132,6 +134,7 @@ class Coordinator:
     def close(self, checkpoint: bool = True) -> None:
         """Stop background work; checkpoint live queries and stop their actors."""
         self.loop.stop(wait=True)
+        self.ranges.stop(wait=True)
         self.state.shutdown(checkpoint)
         self.shards.kill_warm()
         self.backend.shutdown()
@@ -143,6 +146,7 @@ class Coordinator:
         """Stop this coordinator's threads without checkpointing or stopping actors: what
         a crash leaves behind (for recovery tests and tools)."""
         self.loop.stop(wait=False)
+        self.ranges.stop(wait=False)
         for q in self.ctx.queries.all():
             q.history.close()
         self._started = False

@@ -36,6 +36,7 @@ from imp_actors.worker import ApplyResult, WorkerStatus
 from imp_core.errors import ImpError
 from imp_core.plan.nodes import QueryPlan
 from imp_core.scan_spec import ScanSpec
+from imp_core.sketch.adaptive import FragmentCounts
 from imp_core.sketch.partition import PartitionSet
 
 
@@ -51,6 +52,7 @@ class QueryState(enum.Enum):
     LIVE = "live"                # actors hold its state; idle
     MAINTAINING = "maintaining"  # actors are applying a batch
     RESCALING = "rescaling"      # its state is being re-split over a new shard count
+    REPARTITIONING = "repartitioning"  # its state is being built anew on new ranges
     EVICTED = "evicted"          # checkpointed, no actors
     RESTORING = "restoring"      # actors are being started from checkpoints
     DROPPED = "dropped"          # gone from the registry; the record is dead
@@ -65,16 +67,19 @@ class QueryState(enum.Enum):
         return QueryState.EVICTED.value
 
 
-WITH_ACTORS = frozenset({QueryState.LIVE, QueryState.MAINTAINING, QueryState.RESCALING})
+WITH_ACTORS = frozenset({QueryState.LIVE, QueryState.MAINTAINING, QueryState.RESCALING,
+                         QueryState.REPARTITIONING})
 BUSY = frozenset({QueryState.REGISTERING, QueryState.MAINTAINING, QueryState.RESCALING,
-                  QueryState.RESTORING})
+                  QueryState.REPARTITIONING, QueryState.RESTORING})
 
 TRANSITIONS: dict[QueryState, frozenset[QueryState]] = {
     QueryState.REGISTERING: frozenset({QueryState.LIVE, QueryState.DROPPED}),
     QueryState.LIVE: frozenset({QueryState.MAINTAINING, QueryState.RESCALING,
-                                QueryState.EVICTED, QueryState.DROPPED}),
+                                QueryState.REPARTITIONING, QueryState.EVICTED,
+                                QueryState.DROPPED}),
     QueryState.MAINTAINING: frozenset({QueryState.LIVE}),
     QueryState.RESCALING: frozenset({QueryState.LIVE}),
+    QueryState.REPARTITIONING: frozenset({QueryState.LIVE}),
     QueryState.EVICTED: frozenset({QueryState.RESTORING, QueryState.DROPPED}),
     QueryState.RESTORING: frozenset({QueryState.LIVE, QueryState.EVICTED}),
     QueryState.DROPPED: frozenset(),
@@ -112,6 +117,13 @@ class QueryRuntime:
     capture: tuple[dict[str, int], list[dict]] | None = None
     # maintenance latencies, load and shard recoveries (``telemetry.py``)
     telemetry: QueryTelemetry = field(default_factory=QueryTelemetry)
+    # rows per fragment of each sketched table (``imp_core.sketch.adaptive``) and the
+    # table versions they count, kept by ``adaptive_ranges.AdaptiveRanges``; None: not
+    # counted yet (built from the tables on the first maintained batch)
+    counts: dict[str, FragmentCounts] | None = None
+    counted_versions: dict[str, int] = field(default_factory=dict)
+    # each re-partition: {"versions", "table", "reason", "fragments"}
+    repartitions: list[dict] = field(default_factory=list)
 
     # -- pending changes (eager queries) ----------------------------------------------------
     def note_pending(self, table: str, version: int, tuples: int, now: float) -> int:

@@ -17,13 +17,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import Mapping
+from dataclasses import replace
+from typing import Any, Mapping
 
 from imp_actors.context import RuntimeContext
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.handles import gather
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.maintenance import Maintenance
+from imp_actors.registry import partitions_to_records
 from imp_actors.sharding import shard_key
 from imp_actors.shards import ShardManager
 from imp_actors.types import CheckpointInfo, SketchVersion
@@ -35,6 +37,8 @@ from imp_core.errors import (
     WorkerLostError,
 )
 from imp_core.memory_release import release_free_memory
+from imp_core.scan_spec import scan_specs
+from imp_core.sketch.partition import PartitionSet
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,8 @@ class StateManager:
         self.ctx = ctx
         self.shards = shards
         self.maintenance = maintenance
+        # ``adaptive_ranges.AdaptiveRanges``: counts each batch's rows per fragment
+        self.ranges: Any = None
 
     # -- first state ------------------------------------------------------------------------
     def bootstrap(self, q: QueryRuntime) -> None:
@@ -66,6 +72,8 @@ class StateManager:
             try:
                 version, moved = self.maintenance.step(q, target)
                 if moved:
+                    if self.ranges is not None:
+                        self.ranges.count(q, target)
                     every = self.ctx.config.checkpoint_every_batches
                     if every and q.batches_since_checkpoint >= every:
                         self.checkpoint_locked(q)
@@ -194,6 +202,42 @@ class StateManager:
             q.history.close()
 
     # -- rescaling --------------------------------------------------------------------------
+    def repartition(self, q: QueryRuntime, pset: PartitionSet) -> None:
+        """Build ``q``'s state anew on the partitions ``pset`` (new ranges of the same
+        attributes) from the tables at their latest versions, publish its sketch there,
+        and retire the old shards; the old sketch versions stay readable meanwhile, and
+        nothing changes when the new shards cannot be built."""
+        ctx = self.ctx
+        with q.lock:
+            self.ensure_live(q)
+            q.transition(QueryState.REPARTITIONING)
+            before = (q.record, q.partitions, q.specs)
+            try:
+                record = replace(q.record, partitions=partitions_to_records(pset),
+                                 generation=q.record.generation + 1)
+                specs = scan_specs(q.plan.root, pset)
+                if not record.pushdown:
+                    specs = {t: replace(s, predicate=None) for t, s in specs.items()}
+                q.record, q.partitions, q.specs = record, pset, specs
+                started = self.shards.start_shards(
+                    q, q.shards, lambda i, h: self.shards.rebuild_shard(q, i, h))
+            except BaseException:
+                q.record, q.partitions, q.specs = before
+                q.transition(QueryState.LIVE)
+                raise
+            old = q.detach()
+            q.attach(*started)
+            try:
+                self.maintenance.publish(q, self.maintenance.align(q), 0.0)
+            finally:
+                q.transition(QueryState.LIVE)
+            self.checkpoint_locked(q)
+            ctx.registry.put(q.record)
+            for h in old:
+                h.kill()
+            ctx.checkpoints.drop(q.name, keep_generation=q.record.generation)
+            ctx.counters["repartitions"] += 1
+
     def rescale(self, q: QueryRuntime, shards: int) -> None:
         """Split ``q``'s state over ``shards`` actors. The live shards' operator state is
         re-split by the routing column (``imp_actors.resharding``), no table is read;

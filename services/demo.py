@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-# query name -> (workload query, fragments, eager batch size or None for lazy)
+# query name -> (workload query, fragments, eager batch size or None for lazy, attributes
+# chosen by the advisor (True) or the query's header)
 DEMO_QUERIES = {
-    "top_orders": ("q03", 64, None),
-    "returned_items": ("q10", 64, None),
-    "cheap_groups": ("q_having_2", 200, None),
-    "group_band": ("q_endtoend", 200, 300),
+    "top_orders": ("q03", 64, None, True),
+    "returned_items": ("q10", 64, None, True),
+    "cheap_groups": ("q_having_2", 200, None, True),
+    "group_band": ("q_endtoend", 200, 300, False),
 }
 # table updated -> the column whose values the modified rows exchange (stays in its domain)
 UPDATED = {"lineitem": "l_quantity", "t5000g": "c"}
@@ -126,19 +127,31 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
     rng = np.random.default_rng(seed)
     ok = True
     try:
-        _say("• registering queries through gRPC (first capture of each sketch)")
-        sketched: dict[str, str] = {}
-        for name, (wq_name, fragments, eager) in DEMO_QUERIES.items():
+        _say("• registering queries through gRPC (the advisor chooses the sketch attributes "
+             "by what the filtered query would read; first capture of each sketch)")
+        sketched: dict[str, list[str]] = {}
+        for name, (wq_name, fragments, eager, auto) in DEMO_QUERIES.items():
             wq = load_query(wq_name)
             strategy = Eager(batch_tuples=eager, max_delay_s=2.0) if eager else Lazy()
             t0 = time.perf_counter()
-            info = client.register(name, wq.sql,
-                                   partitions={f"{t}.{c}": fragments for t, c in wq.sketch},
-                                   strategy=strategy)
-            sketched[name] = info.partitions[0]["table"]
-            _say(f"  {name:15s} {wq_name:11s} sketch on {info.partitions[0]['table']}."
-                 f"{info.partitions[0]['column']}, {info.total_fragments} fragments, "
-                 f"{info.strategy.kind}, registered in {time.perf_counter() - t0:.1f} s")
+            info, why = client.register_explained(
+                name, wq.sql, partitions="auto" if auto else
+                {f"{t}.{c}": fragments for t, c in wq.sketch},
+                fragments=fragments, strategy=strategy)
+            sketched[name] = [p["table"] for p in info.partitions]
+            attrs = ", ".join(f"{p['table']}.{p['column']}" for p in info.partitions)
+            _say(f"  {name:15s} {wq_name:11s} sketch on {attrs}, {info.total_fragments} "
+                 f"fragments, {info.strategy.kind}, registered in "
+                 f"{time.perf_counter() - t0:.1f} s")
+            _say(f"  {'':15s} why: {why['why']}")
+        _say("• laying lineitem out for the sketches on it (a commit that changes no data)")
+        done = client.layout("lineitem")
+        if done.get("advice"):
+            _say(f"  advice: {done['advice']['why']}")
+        if done["applied"]:
+            _say(f"  lineitem version {done['version']}: {done['row_groups']} row groups of "
+                 f"{done['row_group_rows']:,} rows, {done['order']} order on "
+                 f"{', '.join(done['columns'])}, in {done['seconds']:.1f} s")
         watchers = [threading.Thread(target=_watch, args=(client, n, stats[n], stop),
                                      daemon=True) for n in DEMO_QUERIES]
         for w in watchers:
@@ -175,10 +188,11 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
             same = _same(plain.rows, used.rows)
             ok &= same
             runs[name] = (plain, used, same)
-            table = sketched[name]
-            _say(f"  {name:15s} {table} rows read {plain.rows_read.get(table, 0):>9,} → "
-                 f"{used.rows_read.get(table, 0):>9,}  time {plain.seconds:5.2f} s → "
-                 f"{used.seconds:5.2f} s  same result: {same}")
+            _say(f"  {name:15s} time {plain.seconds:5.2f} s → {used.seconds:5.2f} s  "
+                 f"same result: {same}")
+            for table in sketched[name]:
+                _say(f"  {'':15s} {table}: Spark read {_read(plain, table)} → "
+                     f"{_read(used, table)}")
             if used.access != "sketch":  # the sketch keeps most rows: it was not used
                 _say(f"  {'':15s} plain query: {used.access_reason}")
     finally:
@@ -190,16 +204,15 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
     _say()
     _say("Summary")
     _say(f"  {'query':15s} {'maintain ms':>12s} {'recapture ms':>13s} {'speed-up':>9s} "
-         f"{'rows read of the sketched table':>32s} {'exact':>6s}")
+         f"{'exact':>6s}  share of each sketched table Spark read with the sketch")
     for name, s in stats.items():
         plain, used, same = runs[name]
         m, r = float(np.median(s.maintain_ms)), float(np.median(s.recapture_ms))
-        table = sketched[name]
-        read_all, read_use = plain.rows_read.get(table, 0), used.rows_read.get(table, 0)
-        share = f"{read_use:,} of {read_all:,} ({100 * read_use / read_all:.0f}%)" \
-            if read_all else "-"
-        _say(f"  {name:15s} {m:12.1f} {r:13.1f} {r / max(m, 1e-9):8.0f}x {share:>32s} "
-             f"{str(s.exact and same):>6s}")
+        shares = used.rows_read_share()
+        read = ", ".join(f"{t} {100 * shares[t]:.1f}%" if t in shares else f"{t} -"
+                         for t in sketched[name])
+        _say(f"  {name:15s} {m:12.1f} {r:13.1f} {r / max(m, 1e-9):8.0f}x "
+             f"{str(s.exact and same):>6s}  {read}")
     total = time.perf_counter() - t_start
     _say(f"  fresh-sketch time is the whole gRPC call (maintenance included); medians over "
          f"{batches} batches; demo took {total:.0f} s")
@@ -208,6 +221,12 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
     _say("  every maintained sketch equals a full recapture" if ok else
          "  MISMATCH: a maintained sketch or a sketch-filtered result differs")
     return 0 if ok else 1
+
+
+def _read(run, table: str) -> str:
+    """Rows Spark's scans of ``table`` returned, and their share of the table."""
+    n, total = run.rows_read.get(table, 0), run.table_rows.get(table)
+    return f"{n:,} rows ({100 * n / total:.1f}%)" if total else f"{n:,} rows"
 
 
 def _same(a: pa.Table, b: pa.Table) -> bool:

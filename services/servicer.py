@@ -27,6 +27,8 @@ from services.protos import pb, rpc
 from services.sketch_responses import SketchResponses
 
 WATCH_SLICE_S = 0.25  # longest wait between two checks of a watch's client
+# a layout's row groups: smaller ones make a table of mostly metadata, larger ones skip less
+MIN_ROWS_PER_GROUP, MAX_ROWS_PER_GROUP = 1024, 1 << 24
 
 
 class CallEndedError(ImpError):
@@ -66,8 +68,10 @@ class SketchServicer(rpc.SketchServiceServicer):
             explanation=convert.explanation_to_proto(self.c.explain(info.name, fresh=False)))
 
     def LayoutTable(self, request, context):
-        if request.rows_per_group > 2**31:
-            raise BadRequestError("rows_per_group is too large")
+        if request.rows_per_group and not \
+                MIN_ROWS_PER_GROUP <= request.rows_per_group <= MAX_ROWS_PER_GROUP:
+            raise BadRequestError(f"rows_per_group must lie in [{MIN_ROWS_PER_GROUP:,}, "
+                                  f"{MAX_ROWS_PER_GROUP:,}] (0: sized for skipping)")
         _alive(context)
         doc = self.c.layout(request.table, tuple(request.columns),
                             request.rows_per_group or None, request.dry_run)

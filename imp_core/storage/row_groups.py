@@ -91,11 +91,12 @@ class Blocks:
 
 
 def _extremes(keys: np.ndarray) -> tuple[Any, Any]:
+    """Keys above and below every key of ``keys``' kind (int64 ones for integers)."""
     if keys.dtype.kind == "f":
         return np.inf, -np.inf
     if keys.dtype.kind in "iu":
         info = np.iinfo(np.int64)
-        return info.max, info.min
+        return np.int64(info.max), np.int64(info.min)
     raise TypeError("block bounds need numeric keys")
 
 
@@ -115,7 +116,8 @@ def _runs(part: RangePartition, fragments: Sequence[int]) -> tuple[np.ndarray, n
         starts.append(keys[f - 1] if f > 0 else bottom)
         prev = f
     ends.append(keys[prev] if prev < part.size - 1 else top)
-    dtype = keys.dtype if len(keys) else np.int64
+    # int64 (or float64) whatever the keys' width: date32 keys are int32, the extremes not
+    dtype = np.float64 if keys.dtype.kind == "f" else np.int64
     return np.array(starts, dtype=dtype), np.array(ends, dtype=dtype)
 
 
@@ -124,19 +126,24 @@ def blocks(files: Sequence[str], column: str, dtype: pa.DataType,
     """The pages of ``files`` (Parquet URIs or paths) with their bounds of ``column``
     (of type ``dtype``); None where its values have no numeric order (strings, big
     decimals)."""
-    parts: list[Blocks] = []
+    parts = []
     for fragment in ds.dataset(list(files), format="parquet").get_fragments() if files else ():
-        meta = fragment.metadata
-        groups = [(meta.row_group(g).num_rows,
-                   sum(meta.row_group(g).column(c).total_compressed_size
-                       for c in range(meta.row_group(g).num_columns)))
-                  for g in range(meta.num_row_groups)]
-        found = cut_blocks(fragment.to_table(columns=[column]).column(0), dtype, groups,
-                           page_rows)
+        found = file_blocks(fragment, column, dtype, page_rows)
         if found is None:
             return None
         parts.append(found)
     return concat_blocks(parts)
+
+
+def file_blocks(fragment: ds.ParquetFileFragment, column: str, dtype: pa.DataType,
+                page_rows: int) -> Blocks | None:
+    """The pages of one Parquet file (``blocks``)."""
+    meta = fragment.metadata
+    groups = [(meta.row_group(g).num_rows,
+               sum(meta.row_group(g).column(c).total_compressed_size
+                   for c in range(meta.row_group(g).num_columns)))
+              for g in range(meta.num_row_groups)]
+    return cut_blocks(fragment.to_table(columns=[column]).column(0), dtype, groups, page_rows)
 
 
 def cut_blocks(values: pa.Array | pa.ChunkedArray, dtype: pa.DataType,
@@ -189,30 +196,45 @@ def concat_blocks(parts: Sequence[Blocks]) -> Blocks:
 
 class StoreLayout:
     """``(table, version, column) -> Blocks`` of a table store's snapshot (None: the
-    snapshot has no files, or the column no numeric order). A snapshot's files never
-    change, so the answers of the last ``keep`` calls are kept. Thread-safe."""
+    snapshot has no files, or the column no numeric order). Data files never change, so
+    each file's pages are kept (the last ``keep_files``): a new version, which mostly
+    lists the files of the one before, reads only its new files. Thread-safe."""
 
-    def __init__(self, store: Any, keep: int = 64):
+    def __init__(self, store: Any, keep_files: int = 4096):
         self.store = store
-        self.keep = keep
+        self.keep_files = keep_files
         self._lock = threading.Lock()
-        self._kept: OrderedDict[tuple[str, int, str], Blocks | None] = OrderedDict()
+        self._files: OrderedDict[tuple[str, str], Blocks | None] = OrderedDict()
 
     def __call__(self, table: str, version: int, column: str) -> Blocks | None:
-        key = (table, version, column)
-        with self._lock:
-            if key in self._kept:
-                self._kept.move_to_end(key)
-                return self._kept[key]
         files = self.store.file_uris(table, version)
-        page_rows = getattr(getattr(self.store, "options", None), "page_rows", None)
-        found = blocks(files, column, self.store.schema(table).field(column).type,
-                       page_rows or DEFAULT_PAGE_ROWS) if files else None
-        with self._lock:
-            self._kept[key] = found
-            while len(self._kept) > self.keep:
-                self._kept.popitem(last=False)
-        return found
+        if not files:
+            return None
+        dtype = self.store.schema(table).field(column).type
+        page_rows = getattr(getattr(self.store, "options", None), "page_rows", None) \
+            or DEFAULT_PAGE_ROWS
+        parts = []
+        fragments = None
+        for i, uri in enumerate(files):
+            key = (uri, column)
+            with self._lock:
+                known = key in self._files
+                found = self._files.get(key)
+                if known:
+                    self._files.move_to_end(key)
+            if not known:
+                if fragments is None:
+                    fragments = list(ds.dataset(list(files), format="parquet")
+                                     .get_fragments())
+                found = file_blocks(fragments[i], column, dtype, page_rows)
+                with self._lock:
+                    self._files[key] = found
+                    while len(self._files) > self.keep_files:
+                        self._files.popitem(last=False)
+            if found is None:
+                return None
+            parts.append(found)
+        return concat_blocks(parts)
 
     def rows(self, table: str, version: int) -> int:
         """The rows of the snapshot (from its footers)."""

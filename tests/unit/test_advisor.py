@@ -178,3 +178,25 @@ def test_fitting_to_pages_keeps_a_superset_within_the_range_limit(tmp_path, valu
     assert exact <= found.read(part, fitted.table_fragments("t"))[0] <= max(coarse, exact)
     if len(sketch.ranges("t")) <= limit:  # free gaps only: reads what the exact filter does
         assert found.read(part, fitted.table_fragments("t"))[0] == exact
+
+
+@pytest.mark.parametrize("dtype", [pa.date32(), pa.decimal128(12, 2), pa.timestamp("us")])
+def test_blocks_of_dates_decimals_and_timestamps(tmp_path, dtype):
+    rng = np.random.default_rng(3)
+    ints = np.sort(rng.integers(0, 3000, 2000))
+    if pa.types.is_decimal(dtype):
+        from decimal import Decimal
+
+        values = pa.array([Decimal(int(i)) / 100 for i in ints], dtype)
+    else:
+        values = pa.array(ints.astype(np.int32)).cast(pa.date32()).cast(dtype)
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"x": values}), path, row_group_size=500)
+    found = blocks([str(path)], "x", dtype, 100)
+    part = RangePartition.equi_depth("t", "x", values, 16)
+    kept = [0, 7, 15]
+    rows, _, hit = found.read(part, kept)
+    in_kept = int(np.isin(part.annotate(values), kept).sum())
+    assert in_kept <= rows <= in_kept + 2 * 3 * 100 and 0 < hit < len(found)
+    fitted = fit_to_blocks(Sketch(PartitionSet((part,)), BitMap(kept)), "t", found, 1)
+    assert len(fitted.ranges("t")) == 1

@@ -61,6 +61,11 @@ class SparkWork:
         if layout is not None:
             choice = choose_access(layout.sketch, max_read_share, layout.shares)
             used = choice.sketch
+        from imp_core.storage.file_side import scan_counts
+
+        scans = scan_counts(plan.root)
+        rows = {t: self.layout.rows(t, v) for t, v in versions.items()}
+        sizes = {t: self.layout.bytes(t, v) for t, v in versions.items()}
         with self._lock:
             spark = self.session()
             files = self._table_views(spark, versions, used)
@@ -71,12 +76,11 @@ class SparkWork:
                            skipped, access="plain" if used is None else "sketch",
                            access_reason=choice.reason if choice is not None else "",
                            read_share=choice.read_share if choice is not None else {},
-                           bytes_read=run.bytes_read,
-                           table_rows=self.table_rows(versions))
-
-    def table_rows(self, versions: Mapping[str, int]) -> dict[str, int]:
-        """Rows of each table at its version (from the Delta log)."""
-        return {t: self.layout.rows(t, v) for t, v in versions.items()}
+                           table_rows=rows, table_bytes=sizes, table_scans=scans,
+                           bytes_estimate={t: scans.get(t, 1) * (
+                               round(layout.byte_shares.get(t, 1.0) * n)
+                               if choice is not None and t in choice.filtered else n)
+                               for t, n in sizes.items()})
 
     def recapture(self, plan: QueryPlan, partitions: PartitionSet,
                   versions: Mapping[str, int]) -> tuple[Sketch, float]:

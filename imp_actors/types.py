@@ -130,9 +130,13 @@ class QueryResult:
     access: str = "plain"
     access_reason: str = ""
     read_share: Mapping[str, float] = field(default_factory=dict)
-    # bytes Spark's tasks read from storage (None: Spark did not tell); rows per table
-    bytes_read: int | None = None
+    # per table: its rows and compressed bytes at the version read, and the bytes of the
+    # pages its scan reads (estimated: the pages the filter meets; all of a plain table)
     table_rows: Mapping[str, int] = field(default_factory=dict)
+    table_bytes: Mapping[str, int] = field(default_factory=dict)
+    bytes_estimate: Mapping[str, int] = field(default_factory=dict)
+    # per table: how many scans of it the query runs (a table read twice counts twice)
+    table_scans: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -485,7 +485,8 @@ def query_result_to_proto(r: QueryResult, rows: bytes) -> pb.RunQueryResponse:
         rows=rows, row_count=r.rows.num_rows, seconds=r.seconds, rows_read=dict(r.rows_read),
         files_read=dict(r.files_read), files_skipped=dict(r.files_skipped),
         access=r.access, access_reason=r.access_reason, read_share=dict(r.read_share),
-        table_rows=dict(r.table_rows), bytes_read=-1 if r.bytes_read is None else r.bytes_read)
+        table_rows=dict(r.table_rows), table_scans=dict(r.table_scans),
+        table_bytes=dict(r.table_bytes), bytes_estimate=dict(r.bytes_estimate))
     if r.sketch is not None:
         out.sketch.CopyFrom(sketch_to_proto(r.sketch))
     return out
@@ -555,7 +556,8 @@ def run_result_from_proto(msg: pb.RunQueryResponse) -> RunResult:
         sketch=sketch_from_proto(msg.sketch) if msg.HasField("sketch") else None,
         access=msg.access or "plain", access_reason=msg.access_reason,
         read_share=dict(msg.read_share), table_rows=dict(msg.table_rows),
-        bytes_read=None if msg.bytes_read < 0 else msg.bytes_read)
+        table_scans=dict(msg.table_scans), table_bytes=dict(msg.table_bytes),
+        bytes_estimate=dict(msg.bytes_estimate))
 
 
 def table_from_proto(msg: pb.TableInfo) -> TableRecord:

@@ -225,8 +225,8 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
 
 def _read(run, table: str) -> str:
     """Rows Spark's scans of ``table`` returned, and their share of the table."""
-    n, total = run.rows_read.get(table, 0), run.table_rows.get(table)
-    return f"{n:,} rows ({100 * n / total:.1f}%)" if total else f"{n:,} rows"
+    n, share = run.rows_read.get(table, 0), run.rows_read_share().get(table)
+    return f"{n:,} rows ({100 * share:.1f}%)" if share is not None else f"{n:,} rows"
 
 
 def _same(a: pa.Table, b: pa.Table) -> bool:

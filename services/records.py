@@ -81,16 +81,19 @@ class RunResult:
     access_reason: str = ""
     read_share: Mapping[str, float] = field(default_factory=dict)  # estimated, per table
     table_rows: Mapping[str, int] = field(default_factory=dict)
-    bytes_read: int | None = None  # Spark's input metrics (None: unknown)
+    table_scans: Mapping[str, int] = field(default_factory=dict)
+    table_bytes: Mapping[str, int] = field(default_factory=dict)
+    bytes_estimate: Mapping[str, int] = field(default_factory=dict)  # pages read, estimated
 
     @property
     def total_rows_read(self) -> int:
         return sum(self.rows_read.values())
 
     def rows_read_share(self) -> dict[str, float]:
-        """Per table, the share of its rows Spark's scans actually returned."""
-        return {t: n / self.table_rows[t] for t, n in self.rows_read.items()
-                if self.table_rows.get(t)}
+        """Per table, the share of its rows Spark's scans actually returned (of its rows
+        times the query's scans of it)."""
+        return {t: n / (self.table_rows[t] * self.table_scans.get(t, 1))
+                for t, n in self.rows_read.items() if self.table_rows.get(t)}
 
 
 @dataclass(frozen=True)

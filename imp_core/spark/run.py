@@ -13,9 +13,7 @@ the key ``"*"`` instead.
 
 from __future__ import annotations
 
-import itertools
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -156,8 +154,6 @@ class QueryRun:
     rows_read: dict[str, int] = field(default_factory=dict)  # table -> rows out of the scans
     files_read: dict[str, int] = field(default_factory=dict)  # table -> files opened
     scans: list[dict[str, Any]] = field(default_factory=list)  # per scan node: its metrics
-    # bytes the query's tasks read from storage (Spark's input metrics; None: unknown)
-    bytes_read: int | None = None
 
     @property
     def total_rows_read(self) -> int:
@@ -174,13 +170,8 @@ def run_query(spark: SparkSession, plan: QueryPlan | PlanNode, sketch: Sketch | 
 def run_sql(spark: SparkSession, sql: str, tables: list[str] | None = None) -> QueryRun:
     """Run SQL text; with ``tables`` also measure rows and files read per table."""
     start = time.perf_counter()
-    group = None if tables is None or is_connect_session(spark) else _job_group(spark)
     df = spark.sql(sql)
-    try:
-        rows = df.toArrow()
-    finally:
-        if group is not None:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    rows = df.toArrow()
     seconds = time.perf_counter() - start
     if tables is None:
         return QueryRun(rows, seconds, sql)
@@ -201,46 +192,7 @@ def run_sql(spark: SparkSession, sql: str, tables: list[str] | None = None) -> Q
         files_read[table] = files_read.get(table, 0) + scan["num_files"]
     for s in scans:
         s.pop("files")
-    return QueryRun(rows, seconds, sql, rows_read, files_read, scans,
-                    _input_bytes(spark, group))
-
-
-_groups = itertools.count()
-
-
-def _job_group(spark: SparkSession) -> str:
-    """A job group of this thread's next jobs, to find their stages' input metrics."""
-    group = f"imp-run-{os.getpid()}-{next(_groups)}"
-    spark.sparkContext.setLocalProperty("spark.jobGroup.id", group)
-    return group
-
-
-def _input_bytes(spark: SparkSession, group: str | None, wait_s: float = 2.0) -> int | None:
-    """Bytes the stages of ``group``'s jobs read (their input metrics), once the status
-    store has seen every stage end (it learns of them asynchronously); None when Spark
-    does not tell."""
-    if group is None:
-        return None
-    try:
-        sc = spark.sparkContext
-        tracker, status = sc.statusTracker(), sc._jsc.sc().statusStore()
-        stages = [s for j in tracker.getJobIdsForGroup(group)
-                  for s in (tracker.getJobInfo(j).stageIds if tracker.getJobInfo(j) else ())]
-        deadline = time.monotonic() + wait_s
-        while True:
-            data = []
-            for stage in stages:
-                try:
-                    data.append(status.lastStageAttempt(stage))
-                except Exception:  # noqa: BLE001 - a stage the store has not seen yet
-                    continue
-            pending = len(data) < len(stages) or any(
-                d.status().toString() in ("ACTIVE", "PENDING") for d in data)
-            if not pending or time.monotonic() > deadline:
-                return int(sum(d.inputBytes() for d in data))
-            time.sleep(0.02)
-    except Exception:  # noqa: BLE001 - a metric only: the query's answer stands
-        return None
+    return QueryRun(rows, seconds, sql, rows_read, files_read, scans)
 
 
 def _table_files(spark: SparkSession, tables: list[str]) -> dict[str, set[str]]:

@@ -238,11 +238,22 @@ class StoreLayout:
 
     def rows(self, table: str, version: int) -> int:
         """The rows of the snapshot (from its footers)."""
+        return self._footers(table, version)[0]
+
+    def bytes(self, table: str, version: int) -> int:
+        """The compressed bytes of the snapshot's row groups (from its footers)."""
+        return self._footers(table, version)[1]
+
+    def _footers(self, table: str, version: int) -> tuple[int, int]:
         files = self.store.file_uris(table, version)
-        if not files:
-            return 0
-        return sum(f.metadata.num_rows
-                   for f in ds.dataset(list(files), format="parquet").get_fragments())
+        rows = size = 0
+        for f in ds.dataset(list(files), format="parquet").get_fragments() if files else ():
+            meta = f.metadata
+            rows += meta.num_rows
+            size += sum(meta.row_group(g).column(c).total_compressed_size
+                        for g in range(meta.num_row_groups)
+                        for c in range(meta.row_group(g).num_columns))
+        return rows, size
 
 
 def fit_to_blocks(sketch: Sketch, table: str, found: Blocks | None,

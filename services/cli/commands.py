@@ -495,8 +495,11 @@ def _query(client: Any, args: argparse.Namespace) -> int:
         print(f"  {t}: Spark read {result.rows_read[t]:,} rows{of}, "
               f"{result.files_read.get(t, 0)} files, {result.files_skipped.get(t, 0)} "
               "skipped")
-    if result.bytes_read is not None:
-        print(f"  Spark read {result.bytes_read:,} bytes from storage")
+    if result.bytes_estimate:
+        est, total = sum(result.bytes_estimate.values()), sum(
+            n * result.table_scans.get(t, 1) for t, n in result.table_bytes.items())
+        print(f"  pages read: about {est / 2**20:,.1f} MiB of {total / 2**20:,.1f} MiB "
+              "(compressed; estimated from the pages the scans' filters meet)")
     if args.show and result.rows.num_rows:
         print(result.rows.slice(0, args.show).to_pandas().to_string(index=False))
         if result.rows.num_rows > args.show:

@@ -154,7 +154,7 @@ def test_cli_query_json(svc, capsys, tmp_path):
 
 def test_run_query_reports_what_spark_read(svc):
     """Issue 27: the read share shown is what Spark's scans returned, beside the
-    estimate, with the table's rows and the bytes Spark read."""
+    estimate, with the table's rows and bytes and the bytes of the pages read."""
     client = svc.client()
     for name, wq in QUERIES.items():
         table = load_query(wq).sketch[0][0]
@@ -164,8 +164,9 @@ def test_run_query_reports_what_spark_read(svc):
         assert used.table_rows[table] == plain.table_rows[table] == rows
         assert plain.rows_read_share()[table] == 1.0
         assert 0 < used.rows_read_share()[table] <= 1.0
-        assert used.bytes_read is not None and plain.bytes_read is not None
-        assert plain.bytes_read > 0
+        assert plain.table_bytes[table] > 0 and plain.table_scans[table] == 1
+        assert plain.bytes_estimate[table] == plain.table_bytes[table]
+        assert 0 < used.bytes_estimate[table] <= used.table_bytes[table]
         if used.access == "sketch":
             # the estimate counts whole pages the filter meets, as the reader skips them
             assert used.rows_read[table] <= used.read_share[table] * rows * 1.05 + 4096

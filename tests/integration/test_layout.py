@@ -1,13 +1,15 @@
 """Layouts that make sketches skip (issue 27): a rewrite in range or Z-order changes no
-data and triggers no maintenance, sketches stay exact through rewrites interleaved with
-random updates, the layout advice weighs what every sketched query would read."""
+data and triggers no maintenance, sketches stay exact through rewrites and range splits
+(adaptive ranges, after skewed inserts) interleaved with random updates, the layout
+advice weighs what every sketched query would read."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from imp_core.errors import UnknownColumnError
@@ -113,24 +115,29 @@ QUERIES = {
                                  HealthCheck.too_slow])
 @given(st.sampled_from(sorted(QUERIES)), st.lists(
     st.one_of(st.tuples(st.just("update"), st.integers(1, 40), st.integers(0, 40)),
+              st.tuples(st.just("skewed"), st.integers(200, 1500), st.integers(0, 40)),
               st.tuples(st.just("layout"), st.sampled_from(["a", "b", "v", "a,b", "v,k"]),
                         st.integers(200, 3000))),
     min_size=1, max_size=6), st.integers(0, 10_000))
-def test_rewrites_interleaved_with_updates_keep_sketches_exact(tmp_path_factory, name,
-                                                               steps, seed):
+def test_rewrites_and_splits_interleaved_with_updates_keep_sketches_exact(
+        tmp_path_factory, name, steps, seed):
     store = DeltaStore(tmp_path_factory.mktemp("layout"))
     store.create_table("t", _table(seed, 1500), key="k",
                        domains={"v": (0, None)})
     m = Maintainer(store)
-    m.register(name, QUERIES[name], "auto")
+    m.register(name, QUERIES[name], "auto", fragments=8)
     rng = np.random.default_rng(seed)
     next_key = 10_000
     for kind, x, y in steps:
-        if kind == "update":
+        if kind in ("update", "skewed"):
             data = store.read("t")
             dels = data.take(pa.array(rng.choice(data.num_rows, size=min(y, data.num_rows),
                                                  replace=False), type=pa.int64()))
             ins = _table(int(rng.integers(1 << 30)), x, next_key)
+            if kind == "skewed":  # every new row in a sliver of each column's domain
+                ins = pa.table({"k": ins.column("k"), "a": pc.bit_wise_and(ins["a"], 7),
+                                "b": pc.bit_wise_and(ins["b"], 1),
+                                "v": pc.add(pc.bit_wise_and(ins["v"], 3), 990)})
             next_key += x
             store.apply("t", inserts=ins, deletes=dels.select(["k"]))
             m.maintain(name)
@@ -140,3 +147,4 @@ def test_rewrites_interleaved_with_updates_keep_sketches_exact(tmp_path_factory,
             # a rewrite changes no data: nothing reaches the pipeline, no fragment moves
             assert not delta.added and not delta.removed
         assert m.query(name).sketch == m.reference_sketch(name)
+    event(f"re-partitioned: {bool(m.query(name).repartitions)}")

@@ -136,7 +136,7 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
             key = "maintain_ms_delta1000" + ("" if path == "spark" else f"_{path}")
             results[key] = round(float(np.median(times)), 2)
             _log(progress, f"{key}: {results[key]} ms")
-        fm, fm_s = c.recapture("having2", sv.versions)
+        fm, fm_s = c.recapture("having2", sv.versions, sv.sketch.partitions)
         results["maintained_equals_recapture"] = fm == sv.sketch
         results["fm_s_having2"] = round(fm_s, 3)
 
@@ -173,7 +173,7 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
             sv = c.get_sketch(f"many{i:04d}", fresh=True)
             live_max = max(live_max, c.stats()["live_actors"])
             if i % 40 == 0:
-                fm, _ = c.recapture(f"many{i:04d}", sv.versions)
+                fm, _ = c.recapture(f"many{i:04d}", sv.versions, sv.sketch.partitions)
                 exact &= fm == sv.sketch
         stats = c.stats()
         results["registered_queries"] = stats["registered_queries"]
@@ -226,7 +226,7 @@ def _chaos(c, config, rng: np.random.Generator, steps: int, progress: bool):
     exact = True
     for n in names:
         sv = c.get_sketch(n, fresh=True)
-        fm, _ = c.recapture(n, sv.versions)
+        fm, _ = c.recapture(n, sv.versions, sv.sketch.partitions)
         exact &= fm == sv.sketch
     _log(progress, f"chaos run exact: {exact}")
     return bool(exact), c

@@ -99,7 +99,7 @@ def search(coordinator, store, case: Case, shares: list[float], repeats: int,
             else:
                 lo = mid
     sv = coordinator.get_sketch(name)
-    sketch, fm_end = coordinator.recapture(name, dict(sv.versions))
+    sketch, fm_end = coordinator.recapture(name, dict(sv.versions), sv.sketch.partitions)
     fms.append(fm_end)
     fm = median(fms)
     out = {"query": case.variant, "table": case.table, "table_rows": table_rows,

@@ -155,7 +155,7 @@ def measure_case(coordinator, store, case: Case, sizes: list[int], repeats: int,
     verified: dict[str, Any] = {}
     if verify:
         sv = coordinator.get_sketch(name)
-        sketch, fm1 = coordinator.recapture(name, dict(sv.versions))
+        sketch, fm1 = coordinator.recapture(name, dict(sv.versions), sv.sketch.partitions)
         fm_times.append(fm1)
         verified = {"sketch_ok": set(sketch.fragments) == set(sv.sketch.fragments)}
     fm = median(fm_times)

@@ -51,7 +51,7 @@ def run(data_root: Path, rounds: int = 3, seed: int = 0) -> list[dict]:
                 t0 = time.perf_counter()
                 sv = c.get_sketch(qn)
                 imp_s = time.perf_counter() - t0
-                fm, fm_s = c.recapture(qn, dict(sv.versions))
+                fm, fm_s = c.recapture(qn, dict(sv.versions), sv.sketch.partitions)
                 out.append({"query": qn, "table": table, "round": rep,
                             "imp_ms": round(1000 * imp_s, 1), "fm_s": round(fm_s, 2),
                             "sketch_ok": fm == sv.sketch,

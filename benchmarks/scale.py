@@ -241,7 +241,7 @@ def _verify(coordinator, names: list[str], progress: bool) -> list[dict[str, Any
     for q in names:
         try:
             sv = coordinator.get_sketch(q)
-            sketch, fm_s = coordinator.recapture(q, dict(sv.versions))
+            sketch, fm_s = coordinator.recapture(q, dict(sv.versions), sv.sketch.partitions)
         except Exception as exc:  # noqa: BLE001 - recorded; the other queries are checked
             out.append({"query": q, "sketch_ok": None,
                         "error": f"{type(exc).__name__}: {exc}"[:2000]})

@@ -270,7 +270,8 @@ def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: i
                         pb.update(1)
                         if kind == "mixed" and n == sizes[-1] and not verified:
                             sv = coordinator.get_sketch(qname)
-                            sketch, fm = coordinator.recapture(qname, dict(sv.versions))
+                            sketch, fm = coordinator.recapture(
+                                qname, dict(sv.versions), sv.sketch.partitions)
                             fm_times.append(fm)
                             verified = {"sketch_ok": set(sketch.fragments) ==
                                         set(sv.sketch.fragments),

@@ -64,6 +64,7 @@ from imp_actors.types import (
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import ImpError, PartitionError, UnknownQueryError, WorkerLostError
 from imp_core.scan_spec import ScanSpec
+from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
 log = logging.getLogger(__name__)
@@ -416,16 +417,17 @@ class Coordinator:
                              self.config.sketch_max_read_share)
         return replace(run, sketch=version)
 
-    def recapture(self, name: str, versions: Mapping[str, int] | None = None
-                  ) -> tuple[Sketch, float]:
+    def recapture(self, name: str, versions: Mapping[str, int] | None = None,
+                  partitions: PartitionSet | None = None) -> tuple[Sketch, float]:
         """Full maintenance (the paper's FM): the accurate sketch recaptured by Spark from
-        the tables at ``versions`` (default: the query's latest sketch's), and its time."""
+        the tables at ``versions`` (default: the query's latest sketch's) on
+        ``partitions`` (default: the query's current ranges), and its time."""
         q = self._get(name)
         if versions is None:
             latest = q.history.latest
             versions = dict(latest.versions) if latest else self.ctx.latest_versions(q)
         self.counters["recaptures_fm"] += 1
-        return self.spark.recapture(q.plan, q.partitions, versions)
+        return self.spark.recapture(q.plan, partitions or q.partitions, versions)
 
     # -- statistics and tools ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -169,7 +169,9 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
                 t0 = time.perf_counter()
                 v = client.sketch(name, fresh=True)
                 rpc_ms = 1000 * (time.perf_counter() - t0)
-                fm, fm_s = coordinator.recapture(name, v.versions)
+                # on the version's own ranges: adaptive ranges may have changed them since
+                own = coordinator.sketch_version(name, v.seq).sketch.partitions
+                fm, fm_s = coordinator.recapture(name, v.versions, own)
                 exact = sorted(fm.fragments) == sorted(v.fragments)
                 s = stats[name]
                 s.maintain_ms.append(rpc_ms)

@@ -211,12 +211,12 @@ def _bench_skew(args: argparse.Namespace) -> int:
 
     def readable() -> None:
         r = report["results"]
-        print(f"selective query {r['selective']}: read share adaptive "
-              f"{100 * r['read_share']['adaptive']:.2f}%, fresh equi-depth "
-              f"{100 * r['read_share']['fresh_equi_depth']:.2f}%, static "
-              f"{100 * r['read_share']['static']:.2f}%")
-        print(f"repartitions {r['repartitions']}; maintenance median ms "
-              f"{r['maintain_ms_median']}")
+        print(f"selective query {r['selective']}: a fresh equi-depth partition reads "
+              f"{100 * r['fresh_equi_depth_read_share']:.2f}% of t")
+        for label, v in r["variants"].items():
+            print(f"  {label:14s} reads {100 * v['read_share']:6.2f}% "
+                  f"({v['over_fresh']}x fresh), {v['repartitions']} re-partitions, "
+                  f"maintenance mean {v['maintain_ms_mean']} ms")
 
     return _write_report(report, args, readable)
 

@@ -4,7 +4,8 @@ query whose fragments over- or underflow re-partitioned on new equi-depth ranges
 After every maintained batch (``StateManager.maintain``, under the query's lock) the
 feed's changes of each sketched table are counted per fragment
 (``imp_core.sketch.adaptive.FragmentCounts``; built from the table's column on the first
-batch); when a fragment holds more than 4x the mean or less than a quarter of it, a
+batch); when a fragment holds more than ``adaptive_overflow`` times the mean
+(IMP_ADAPTIVE_OVERFLOW) or less than a quarter of it, a
 check is queued on this manager's thread: new equi-depth ranges over the column's
 current values, and where they are markedly more even, ``StateManager.repartition``
 builds the query's state anew on them and publishes its sketch. Until then every
@@ -60,7 +61,8 @@ class AdaptiveRanges:
                     full = feed.changes(t, have, target[t])
                     counts.apply(full.rows.column(counts.partition.column), full.weights)
                     q.counted_versions[t] = target[t]
-        if any(c.skew() is not None for c in q.counts.values()):
+        if any(c.skew(self.ctx.config.adaptive_overflow) is not None
+               for c in q.counts.values()):
             self._queue(q.name)
 
     def _queue(self, name: str) -> None:
@@ -96,7 +98,7 @@ class AdaptiveRanges:
             versions = dict(q.counted_versions)
             new, done = {}, []
             for t, counts in q.counts.items():
-                reason = counts.skew()
+                reason = counts.skew(self.ctx.config.adaptive_overflow)
                 if reason is None:
                     continue
                 part = counts.partition

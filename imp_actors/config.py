@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
+from imp_core.sketch.adaptive import OVERFLOW
+
 Backend = Literal["ray", "local"]
 
 
@@ -190,6 +192,9 @@ class RuntimeConfig:
     # keep each sketched table's rows per fragment from the changes and give a query new
     # equi-depth ranges when skewed updates over- or underfill one (``adaptive_ranges.py``)
     adaptive_ranges: bool = True
+    # a fragment holding more than this many times the mean rows is split (a selective
+    # sketch then reads at most about this many times what fresh ranges would give it)
+    adaptive_overflow: float = OVERFLOW
 
     @property
     def tables_dir(self) -> str:
@@ -247,6 +252,10 @@ class RuntimeConfig:
             if raw not in ("on", "off"):
                 raise ValueError(f"IMP_ADAPTIVE_RANGES must be on or off, not {raw!r}")
             changes["adaptive_ranges"] = raw == "on"
+        if env.get("IMP_ADAPTIVE_OVERFLOW"):
+            changes["adaptive_overflow"] = _setting(
+                env["IMP_ADAPTIVE_OVERFLOW"], "IMP_ADAPTIVE_OVERFLOW", float,
+                lambda v: math.isfinite(v) and v > 1.0, "a number above 1")
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):

@@ -31,7 +31,7 @@ from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.prepare import DEFAULT_FRAGMENTS, StoreTables, prepare_query
 from imp_core.reference import reference_capture
 from imp_core.scan_spec import ScanSpec, restrict_delta
-from imp_core.sketch.adaptive import FragmentCounts, rebalanced
+from imp_core.sketch.adaptive import OVERFLOW, FragmentCounts, rebalanced
 from imp_core.sketch.partition import PartitionSet, PartitionSpec, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage.change_reader import ChangeReader, DeltaSource
@@ -117,7 +117,8 @@ class Maintainer:
 
     ``adaptive`` (the default): the rows per fragment of every sketched table are kept
     from the change feed, and after a batch that leaves a fragment over- or underflowing
-    (``imp_core.sketch.adaptive``) the query gets new equi-depth ranges on that table,
+    (beyond ``overflow`` times the mean, below a quarter of it;
+    ``imp_core.sketch.adaptive``) the query gets new equi-depth ranges on that table,
     its state and sketch captured anew on them at the batch's versions (exact); the old
     sketch is the query's until the new one is ready.
     """
@@ -125,9 +126,11 @@ class Maintainer:
     def __init__(self, store: Any, source: DeltaSource | None = None,
                  options: EngineOptions = EngineOptions(),
                  join_memory_rows: int | None = None, spark: Any = None,
-                 bootstrap: str = "auto", adaptive: bool = True):
+                 bootstrap: str = "auto", adaptive: bool = True,
+                 overflow: float = OVERFLOW):
         _check_mode(bootstrap)
         self.adaptive = adaptive
+        self.overflow = overflow  # a fragment beyond this many times the mean is split
         self.store = store
         self._spark = spark
         self.options = options
@@ -198,7 +201,7 @@ class Maintainer:
         specs: dict[str, Any] = {f"{p.table}.{p.column}": p for p in q.partitions.partitions}
         done = []
         for table, counts in q.counts.items():
-            reason = counts.skew()
+            reason = counts.skew(self.overflow)
             if reason is None:
                 continue
             part = counts.partition

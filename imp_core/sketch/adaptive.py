@@ -6,10 +6,10 @@ narrow part of the domain (new orders, recent dates) pile up in one fragment, wh
 sketch bit then admits a large share of the table, and deletes leave fragments nearly
 empty. ``FragmentCounts`` tracks every fragment's rows from the change feed (each
 delta's partition column, by its signed weights) and says when one holds more than
-``overflow`` times the mean or less than ``underflow`` times it (``skew``);
-``rebalanced`` gives new equi-depth ranges over the column's current values (splitting
-the overflowing fragment, merging the underflowing ones), used only when they are
-markedly more even (``worth``). The caller then brings every sketch on the partition to
+``overflow`` times the mean (2 by default) or less than ``underflow`` times it
+(``skew``); ``rebalanced`` gives new equi-depth ranges over the column's current values
+(splitting the overflowing fragment, merging the underflowing ones), used only when
+they are markedly more even (``worth``). The caller then brings every sketch on the partition to
 the new ranges by capturing it anew on them (exact by construction) and serves the old
 sketch until the new one is ready.
 
@@ -30,7 +30,10 @@ import pyarrow as pa
 
 from imp_core.sketch.partition import RangePartition
 
-OVERFLOW = 4.0
+# a fragment beyond this many times the mean is split: a selective sketch then reads at
+# most about this many times what fresh ranges give it (``imp bench skew``: 2x kept it
+# within 1.4x of fresh ranges after 50 skewed batches, 4x let it reach 2.9x)
+OVERFLOW = 2.0
 UNDERFLOW = 0.25
 MIN_ROWS_PER_FRAGMENT = 64  # below this many rows per fragment on average, never skewed
 RECHECK_SHARE = 0.25
@@ -92,11 +95,12 @@ class FragmentCounts:
 
     def worth(self, proposed: FragmentCounts) -> bool:
         """Whether ``proposed`` (counts on new ranges) is markedly more even: its
-        largest fragment at most half of this one's over the mean, or its smallest at
-        least twice. Otherwise this partition is ``settled`` at its current rows."""
+        largest fragment over the mean at least halfway from this one's to 1 (perfectly
+        even), or its smallest at least twice this one's. Otherwise this partition is
+        ``settled`` at its current rows."""
         high, low = self.ratio()
         new_high, new_low = proposed.ratio()
-        better = new_high <= high / 2 or (low > 0 and new_low >= 2 * low) or \
+        better = new_high <= (1 + high) / 2 or (low > 0 and new_low >= 2 * low) or \
             (low == 0 and new_low > 0)
         if not better:
             self.settled_at = self.total

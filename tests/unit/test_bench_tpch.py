@@ -55,7 +55,7 @@ class _Coordinator:
     def scan_specs(self, name):
         return {}
 
-    def recapture(self, name, versions=None):
+    def recapture(self, name, versions=None, partitions=None):
         return SimpleNamespace(fragments=[1, 2]), 0.5
 
     def apply_update(self, table, inserts=None, deletes=None):
@@ -71,7 +71,8 @@ class _Coordinator:
         self.calls += 1
         if self.calls == self.fail_at:
             raise RuntimeError("maintenance failed")
-        return SimpleNamespace(versions={}, sketch=SimpleNamespace(fragments=[1, 2]))
+        return SimpleNamespace(versions={}, sketch=SimpleNamespace(fragments=[1, 2],
+                                                                   partitions=None))
 
     def operator_stats(self, name):
         return []

@@ -47,6 +47,7 @@ from imp_core.plan.nodes import (
 )
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
+from imp_core.spark.skipping import prunable
 
 # roles in the order ties between equally good candidates are broken (the paper's 7.4
 # heuristic prefers group-by attributes, then those with an access method)
@@ -58,13 +59,6 @@ Capture = Callable[[PartitionSet], Sketch]
 # (table, column) -> the table's row groups with their bounds of the column (None: the
 # table has no files, e.g. an in-memory table)
 Layout = Callable[[str, str], Any]
-
-
-def skippable(dtype: pa.DataType) -> bool:
-    """Whether file and row-group statistics of a column of ``dtype`` can skip data
-    (strings' statistics may be truncated, floating point ones hold NaN unordered)."""
-    return (pa.types.is_integer(dtype) or pa.types.is_date(dtype)
-            or pa.types.is_decimal(dtype) or pa.types.is_timestamp(dtype))
 
 
 @dataclass(frozen=True)
@@ -238,7 +232,7 @@ def advise(plan: QueryPlan, catalog: Mapping[str, pa.Schema],
     found = []
     for table, col, roles in candidate_attributes(plan.root, clustered):
         dtype = catalog[table].field(col).type
-        if not skippable(dtype):
+        if not prunable(dtype):  # strings' statistics may be truncated, floats hold NaN
             found.append(Candidate(table, col, roles, False,
                                    f"its type {dtype} has no statistics that skip data"))
             continue

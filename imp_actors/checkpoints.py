@@ -6,17 +6,26 @@ Layout under the checkpoint root: ``<query>/g<generation>/shard-<i>/<seq>.snap``
 fingerprints) whose metadata holds the table versions the state is exact for; it is
 written atomically (``BlobStore.write_atomic``). The last ``keep`` checkpoints of a shard
 are kept, so that a damaged newest one can fall back to its predecessor.
+
+Beside them, ``<query>/kept.json`` summarises the sketch version the newest complete set
+of checkpoints holds (sequence number, fragments, table versions): what ``imp ls`` shows
+of a query that is evicted or not restored yet after a restart, without reading a
+checkpoint. It is rewritten after each complete set, so it may lag the checkpoints (a
+crash in between), never lead them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
+from typing import Any
 
 from imp_actors.storage import BlobStore
 from imp_actors.types import CheckpointInfo
 
 SUFFIX = ".snap"
+KEPT = "kept.json"
 
 
 def shard_folder(query: str, generation: int, shard: int) -> str:
@@ -47,6 +56,21 @@ class CheckpointStore:
 
     def read(self, name: str) -> bytes:
         return self.blobs.read(name)
+
+    def write_kept(self, query: str, summary: dict[str, Any]) -> None:
+        self.blobs.write_atomic(f"{query}/{KEPT}", json.dumps(summary).encode())
+
+    def read_kept(self, query: str) -> dict[str, Any] | None:
+        """The query's kept-version summary; None when there is none or it is damaged
+        (it only informs a listing)."""
+        name = f"{query}/{KEPT}"
+        try:
+            if not self.blobs.exists(name):
+                return None
+            out = json.loads(self.blobs.read(name))
+        except (OSError, ValueError):
+            return None
+        return out if isinstance(out, dict) else None
 
     def drop(self, query: str, keep_generation: int | None = None) -> None:
         """Delete a query's checkpoints (all, or all but one generation's)."""

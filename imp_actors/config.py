@@ -179,6 +179,8 @@ class RuntimeConfig:
     # the store's lease (``imp_actors.lease``): another coordinator may take the store
     # over only this long after the owner's last heartbeat
     lease_seconds: float = 15.0
+    # how often the actor runtime (Ray) is probed for liveness (``runtime_watch.py``)
+    runtime_check_s: float = 2.0
     # how often the control loop weighs autoscaled queries' load (``autoscaler.py``)
     autoscale_every_s: float = 1.0
     # how often the control loop looks for tables the queries read that other writers'

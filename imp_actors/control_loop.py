@@ -112,8 +112,6 @@ class ControlLoop:
 
     def tick(self) -> None:
         now = time.time()
-        if self.ctx.lease is not None:
-            self.ctx.lease.renew_if_due(now)
         poll = self.ctx.config.poll_seconds
         if poll is not None and now - self._last_poll >= poll:
             self._last_poll = now
@@ -175,7 +173,20 @@ class ControlLoop:
         return triggered
 
     # -- eager maintenance ------------------------------------------------------------------
-    def schedule(self, q: QueryRuntime) -> None:
+    def restore_eager(self) -> list[str]:
+        """Bring every eager query live (restored from its checkpoints after a restart)
+        and up to the tables' newest versions, commits made while no coordinator ran
+        included, in the background: an eager query is kept current, not only once
+        someone reads it. Returns their names."""
+        names = []
+        for q in self.ctx.queries.all():
+            if isinstance(q.strategy, Eager):
+                self.schedule(q, restore=True)
+                names.append(q.name)
+        return names
+
+    def schedule(self, q: QueryRuntime, restore: bool = False) -> None:
+        """Maintain ``q`` on the pool (``restore``: also when it has no actors)."""
         if self._pool is None or self._stop.is_set():
             return
         with q.pending_lock:  # the commit path and the tick both schedule
@@ -186,7 +197,7 @@ class ControlLoop:
         def job() -> None:
             done = False
             try:
-                if not q.live:
+                if not q.live and not restore:
                     return  # evicted: it catches up when it is next used
                 self.state.maintain(q, self.ctx.latest_versions(q))
                 self.ctx.counters["eager_batches"] += 1

@@ -47,6 +47,7 @@ from imp_actors.maintenance import Maintenance
 from imp_actors.metrics import query_load, runtime_metrics
 from imp_actors.registration import Registration, check_shards
 from imp_actors.registry import Registry
+from imp_actors.runtime_watch import RuntimeWatch
 from imp_actors.shards import ShardManager
 from imp_actors.spark_work import SparkWork
 from imp_actors.state_manager import StateManager
@@ -99,6 +100,8 @@ class Coordinator:
         self.layouts = Layouts(self.ctx, self.writer)
         self.loop = ControlLoop(self.ctx, self.shards, self.state, self.layouts)
         self.registration = Registration(self.ctx, self.shards, self.state, self.catalog)
+        self.runtime = RuntimeWatch(self.ctx.backend, self.ctx.counters,
+                                    config.runtime_check_s)
         self._started = False
         c = self.ctx  # the collaborators, under the names tools and tests use
         self.store, self.options, self.backend, self.registry = \
@@ -111,6 +114,12 @@ class Coordinator:
     def config(self) -> RuntimeConfig:
         return self.ctx.config
 
+    @property
+    def embedded_ray(self) -> bool:
+        """Its actors live on a local Ray it started (lost with it, never recovered
+        in this process)."""
+        return bool(getattr(self.backend, "started_ray", False))
+
     @config.setter
     def config(self, value: RuntimeConfig) -> None:
         self.ctx.config = value
@@ -118,11 +127,22 @@ class Coordinator:
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Coordinator:
         if not self._started:
-            assert self.ctx.lease is not None
-            self.ctx.lease.acquire()  # one coordinator per store, before anything starts
-            self.backend.start()
-            self._recover()
-            self.loop.start()
+            lease = self.ctx.lease
+            assert lease is not None
+            lease.acquire()  # one coordinator per store, before anything starts
+            if lease.took_over:  # a failover: the previous owner died or was cut off
+                self.counters["lease_takeovers"] += 1
+            lease.start_heartbeat()
+            try:
+                self.backend.start()
+                self._recover()
+                self.loop.start()
+                self.runtime.start()
+                self.loop.restore_eager()
+            except BaseException:
+                self.loop.stop(wait=False)
+                lease.release()
+                raise
             self._started = True
         return self
 
@@ -134,6 +154,7 @@ class Coordinator:
 
     def close(self, checkpoint: bool = True) -> None:
         """Stop background work; checkpoint live queries and stop their actors."""
+        self.runtime.stop()
         self.loop.stop(wait=True)
         self.ranges.stop(wait=True)
         self.state.shutdown(checkpoint)
@@ -146,8 +167,11 @@ class Coordinator:
     def abandon(self) -> None:
         """Stop this coordinator's threads without checkpointing or stopping actors: what
         a crash leaves behind (for recovery tests and tools)."""
+        self.runtime.stop(wait=False)
         self.loop.stop(wait=False)
         self.ranges.stop(wait=False)
+        if self.ctx.lease is not None:
+            self.ctx.lease.abandon()  # its heartbeat stops, as a dead process's would
         for q in self.ctx.queries.all():
             q.history.close()
         self._started = False
@@ -162,6 +186,7 @@ class Coordinator:
             except ImpError as exc:
                 log.error("registered query %s cannot be planned any more: %s", name, exc)
                 continue
+            q.kept = self.checkpoints.read_kept(name)
             self.ctx.queries.put(q)
             self.ctx.queries.route(q)
         for q in self.shards.reattach(self.ctx.queries.all()):
@@ -237,14 +262,12 @@ class Coordinator:
 
     def info(self, name: str) -> QueryInfo:
         q = self._get(name)
-        latest = q.history.latest
-        versions = latest.versions if latest else q.versions()
+        seq, fragments, versions = q.last_known() or (0, 0, q.versions())
         return QueryInfo(
             name=q.name, sql=q.record.sql, tables=q.tables, partitions=tuple(
                 p.to_json() for p in q.partitions.partitions),
             strategy=q.strategy, shards=q.shards, state=q.state.reported,
-            versions=dict(versions), sketch_seq=latest.seq if latest else 0,
-            sketch_fragments=len(latest.sketch.fragments) if latest else 0,
+            versions=versions, sketch_seq=seq, sketch_fragments=fragments,
             total_fragments=q.partitions.size, state_bytes=q.state_bytes,
             pending_tuples=q.pending_tuples, last_used=q.last_used,
             probed_join_sides=tuple(q.record.placement), autoscaling=q.autoscaling,
@@ -431,12 +454,14 @@ class Coordinator:
 
     # -- statistics and tools ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        return self.ctx.stats()
+        return dict(self.ctx.stats(), runtime=self.runtime.status())
 
     def metrics(self) -> RuntimeMetrics:
         """Per query and overall, what an operator watches (``imp_actors.metrics``): cheap,
         never waits for a query's maintenance or calls an actor (for scrapes)."""
-        return runtime_metrics(self.ctx)
+        nodes = self.backend.known_nodes()
+        return replace(runtime_metrics(self.ctx), runtime_up=self.runtime.state.value == "up",
+                       nodes_alive=sum(1 for n in nodes if n["alive"]) if nodes else None)
 
     def _ask_shards(self, name: str, ask: Callable[[WorkerHandle], Pending[T]]) -> list[T]:
         """``ask`` every shard of the query (made live first), in shard order."""

@@ -8,14 +8,17 @@ backends with the same interface (``Backend``):
   so that actors survive a coordinator restart and can be found again by name.
 
 Invariant: a call either returns the worker's result, raises the domain error the worker
-raised (an ``ImpError``), or raises ``WorkerLostError`` when the worker process is gone;
-Ray's own exception types never leave this module.
+raised (an ``ImpError``), raises ``WorkerLostError`` when the worker process is gone, or
+``RuntimeUnavailableError`` as soon as the backend is marked lost (``mark_lost``, by the
+runtime watch) instead of waiting on a runtime that is gone; Ray's own exception types
+never leave this module.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
@@ -34,6 +37,14 @@ WORKER_PREFIX = "imp-worker-"
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 StateTables = tuple[dict[str, pa.Table], dict[str, int]]
+# how long one wait on a Ray result lasts before the backend's liveness is looked at again
+_WAIT_SLICE_S = 0.5
+
+
+class RuntimeUnavailableError(ImpError):
+    """The actor runtime (Ray) is lost or unreachable; the call did nothing."""
+
+    code = "UNAVAILABLE"
 
 
 class Pending(Protocol[T_co]):
@@ -142,6 +153,19 @@ class Backend(Protocol):
 
     def nodes(self) -> list[dict[str, Any]]: ...
 
+    def known_nodes(self) -> list[dict[str, Any]]:
+        """The nodes as last seen, without asking the runtime (for metrics)."""
+        ...
+
+    def problem(self, timeout: float) -> str | None:
+        """What is wrong with the runtime now (None: nothing), found within about
+        ``timeout`` seconds."""
+        ...
+
+    def mark_lost(self, reason: str | None) -> None:
+        """From now on fail every actor call at once with ``reason`` (None: stop)."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -168,6 +192,15 @@ class LocalBackend:
 
     def nodes(self) -> list[dict[str, Any]]:
         return [{"node_id": "local", "alive": True, "address": "127.0.0.1"}]
+
+    def known_nodes(self) -> list[dict[str, Any]]:
+        return self.nodes()
+
+    def problem(self, timeout: float) -> str | None:
+        return None  # this process is the runtime
+
+    def mark_lost(self, reason: str | None) -> None:
+        return None
 
     def shutdown(self) -> None:
         return None
@@ -199,7 +232,12 @@ class _RayPending(Generic[T]):
         import ray.exceptions as rex
 
         try:
-            return ray.get(self.ref)
+            while True:  # in slices, so a runtime found lost meanwhile ends the wait
+                self.handle.backend.check()
+                try:
+                    return ray.get(self.ref, timeout=_WAIT_SLICE_S)
+                except rex.GetTimeoutError:
+                    continue
         except rex.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, ImpError):
@@ -214,9 +252,10 @@ class _RayPending(Generic[T]):
 class RayWorkerHandle:
     """A detached Ray actor running ``actor_class.RemoteQueryWorker``."""
 
-    def __init__(self, name: str, actor: Any):
+    def __init__(self, name: str, actor: Any, backend: RayBackend):
         self.name = name
         self.actor = actor
+        self.backend = backend
 
     def load(self, spec: WorkerSpec, checkpoint: str | None = None,
              state: tuple[Mapping[str, pa.Table], Mapping[str, int]] | None = None
@@ -248,6 +287,8 @@ class RayWorkerHandle:
     def kill(self) -> None:
         import ray
 
+        if self.backend.lost is not None:
+            return  # nothing to reach: the actor went with its runtime (or is cut off)
         try:
             ray.kill(self.actor, no_restart=True)
         except Exception as exc:  # already gone
@@ -262,6 +303,66 @@ class RayBackend:
     def __init__(self, config: RuntimeConfig):
         self.config = config
         self.started_ray = False
+        self.lost: str | None = None  # why the runtime is lost (``mark_lost``)
+        self._probe: threading.Thread | None = None  # a cluster probe still running
+        self._nodes: list[dict[str, Any]] = []  # as the last answered probe saw them
+
+    def check(self) -> None:
+        """``RuntimeUnavailableError`` while the runtime is marked lost."""
+        lost = self.lost
+        if lost is not None:
+            from imp_actors.runtime_watch import unavailable
+
+            raise RuntimeUnavailableError(unavailable(self.kind, lost))
+
+    def mark_lost(self, reason: str | None) -> None:
+        self.lost = reason
+
+    def known_nodes(self) -> list[dict[str, Any]]:
+        nodes = self._nodes
+        return [dict(n, alive=False) for n in nodes] if self.lost is not None else list(nodes)
+
+    def problem(self, timeout: float) -> str | None:
+        import ray
+
+        if not ray.is_initialized():
+            return "Ray is not running in this process"
+        if self.started_ray:  # a Ray of our own: are its processes still running?
+            node = getattr(ray._private.worker, "_global_node", None)
+            dead = node.dead_processes() if node is not None else []
+            if dead:
+                return "the local Ray's " + ", ".join(
+                    f"{kind} (exit code {proc.returncode})" for kind, proc in dead) + \
+                    " exited"
+        return self._ask_cluster(timeout)
+
+    def _ask_cluster(self, timeout: float) -> str | None:
+        """Ask the cluster for its nodes on a side thread, so a GCS that does not answer
+        cannot stall the watch (at most one such probe runs at a time)."""
+        import ray
+
+        if self._probe is not None and self._probe.is_alive():
+            return f"the Ray cluster {self.config.ray_address or '(local)'} does not answer"
+        answer: dict[str, Any] = {}
+
+        def ask() -> None:
+            try:
+                answer["nodes"] = ray.nodes()
+            except Exception as exc:  # whatever the client raises, the runtime is gone
+                answer["error"] = f"{type(exc).__name__}: {exc}"
+
+        self._probe = threading.Thread(target=ask, name="imp-ray-probe", daemon=True)
+        self._probe.start()
+        self._probe.join(timeout)
+        where = self.config.ray_address or "(local)"
+        if "error" in answer:
+            return f"the Ray cluster {where} fails: {answer['error']}"
+        if "nodes" not in answer:
+            return f"the Ray cluster {where} does not answer within {timeout:.0f} s"
+        self._nodes = [_node(n) for n in answer["nodes"]]
+        if not any(n["alive"] for n in self._nodes):
+            return f"the Ray cluster {where} has no live node"
+        return None
 
     def start(self) -> None:
         import ray
@@ -283,22 +384,24 @@ class RayBackend:
     def spawn(self, name: str) -> RayWorkerHandle:
         from imp_actors.actor_class import RemoteQueryWorker
 
+        self.check()
         res = self.config.resources
         options: dict[str, Any] = dict(name=name, namespace=self.config.ray_namespace,
                                        lifetime="detached", num_cpus=res.num_cpus,
                                        max_restarts=0, scheduling_strategy="SPREAD")
         if res.memory_bytes:
             options["memory"] = res.memory_bytes
-        return RayWorkerHandle(name, RemoteQueryWorker.options(**options).remote())
+        return RayWorkerHandle(name, RemoteQueryWorker.options(**options).remote(), self)
 
     def find(self, name: str) -> RayWorkerHandle | None:
         import ray
 
+        self.check()
         try:
             actor = ray.get_actor(name, namespace=self.config.ray_namespace)
         except ValueError:
             return None
-        return RayWorkerHandle(name, actor)
+        return RayWorkerHandle(name, actor, self)
 
     def worker_names(self) -> list[str]:
         import ray.util
@@ -311,16 +414,26 @@ class RayBackend:
     def nodes(self) -> list[dict[str, Any]]:
         import ray
 
-        return [{"node_id": n["NodeID"], "alive": n["Alive"],
-                 "address": n.get("NodeManagerAddress"),
-                 "cpus": n.get("Resources", {}).get("CPU", 0)} for n in ray.nodes()]
+        if self.lost is not None:  # asking a lost runtime would hang: what it last said
+            return [dict(n, alive=False) for n in self._nodes]
+        self._nodes = [_node(n) for n in ray.nodes()]
+        return list(self._nodes)
 
     def shutdown(self) -> None:
         import ray
 
         if self.started_ray and ray.is_initialized():
+            if self.lost is not None:  # its processes are gone: nothing to stop cleanly
+                log.warning("not stopping the lost local Ray (%s)", self.lost)
+                self.started_ray = False
+                return
             ray.shutdown()
             self.started_ray = False
+
+
+def _node(n: dict[str, Any]) -> dict[str, Any]:
+    return {"node_id": n["NodeID"], "alive": n["Alive"], "address": n.get("NodeManagerAddress"),
+            "cpus": n.get("Resources", {}).get("CPU", 0)}
 
 
 _reaper: Any = None

@@ -2,10 +2,14 @@
 
 The lease is the blob ``lease.json`` beside the registry: the owner (host, process, a
 random id), a generation number and the time of its last heartbeat. A coordinator takes
-the lease when it starts and renews it every third of ``ttl``; another one may take it
-only when the heartbeat is older than ``ttl`` (its owner is dead or cut off), or at once
-when the owner is a process of this host that no longer exists (a ``kill -9`` and a
-restart on the same machine). Taking it increments the generation.
+the lease when it starts; a thread of its own (``start_heartbeat``) renews it every third
+of ``ttl``, whatever the rest of the process is doing (a Ray call that hangs, a long
+capture), so a heartbeat stops only with the process or the coordinator. Another
+coordinator may take the lease only when the heartbeat is older than ``ttl`` (its owner
+is dead or cut off), or at once when its owner is provably dead: a process of this host
+that no longer exists (a ``kill -9`` and a restart on the same machine), or a coordinator
+of this very process that was abandoned (``abandon``: what a crash leaves). Taking it
+increments the generation.
 
 Every registry write is fenced (``check``): it re-reads the lease and refuses when the
 lease is no longer this coordinator's generation, so a coordinator that was presumed dead
@@ -30,6 +34,10 @@ from imp_core.errors import ImpError
 log = logging.getLogger(__name__)
 
 LEASE = "lease.json"
+
+# owners ("host:pid:id") of this process's abandoned leases: dead as surely as a process
+# that exited, so a successor in this process takes their store over at once
+_ABANDONED: set[str] = set()
 
 
 class StoreBusyError(ImpError):
@@ -72,8 +80,11 @@ class StoreLease:
         self.ttl = ttl
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.generation = 0  # 0: not held
+        self.took_over: str | None = None  # the owner whose lease ``acquire`` took over
         self._lock = threading.Lock()
         self._last_renew = 0.0
+        self._beat_stop = threading.Event()
+        self._beat: threading.Thread | None = None
 
     # -- reading ------------------------------------------------------------------------
     def read(self) -> LeaseRecord | None:
@@ -97,7 +108,8 @@ class StoreLease:
             held = self.read()
             if held is not None and held.owner != self.owner:
                 age = time.time() - held.heartbeat_at
-                dead_here = held.host == socket.gethostname() and _process_gone(held.pid)
+                dead_here = held.owner in _ABANDONED or (
+                    held.host == socket.gethostname() and _process_gone(held.pid))
                 if age < self.ttl and not dead_here:
                     raise StoreBusyError(
                         f"the store {self.blobs.uri} is in use by {held.owner} (its "
@@ -105,7 +117,8 @@ class StoreLease:
                         f"first, or start again {self.ttl - age:.0f} s after it died "
                         "(IMP_LEASE_SECONDS)")
                 log.warning("taking over the store lease of %s (heartbeat %.1f s ago%s)",
-                            held.owner, age, ", process gone" if dead_here else "")
+                            held.owner, age, ", owner gone" if dead_here else "")
+                self.took_over = held.owner
             generation = (held.generation if held is not None else 0) + 1
             self._write(generation)
             # two starting at once: the last writer wins, the other sees it and stops
@@ -118,10 +131,36 @@ class StoreLease:
             self._last_renew = time.time()
             return generation
 
+    def start_heartbeat(self) -> None:
+        """Renew the held lease every ``ttl / 3`` on a daemon thread of its own until
+        ``release`` or ``abandon``."""
+        if self._beat is not None:
+            return
+        self._beat_stop.clear()
+        self._beat = threading.Thread(target=self._heartbeat, name="imp-lease",
+                                      daemon=True)
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._beat_stop.wait(self.ttl / 3):
+            try:
+                self.renew_if_due()
+            except OSError as exc:  # the store unreachable for now: the next beat retries
+                log.error("cannot renew the store lease %s: %s", self.blobs.path(LEASE), exc)
+            if self.generation == 0:
+                return
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing (the lease stays held until its heartbeat is ``ttl`` old)."""
+        self._beat_stop.set()
+        beat, self._beat = self._beat, None
+        if beat is not None and beat is not threading.current_thread():
+            beat.join(timeout=5)
+
     def renew_if_due(self, now: float | None = None) -> None:
         """Heartbeat (every ``ttl / 3``); a lease taken over meanwhile is lost for good."""
         now = time.time() if now is None else now
-        if self.generation == 0 or now - self._last_renew < self.ttl / 3:
+        if self.generation == 0 or now - self._last_renew < self.ttl / 3 - 0.05:
             return
         with self._lock:
             if self.generation == 0:
@@ -147,8 +186,17 @@ class StoreLease:
         return held is not None and held.owner == self.owner and \
             held.generation == self.generation
 
+    def abandon(self) -> None:
+        """Stop renewing without giving the lease back, as a crash would, and mark this
+        owner dead in this process (a successor here takes over at once; one elsewhere
+        after ``ttl``)."""
+        self.stop_heartbeat()
+        _ABANDONED.add(self.owner)
+        self.generation = 0
+
     def release(self) -> None:
         """Give the lease back (a clean shutdown): the next coordinator need not wait."""
+        self.stop_heartbeat()
         with self._lock:
             if self.generation and self._still_mine():
                 self.blobs.delete(LEASE)

@@ -124,6 +124,10 @@ class QueryRuntime:
     counted_versions: dict[str, int] = field(default_factory=dict)
     # each re-partition: {"versions", "table", "reason", "fragments"}
     repartitions: list[dict] = field(default_factory=list)
+    # the sketch version its newest checkpoints hold: {"seq", "fragments", "versions",
+    # "at"} (``CheckpointStore.read_kept``); what is known of an evicted query's sketch
+    # when no version is in memory (after a restart)
+    kept: dict | None = None
 
     # -- pending changes (eager queries) ----------------------------------------------------
     def note_pending(self, table: str, version: int, tuples: int, now: float) -> int:
@@ -215,5 +219,18 @@ class QueryRuntime:
         """The common version of all shards (they differ only mid-recovery)."""
         if not self.shard_versions:
             latest = self.history.latest
-            return dict(latest.versions) if latest else {}
+            if latest is not None:
+                return dict(latest.versions)
+            return dict(self.kept["versions"]) if self.kept else {}
         return dict(self.shard_versions[0])
+
+    def last_known(self) -> tuple[int, int, dict[str, int]] | None:
+        """(seq, fragments, table versions) of its newest sketch version in memory, else
+        of the one its checkpoints keep; None when neither is known."""
+        latest = self.history.latest
+        if latest is not None:
+            return latest.seq, len(latest.sketch.fragments), dict(latest.versions)
+        if self.kept:
+            return int(self.kept["seq"]), int(self.kept["fragments"]), \
+                {t: int(v) for t, v in self.kept["versions"].items()}
+        return None

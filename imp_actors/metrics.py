@@ -48,24 +48,25 @@ def query_metrics(ctx: RuntimeContext, q: QueryRuntime, now: float) -> QueryMetr
 
 def staleness(ctx: RuntimeContext, q: QueryRuntime, now: float
               ) -> tuple[int | None, float | None]:
-    """(table versions committed beyond the latest sketch's, Unix time of the first of
-    them); (None, None) without a sketch or when a table cannot be probed; (0, None) for
-    a current sketch."""
-    latest = q.history.latest
-    if latest is None:
+    """(table versions committed beyond the latest sketch's, in memory or kept by the
+    checkpoints of an evicted query, Unix time of the first of them); (None, None)
+    without a sketch or when a table cannot be probed; (0, None) for a current sketch."""
+    last = q.last_known()  # an evicted query's kept version counts too
+    if last is None:
         return None, None
     try:
         current = ctx.latest_versions(q)
     except ImpError:  # a table gone from the store: the query fails when next used
         return None, None
-    lag = lag_of(latest.versions, current)
+    held = last[2]
+    lag = lag_of(held, current)
     if not lag:
         return 0, None
     # the sketch has been stale since the first commit it does not hold; its log entry's
     # time says when (an object store's does not: then since the change was accounted)
-    times = [ctx.probe.committed_at(t, latest.versions[t] + 1) for t in lag]
-    known = [t for t in times if t is not None]
-    since = min(known) if known else (q.pending_since or now)
+    times = [ctx.probe.committed_at(t, held[t] + 1) for t in lag]
+    found = [t for t in times if t is not None]
+    since = min(found) if found else (q.pending_since or now)
     return sum(lag.values()), min(since, now)
 
 

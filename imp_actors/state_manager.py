@@ -118,6 +118,15 @@ class StateManager:
                 infos.append(q.handles[i].checkpoint().result())
         q.batches_since_checkpoint = 0
         self.ctx.counters["checkpoints"] += len(infos)
+        latest = q.history.latest
+        if latest is not None and all(dict(i.versions) == dict(latest.versions)
+                                      for i in infos):
+            q.kept = {"seq": latest.seq, "fragments": len(latest.sketch.fragments),
+                      "versions": dict(latest.versions), "at": time.time()}
+            try:
+                self.ctx.checkpoints.write_kept(q.name, q.kept)
+            except OSError as exc:  # only a listing's summary: the checkpoints are written
+                log.warning("cannot write the kept-version summary of %s: %s", q.name, exc)
         return infos
 
     # -- eviction and restore ---------------------------------------------------------------

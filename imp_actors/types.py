@@ -183,3 +183,5 @@ class RuntimeMetrics:
     live_actors: int
     counters: Mapping[str, int]      # events since start: maintenance_batches, rescales, ...
     at: float = field(default_factory=time.time)
+    runtime_up: bool = True  # the actor runtime answered its last probe (``runtime_watch``)
+    nodes_alive: int | None = None  # live Ray nodes as last probed (None: not known yet)

@@ -13,6 +13,11 @@ policy, on UNAVAILABLE (a server restarting, a dropped connection): reads, Maint
 Checkpoint, Evict, Restore, ScaleQuery, RunQuery. Registering, dropping and updating are
 never retried, so they are never applied twice; a watch resumes after the last version
 it delivered.
+
+Several targets (``"host1:50051,host2:50051"``: an active server and its standbys on the
+same store) make the client fail over: when the server it uses cannot be reached, it
+moves on to the next target, for idempotent calls on any UNAVAILABLE from the transport
+and for the others only when no connection was made (the call never reached a server).
 """
 
 from __future__ import annotations
@@ -107,28 +112,58 @@ def _service_config(retries: int) -> str:
     return json.dumps({"methodConfig": [{"name": names, "retryPolicy": policy}]})
 
 
+# what gRPC says when a call found no server to talk to (so it never reached one)
+_NOT_CONNECTED = ("failed to connect", "connection refused", "connect failed",
+                  "name resolution", "dns resolution")
+
+
+def _not_connected(error: RemoteError) -> bool:
+    text = error.message.lower()
+    return error.kind is None and any(s in text for s in _NOT_CONNECTED)
+
+
 class SketchClient:
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None,
                  tls: TlsOptions | None = None, timeout: float | None = 60.0,
                  retries: int = 3, max_message_bytes: int = 96 << 20):
-        self.target = target
+        self.targets = [t.strip() for t in target.split(",") if t.strip()]
+        if not self.targets:
+            raise ValueError(f"no target in {target!r}: give host:port[,host:port...]")
         self.timeout = timeout
         self.retries = retries
+        self.failovers = 0
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        options = [("grpc.max_receive_message_length", max_message_bytes),
-                   ("grpc.max_send_message_length", max_message_bytes),
-                   ("grpc.enable_retries", 1 if retries > 0 else 0),
-                   ("grpc.service_config", _service_config(retries))]
+        self._options = [("grpc.max_receive_message_length", max_message_bytes),
+                         ("grpc.max_send_message_length", max_message_bytes),
+                         ("grpc.enable_retries", 1 if retries > 0 else 0),
+                         ("grpc.service_config", _service_config(retries))]
+        self._tls = tls
+        self._connect(0)
+
+    def _connect(self, index: int) -> None:
+        """Talk to ``targets[index]`` from now on."""
+        self._index = index
+        self.target = self.targets[index]
+        options, tls = list(self._options), self._tls
         if tls is not None:
             if tls.server_name:
                 options.append(("grpc.ssl_target_name_override", tls.server_name))
             creds = grpc.ssl_channel_credentials(tls.root_certificates, tls.private_key,
                                                  tls.certificate_chain)
-            self.channel = grpc.secure_channel(target, creds, options=options)
+            self.channel = grpc.secure_channel(self.target, creds, options=options)
         else:
-            self.channel = grpc.insecure_channel(target, options=options)
+            self.channel = grpc.insecure_channel(self.target, options=options)
         self.stub = rpc.SketchServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
+
+    def _fail_over(self) -> bool:
+        """Move on to the next target (False: there is only one)."""
+        if len(self.targets) < 2:
+            return False
+        self.channel.close()
+        self._connect((self._index + 1) % len(self.targets))
+        self.failovers += 1
+        return True
 
     # -- plumbing -------------------------------------------------------------------------
     def close(self) -> None:
@@ -141,12 +176,19 @@ class SketchClient:
         self.close()
 
     def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        try:
-            return getattr(self.stub, method)(
-                request, timeout=self.timeout if timeout is None else timeout,
-                metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise RemoteError.from_rpc(error) from None
+        tried = 0
+        while True:
+            try:
+                return getattr(self.stub, method)(
+                    request, timeout=self.timeout if timeout is None else timeout,
+                    metadata=self._metadata)
+            except grpc.RpcError as rpc_error:
+                error = RemoteError.from_rpc(rpc_error)
+            movable = error.code == "UNAVAILABLE" and error.kind is None and (
+                method in IDEMPOTENT or _not_connected(error))
+            tried += 1
+            if not movable or tried >= len(self.targets) or not self._fail_over():
+                raise error
 
     # -- queries ---------------------------------------------------------------------------
     def register(self, name: str, sql: str,

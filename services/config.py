@@ -67,6 +67,12 @@ class ServerConfig:
     # serving
     workers: int = 16
     grace_seconds: float = 5.0
+    # ``imp serve`` runs the server as a child it restarts when it dies unexpectedly (a
+    # lost local Ray ends the server, ``services.supervisor``)
+    supervise: bool = True
+    # wait for the store's lease instead of refusing to start while another server
+    # holds it (a standby that takes over when the active one dies)
+    standby: bool = False
     limits: Limits = Limits()
 
     def __post_init__(self) -> None:
@@ -160,6 +166,16 @@ def listen_or_off(raw: str) -> str | None:
     text = raw.strip()
     return None if text.lower() in ("off", "none") else text
 
+def on_off(raw: str) -> bool:
+    """``IMP_SUPERVISE``, ``IMP_STANDBY``: on/off (also true/false, yes/no, 1/0)."""
+    text = raw.strip().lower()
+    if text in ("on", "true", "yes", "1"):
+        return True
+    if text in ("off", "false", "no", "0"):
+        return False
+    raise ValueError(f"expected on or off, got {raw!r}")
+
+
 # (field, environment variable, converter)
 _SETTINGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("listen", "IMP_LISTEN", str),
@@ -177,6 +193,8 @@ _SETTINGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("tls_client_ca", "IMP_TLS_CLIENT_CA", str),
     ("workers", "IMP_WORKERS", int),
     ("grace_seconds", "IMP_GRACE_SECONDS", float),
+    ("supervise", "IMP_SUPERVISE", on_off),
+    ("standby", "IMP_STANDBY", on_off),
     ("metrics_listen", "IMP_METRICS_LISTEN", listen_or_off),
     ("max_sql_chars", "IMP_MAX_SQL_CHARS", int),
     ("max_batch_rows", "IMP_MAX_BATCH_ROWS", int),
@@ -203,6 +221,10 @@ _HELP = {
     "tls_client_ca": "PEM CA that client certificates must chain to (mutual TLS)",
     "workers": "threads serving calls (default 16), plus one per allowed watch stream",
     "grace_seconds": "on shutdown, how long running calls may finish (default 5)",
+    "supervise": "on (default): restart the server when it dies unexpectedly, e.g. "
+                 "with a lost local Ray; off: exit (a pod's restart policy restarts it)",
+    "standby": "on: while another server holds the store, wait and take over when it "
+               "dies (default off: refuse to start)",
     "metrics_listen": f"host:port of the Prometheus /metrics endpoint (default "
                       f"{DEFAULT_METRICS_LISTEN}; 'off': none)",
     "max_sql_chars": "longest SQL text accepted",
@@ -219,8 +241,10 @@ _HELP = {
 def _convert(conv: Callable[[str], Any], raw: str, where: str) -> Any:
     try:
         return conv(raw)
-    except ValueError:
-        raise ValueError(f"{where}: expected {conv.__name__}, got {raw!r}") from None
+    except ValueError as exc:
+        if conv in (int, float):
+            raise ValueError(f"{where}: expected {conv.__name__}, got {raw!r}") from None
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _build(values: dict[str, Any]) -> ServerConfig:

@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 
@@ -71,6 +72,12 @@ class RuntimeCollector:
         for name, n in sorted(m.counters.items()):
             events.add_metric((name,), n)
         yield events
+        yield GaugeMetricFamily("imp_runtime_up", "1 while the actor runtime (Ray) answers "
+                                "its liveness probe, 0 while it is lost",
+                                value=1 if m.runtime_up else 0)
+        if m.nodes_alive is not None:
+            yield GaugeMetricFamily("imp_ray_nodes_alive", "Live Ray nodes (as last probed)",
+                                    value=m.nodes_alive)
         if self.watches is not None:
             open_, dropped = self.watches()
             yield GaugeMetricFamily("imp_grpc_open_watches", "Open WatchSketch streams",
@@ -78,6 +85,39 @@ class RuntimeCollector:
             yield CounterMetricFamily("imp_grpc_dropped_watches",
                                       "WatchSketch streams cancelled because their reader "
                                       "stopped taking messages", value=dropped)
+
+
+class ServiceCollector:
+    """What the process is: its build (``imp_build_info``) and how many times its
+    supervisor restarted the server before this one (``imp_server_restarts``)."""
+
+    def __init__(self, restarts: int):
+        self.restarts = restarts
+        self.build = build_info()
+
+    def collect(self) -> Iterable[Metric]:
+        info = InfoMetricFamily("imp_build", "Versions of the service and what it runs on")
+        info.add_metric((), self.build)
+        yield info
+        yield CounterMetricFamily("imp_server_restarts", "Times the supervisor started the "
+                                  "server again after it died (a lost local Ray, a crash)",
+                                  value=self.restarts)
+
+
+def build_info() -> dict[str, str]:
+    """Versions of the package, Python and the libraries the service depends on most."""
+    import platform
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {"version": version("imp-on-spark"), "python": platform.python_version(),
+            "ray": version("ray"), "pyspark": version("pyspark"),
+            "grpcio": version("grpcio")}
 
 
 def query_families(m: RuntimeMetrics) -> list[Metric]:

@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -31,16 +32,17 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from services.auth import TokenAuth
 from services.config import ServerConfig
-from services.exporter import MetricsEndpoint, RuntimeCollector
+from services.exporter import MetricsEndpoint, RuntimeCollector, ServiceCollector
 from services.guards import Guard
 from services.handlers import CallWrapper, register_service
 from services.metrics import CallMetrics
 from services.protos import SERVICE_NAME, rpc
 from services.servicer import SketchServicer
+from services.supervisor import restarts
 
 log = logging.getLogger("imp.services")
 
@@ -135,9 +137,16 @@ class SketchServer:
                      ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                      ("grpc.keepalive_permit_without_calls", 1)])
         self.servicer = SketchServicer(coordinator, self.guard, self.metrics, self.stopping)
+        self.serving = False
+        runtime = getattr(coordinator, "runtime", None)
+        if runtime is not None:
+            runtime.add_listener(self._on_runtime)
         self.registry.register(RuntimeCollector(
             coordinator.metrics,
             lambda: (self.guard.open_watches, self.servicer.stalled.dropped)))
+        # the process's RSS, CPU seconds and open files, its build, its restarts
+        ProcessCollector(registry=self.registry)
+        self.registry.register(ServiceCollector(restarts()))
         self.metrics_endpoint = MetricsEndpoint(config.metrics_listen, self.registry) \
             if config.metrics_listen is not None else None
         register_service(self.server, rpc.add_SketchServiceServicer_to_server, self.servicer,
@@ -174,15 +183,30 @@ class SketchServer:
                 self.server.stop(0)  # release the gRPC port bound in __init__
                 raise
         self.server.start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.serving = True
+        runtime = getattr(self.coordinator, "runtime", None)
+        self._set_health(runtime is None or runtime.state.value == "up")
         log.info("SketchService listening on %s (%s%s)", self.address,
                  "TLS" if self.config.tls else "plaintext",
                  ", token auth" if self.config.auth_token_file else "")
         return self
 
+    def _on_runtime(self, state: Any, reason: str) -> None:
+        """The actor runtime went down or came back: so does the health status."""
+        if self.serving and not self.stopping.is_set():
+            self._set_health(state.value == "up")
+            log.warning("health: %s%s", "SERVING" if state.value == "up" else "NOT_SERVING",
+                        f" ({reason})" if reason else "")
+
+    def _set_health(self, up: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if up else \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, status)
+
     def stop(self, grace: float | None = None) -> None:
         """Stop accepting calls, end watch streams, let running calls finish."""
+        self.serving = False
         self.health.enter_graceful_shutdown()
         self.stopping.set()
         grace = self.config.grace_seconds if grace is None else grace
@@ -210,16 +234,51 @@ def _overran(grace: float) -> None:
     os._exit(1)
 
 
-def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
-    """``imp serve``: run the coordinator and the server until SIGINT/SIGTERM."""
+def start_coordinator(config: ServerConfig) -> Any:
+    """The started coordinator of ``imp serve``; a standby (``config.standby``) waits
+    for the store's lease while another server holds it, instead of refusing."""
     from imp_actors.coordinator import Coordinator
+    from imp_actors.lease import StoreBusyError
 
-    os.environ.update(config.spark_env())
     coordinator = Coordinator(config.runtime_config())
-    coordinator.start()
+    waiting = False
+    while True:
+        try:
+            return coordinator.start()
+        except StoreBusyError as exc:
+            if not config.standby:
+                raise
+            if not waiting:
+                log.warning("standby: %s; taking over when its lease expires", exc)
+                waiting = True
+            time.sleep(max(coordinator.config.lease_seconds / 5, 0.2))
+
+
+def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
+    """``imp serve``: run the coordinator and the server until SIGINT/SIGTERM; returns
+    ``RESTART_EXIT`` when the server's own local Ray is lost (its supervisor starts a
+    new server)."""
+    from imp_actors.runtime_watch import RuntimeState
+    from services.supervisor import RESTART_EXIT, bind_to_parent
+
+    bind_to_parent()
+    os.environ.update(config.spark_env())
+    coordinator = start_coordinator(config)
+    lost: list[str] = []
     try:
         server = SketchServer(config, coordinator).start()
         done = threading.Event()
+
+        def on_runtime(state: RuntimeState, reason: str) -> None:
+            # a lost local Ray cannot be started again in this process: end it, the
+            # supervisor (or a pod's restart policy) starts a new server
+            if state is RuntimeState.DOWN and coordinator.embedded_ray:
+                log.error("the local Ray of this server is lost (%s): the server ends "
+                          "so that a new one starts with a new Ray", reason)
+                lost.append(reason)
+                done.set()
+
+        coordinator.runtime.add_listener(on_runtime)
 
         def on_signal(signum: int, _frame: object) -> None:
             name = signal.Signals(signum).name
@@ -246,7 +305,10 @@ def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
         if ready is not None:
             ready.set()
         done.wait()
-        server.stop()
+        server.stop(min(config.grace_seconds, 1.0) if lost else None)
     finally:
-        coordinator.close()
-    return 0
+        if lost:  # its actors are gone with the runtime: nothing to checkpoint or stop
+            coordinator.abandon()
+        else:
+            coordinator.close()
+    return RESTART_EXIT if lost else 0

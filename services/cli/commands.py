@@ -240,10 +240,26 @@ def _serve(args: argparse.Namespace) -> int:
         config.runtime_config()  # the runtime's IMP_* settings are refused here, not later
         memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate)
         preflight(config)  # token and TLS files, the address: before Ray or Spark start
+        if supervised(config):
+            from services.server import SHUTDOWN_SECONDS
+            from services.supervisor import supervise
+
+            return supervise(args.argv, config.grace_seconds + SHUTDOWN_SECONDS + 5)
         return serve(config)
     except (ValueError, OSError, StoreBusyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+
+
+def supervised(config: Any) -> bool:
+    """``imp serve`` runs under a supervisor (``services.supervisor``) when it starts a
+    local Ray of its own (one it cannot start again in-process once lost) and no
+    supervisor runs it already."""
+    from services.supervisor import SUPERVISED_ENV
+
+    runtime = config.runtime_config()
+    return config.supervise and runtime.backend == "ray" and not runtime.ray_address \
+        and not os.environ.get(SUPERVISED_ENV)
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -271,7 +287,7 @@ def _run(func: Callable, args: argparse.Namespace) -> int:
         return func(client, args) or 0
     except RemoteError as exc:
         hint = ""
-        if exc.code == "UNAVAILABLE":
+        if exc.code == "UNAVAILABLE" and exc.kind is None:  # no server answered at all
             hint = f" (is `imp serve` running at {args.target}?)"
         print(f"error: {exc}{hint}", file=sys.stderr)
         return exit_code(exc.code)

@@ -139,7 +139,7 @@ def test_kill_9_leaves_no_ray_processes_behind(tmp_path):
     fill_store(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="ray",
-               IMP_METRICS_LISTEN="off")
+               IMP_METRICS_LISTEN="off", IMP_SUPERVISE="off")  # the server itself killed
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:

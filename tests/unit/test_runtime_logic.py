@@ -332,7 +332,6 @@ def test_coordinator_restart_recovers_registry_and_state(root):
         _check(c, "h"), _check(c, "j")
     before = c.get_sketch("h")
     c.abandon()  # a crash: no checkpoint at shutdown, actors left as they are
-    time.sleep(cfg.lease_seconds)  # and its store lease expires
     ins, dels = random_batch(c.store, "t5000g", rng, 12, 10**7 + 900)
     DeltaStore(root).apply("t5000g", inserts=ins, deletes=dels)  # committed while down
     with Coordinator(cfg) as c2:
@@ -815,7 +814,7 @@ def test_one_coordinator_per_store(root):
         assert [i.name for i in first.queries()] == ["a"]
         # the first stops heartbeating (cut off, not dead): after the lease's time a
         # successor takes over, and the first may no longer write the registry
-        first.loop.stop(wait=True)
+        first.ctx.lease.stop_heartbeat()
         time.sleep(cfg.lease_seconds + 0.2)
         with Coordinator(cfg) as successor:
             successor.register(workload_spec("b", "q_having_2"))
@@ -826,6 +825,67 @@ def test_one_coordinator_per_store(root):
     # a clean shutdown gives the lease back: the next start need not wait
     with Coordinator(cfg) as again:
         assert sorted(i.name for i in again.queries()) == ["a", "b"]
+
+
+def test_an_abandoned_coordinator_is_taken_over_at_once_and_fenced(root):
+    """Issue 29: an abandoned coordinator (a crash, in this process) kept heartbeating its
+    lease, so a successor in the same process was refused. Now its heartbeat stops and
+    it counts as dead at once; it can no longer write the registry."""
+    cfg = make_config(root, lease_seconds=600.0)
+    first = Coordinator(cfg).start()
+    first.register(workload_spec("a", "q_having_2"))
+    beat = first.ctx.lease.read().heartbeat_at
+    first.abandon()
+    with Coordinator(cfg) as successor:
+        assert successor.ctx.lease.generation == 2
+        assert [i.name for i in successor.queries()] == ["a"]
+        with pytest.raises(StoreBusyError, match="no longer owns"):
+            first.drop("a")
+        assert successor.ctx.lease.read().owner == successor.ctx.lease.owner
+    assert beat <= time.time()
+
+
+def test_a_successor_in_this_process_takes_over_mid_stream(root):
+    """Issue 29: a coordinator abandoned right after acknowledging a commit (its eager
+    maintenance in flight, checkpoints behind) and a successor started at once on the
+    same store in the same process: no acknowledged update is lost and every sketch is
+    exact afterwards."""
+    rng = np.random.default_rng(29)
+    cfg = make_config(root, checkpoint_every_batches=3, lease_seconds=600.0)
+    c = Coordinator(cfg).start()
+    c.register(workload_spec("e", "q_endtoend", strategy=Eager(batch_tuples=8)))
+    c.register(workload_spec("h", "q_having_2"))
+    rows = c.store.read("t5000g").num_rows
+    acked = []
+    for step in range(9):
+        ins, dels = random_batch(c.store, "t5000g", rng, 15, 7 * 10**7 + 1000 * step)
+        done = c.apply_update("t5000g", inserts=ins, deletes=dels)
+        acked.append(done.version)
+        rows += done.inserted - done.deleted
+        if step in (2, 6):
+            _check(c, "h")
+        if step == 4:
+            c.abandon()
+            c = Coordinator(cfg).start()
+    assert c.probe.latest("t5000g") == acked[-1] == acked[0] + len(acked) - 1
+    assert c.store.read("t5000g").num_rows == rows
+    for name in ("e", "h"):
+        sv = _check(c, name)
+        assert sv.versions["t5000g"] == acked[-1]
+    c.close()
+
+
+def test_the_lease_heartbeat_does_not_depend_on_the_control_loop(root):
+    """Issue 28: the heartbeat stopped while the process lived (its renewal ran in the
+    control loop, behind a stuck step). It has its own thread now."""
+    cfg = make_config(root, lease_seconds=0.6)
+    with Coordinator(cfg) as c:
+        c.loop.stop(wait=True)  # the loop is gone; the lease is still renewed
+        first = c.ctx.lease.read().heartbeat_at
+        time.sleep(0.9)
+        assert c.ctx.lease.read().heartbeat_at > first
+        with pytest.raises(StoreBusyError, match="one coordinator per store"):
+            Coordinator(cfg).start()
 
 
 def test_a_dead_owner_on_this_host_is_taken_over_at_once(root, tmp_path):

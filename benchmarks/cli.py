@@ -221,6 +221,26 @@ def _bench_skew(args: argparse.Namespace) -> int:
     return _write_report(report, args, readable)
 
 
+def _bench_faults(args: argparse.Namespace) -> int:
+    from benchmarks.faults import FAULTS, run_faults_bench
+
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        raise ValueError(f"unknown faults {unknown}: choose from {', '.join(FAULTS)}")
+    report = run_faults_bench(faults, rows=args.rows, batches=args.batches,
+                              progress=not args.quiet)
+
+    def readable() -> None:
+        print(f"{'fault':10s} {'recover s':>10s} {'acked':>6s} {'refused':>8s} "
+              f"{'lost':>5s} exact")
+        for r in report["results"]:
+            print(f"{r['fault']:10s} {r['recover_s']:10.2f} {r['acked']:6d} "
+                  f"{r['refused']:8d} {r['lost']:5d} {r['exact']}")
+
+    return _write_report(report, args, readable)
+
+
 def _report_options(p: argparse.ArgumentParser, out: str) -> None:
     """--json, --full, --out and --quiet of a suite writing its report to ``out``."""
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
@@ -367,6 +387,17 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                     help="share of each batch inserted into 1%% of the domain")
     sk.add_argument("--fragments", type=int, default=64)
     sk.set_defaults(func=_bench_skew)
+
+    flt = bsub.add_parser("faults", help="faults under a running service (a killed raylet, "
+                          "a lost Ray node, the active server killed with a standby): time "
+                          "to recover, acknowledged updates lost, sketches exact")
+    _report_options(flt, "bench-results/faults.json")
+    flt.add_argument("--faults", default="raylet,node,failover",
+                     help="comma-separated: raylet, node, failover (default: all)")
+    flt.add_argument("--rows", type=int, default=50_000, help="rows of t5000g")
+    flt.add_argument("--batches", type=int, default=8,
+                     help="update batches per fault (half before it, half after)")
+    flt.set_defaults(func=_bench_faults)
 
     fz = bsub.add_parser("fuzz", help="random SQL over random update streams (sketch = "
                          "recapture, result = DuckDB) and mutated requests against a live "

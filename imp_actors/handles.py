@@ -47,6 +47,12 @@ class RuntimeUnavailableError(ImpError):
     code = "UNAVAILABLE"
 
 
+def unavailable(kind: str, reason: str) -> str:
+    """The message of a call refused because the runtime is lost."""
+    return (f"the {kind} runtime of the service is unavailable ({reason}); nothing was "
+            "done: retry once the service reports SERVING again")
+
+
 class Pending(Protocol[T_co]):
     """A call in flight; ``result()`` waits for it (see the module invariant)."""
 
@@ -311,8 +317,6 @@ class RayBackend:
         """``RuntimeUnavailableError`` while the runtime is marked lost."""
         lost = self.lost
         if lost is not None:
-            from imp_actors.runtime_watch import unavailable
-
             raise RuntimeUnavailableError(unavailable(self.kind, lost))
 
     def mark_lost(self, reason: str | None) -> None:

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from imp_actors.handles import Backend, RuntimeUnavailableError
+from imp_actors.handles import Backend, RuntimeUnavailableError, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,3 @@ class RuntimeWatch:
 
     def status(self) -> dict[str, object]:
         return {"state": self.state.value, "reason": self.reason, "since": self.since}
-
-
-def unavailable(kind: str, reason: str) -> str:
-    return (f"the {kind} runtime of the service is unavailable ({reason}); nothing was "
-            "done: retry once the service reports SERVING again")

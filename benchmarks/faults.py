@@ -1,0 +1,361 @@
+"""``imp bench faults``: faults injected under a running service, and what they cost.
+
+Three faults, each with updates streaming in (inserts of rows under fresh keys, so that
+every acknowledged update can be found again) and two registered queries (one lazy, one
+eager) on ``t5000g``:
+
+- ``raylet``: ``kill -9`` of the raylet of the local Ray under a supervised
+  ``imp serve`` (a real process, a real socket). The server ends, its supervisor starts
+  a new one, which recovers the queries from checkpoints and the change feed.
+- ``node``: a worker node of a 3-node Ray cluster (``ray.cluster_utils``) removed while
+  a sharded query's actors run on it, under an in-process coordinator: the lost shards
+  are restored on the other nodes from their checkpoints plus replay.
+- ``failover``: ``kill -9`` of the active ``imp serve`` while a standby on the same
+  store waits for its lease; the client, given both addresses, goes on with the
+  standby once it has taken over.
+
+Per fault: ``recover_s``, from the fault to the first call that succeeds again;
+``acked``, updates the service acknowledged; ``lost``, acknowledged updates whose rows
+are not in the table at the end (goal: 0); ``refused``, updates refused during the
+outage (never acknowledged: the client knows to send them again); ``exact``, every
+query's fresh sketch at the end equals a recapture from scratch by the reference
+evaluator at the same table versions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.common import environment
+from benchmarks.paper_common import log
+
+TABLE = "t5000g"
+QUERIES = {"lazy": "q_having_2", "eager": "q_endtoend"}
+FRESH_KEYS = 2_000_000_000  # inserted rows get keys from here on (beyond the generated)
+FAULTS = ("raylet", "node", "failover")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_store(root: Path, rows: int) -> None:
+    """``t5000g`` with ``rows`` rows in a new table store at ``root``."""
+    from imp_core.storage import DeltaStore
+    from imp_core.workloads.schemas import TABLES
+    from imp_core.workloads.synthetic import generate_groups_table
+
+    info = TABLES[TABLE]
+    DeltaStore(root).create_table(TABLE, generate_groups_table(5000, rows, seed=5),
+                                  key=info.key, domains=info.domains)
+
+
+class Stream:
+    """Insert batches under fresh keys; remembers which were acknowledged."""
+
+    def __init__(self, store_root: Path, batch: int, seed: int = 11):
+        from imp_core.storage import DeltaStore
+
+        self.template = DeltaStore(store_root).read(TABLE).slice(0, 5000)
+        self.rng = np.random.default_rng(seed)
+        self.batch = batch
+        self.next_key = FRESH_KEYS
+        self.acked: list[int] = []  # every acknowledged key
+        self.refused = 0
+
+    def rows(self) -> tuple[pa.Table, list[int]]:
+        pick = self.rng.choice(self.template.num_rows, self.batch, replace=False)
+        rows = self.template.take(pa.array(pick, pa.int64()))
+        keys = list(range(self.next_key, self.next_key + self.batch))
+        self.next_key += self.batch
+        i = rows.schema.get_field_index("id")
+        return rows.set_column(i, rows.schema.field(i), pa.array(keys, pa.int64())), keys
+
+    def send(self, apply: Callable[[pa.Table], Any]) -> bool:
+        """One batch through ``apply``; True when acknowledged."""
+        rows, keys = self.rows()
+        try:
+            apply(rows)
+        except Exception:  # refused or cut off: not acknowledged, so not counted
+            self.refused += 1
+            return False
+        self.acked.extend(keys)
+        return True
+
+    def lost(self, store_root: Path) -> int:
+        from imp_core.storage import DeltaStore
+
+        have = set(DeltaStore(store_root).read(TABLE, columns=["id"]).column("id")
+                   .to_pylist())
+        return sum(1 for k in self.acked if k not in have)
+
+
+def exact_over_grpc(client: Any, store_root: Path) -> bool:
+    """Every query's fresh sketch equals the reference evaluator's recapture."""
+    from imp_core.reference import reference_capture
+    from imp_core.sql import plan_sql
+    from imp_core.storage import DeltaStore
+    from imp_core.workloads.queries import load_query
+
+    store = DeltaStore(store_root)
+    ok = True
+    for name, template in QUERIES.items():
+        record = client.sketch(name, include_partitions=True)
+        sketch = record.sketch()
+        tables = {t: store.read(t, v) for t, v in record.versions.items()}
+        plan = plan_sql(load_query(template).sql, {t: store.schema(t) for t in tables})
+        ok &= reference_capture(plan, tables, sketch.partitions).sketch == sketch
+    return bool(ok)
+
+
+def _register(client: Any, fragments: int = 16) -> None:
+    from imp_actors.config import Eager
+    from imp_core.workloads.queries import load_query
+
+    for name, template in QUERIES.items():
+        wq = load_query(template)
+        parts = {f"{t}.{c}": fragments for t, c in wq.sketch}
+        client.register(name, wq.sql, partitions=parts,
+                        strategy=Eager(batch_tuples=1) if name == "eager" else None)
+
+
+def _serve(root: Path, port: int, backend: str, **env_extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
+    env.update(IMP_LISTEN=f"127.0.0.1:{port}", IMP_ROOT=str(root), IMP_BACKEND=backend,
+               IMP_METRICS_LISTEN="off", IMP_LEASE_SECONDS="5", **env_extra)
+    return subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _wait_serving(address: str, timeout: float) -> float:
+    """Seconds until ``address`` answers SERVING (``TimeoutError`` past ``timeout``)."""
+    from services.client import RemoteError, SketchClient
+
+    t0 = time.monotonic()
+    with SketchClient(address, timeout=5, retries=0) as client:
+        while time.monotonic() - t0 < timeout:
+            try:
+                if client.health(timeout=2) == "SERVING":
+                    return time.monotonic() - t0
+            except RemoteError:
+                pass
+            time.sleep(0.2)
+    raise TimeoutError(f"{address} did not serve within {timeout:.0f} s")
+
+
+def _until_ok(call: Callable[[], Any], timeout: float) -> float:
+    """Seconds until ``call`` succeeds (retried every 0.2 s)."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            call()
+            return time.monotonic() - t0
+        except Exception:
+            if time.monotonic() - t0 > timeout:
+                raise
+            time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def raylet_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20,
+                 progress: bool = False) -> dict[str, Any]:
+    """``kill -9`` of the local raylet under a supervised ``imp serve``."""
+    from imp_actors.reaper import descendants
+    from services.client import SketchClient
+
+    root = work / "raylet"
+    make_store(root, rows)
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    proc = _serve(root, port, "ray")
+    stream = Stream(root, batch)
+    try:
+        _wait_serving(address, 300)
+        with SketchClient(address, timeout=60, retries=0) as client:
+            _register(client)
+            for _ in range(batches // 2):
+                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            client.sketch("lazy")
+            raylets = [p for p in descendants(proc.pid)
+                       if "raylet" in Path(f"/proc/{p}/cmdline").read_text()]
+            if not raylets:
+                raise RuntimeError("no raylet found under the server")
+            log(progress, f"  raylet: kill -9 {raylets[0]}")
+            t0 = time.monotonic()
+            os.kill(raylets[0], signal.SIGKILL)
+            # the first update after the fault: refused until a server serves again
+            while not stream.send(lambda r: client.apply_update(TABLE, inserts=r)):
+                if time.monotonic() - t0 > 300:
+                    raise TimeoutError("no server took updates within 300 s")
+                time.sleep(0.2)
+            recover = time.monotonic() - t0
+            for _ in range(batches // 2):
+                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            exact = exact_over_grpc(client, root)
+            restarts = client.stats()["coordinator"]["counters"]
+    finally:
+        _stop(proc)
+    return {"fault": "raylet", "recover_s": round(recover, 2), "acked": len(stream.acked) //
+            batch, "refused": stream.refused, "lost": stream.lost(root), "exact": exact,
+            "restored": restarts.get("restores", 0)}
+
+
+def failover_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20,
+                   progress: bool = False) -> dict[str, Any]:
+    """``kill -9`` of the active server; a standby on the same store takes over."""
+    from services.client import SketchClient
+
+    root = work / "failover"
+    make_store(root, rows)
+    ports = free_port(), free_port()
+    active = _serve(root, ports[0], "local")
+    _wait_serving(f"127.0.0.1:{ports[0]}", 120)
+    standby = _serve(root, ports[1], "local", IMP_STANDBY="on")
+    stream = Stream(root, batch)
+    try:
+        time.sleep(1.0)  # the standby is up and waiting for the lease
+        targets = ",".join(f"127.0.0.1:{p}" for p in ports)
+        with SketchClient(targets, timeout=30, retries=0) as client:
+            _register(client)
+            for _ in range(batches // 2):
+                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            log(progress, f"  failover: kill -9 the active server {active.pid}")
+            t0 = time.monotonic()
+            os.killpg(active.pid, signal.SIGKILL)
+            active.wait(10)
+            while not stream.send(lambda r: client.apply_update(TABLE, inserts=r)):
+                if time.monotonic() - t0 > 120:
+                    raise TimeoutError("the standby took no update within 120 s")
+                time.sleep(0.2)
+            recover = time.monotonic() - t0
+            for _ in range(batches // 2):
+                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            exact = exact_over_grpc(client, root)
+            took_over = client.stats()["coordinator"]["counters"].get("lease_takeovers", 0)
+            target = client.target
+    finally:
+        _stop(active)
+        _stop(standby)
+    return {"fault": "failover", "recover_s": round(recover, 2),
+            "acked": len(stream.acked) // batch, "refused": stream.refused,
+            "lost": stream.lost(root), "exact": exact, "lease_takeovers": took_over,
+            "served_by_standby": target == f"127.0.0.1:{ports[1]}"}
+
+
+def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20,
+               progress: bool = False, cluster: Any = None) -> dict[str, Any]:
+    """A worker node of a 3-node cluster removed while a query's shards run on it."""
+    import ray
+
+    from imp_actors.config import EvictionPolicy, RuntimeConfig
+    from imp_actors.coordinator import Coordinator
+
+    own = cluster is None
+    if own:
+        from ray.cluster_utils import Cluster
+
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    root = work / "node"
+    make_store(root, rows)
+    config = RuntimeConfig(root=str(root), backend="ray", ray_address=cluster.address,
+                           warm_actors=0, poll_seconds=None, checkpoint_every_batches=2,
+                           eviction=EvictionPolicy(max_live_actors=None, idle_seconds=None))
+    stream = Stream(root, batch)
+    c = Coordinator(config).start()
+    try:
+        _register(_Embedded(c))
+        c.scale("lazy", 3)
+        for _ in range(batches // 2):
+            stream.send(lambda r: c.apply_update(TABLE, inserts=r))
+        c.get_sketch("lazy")
+        head = ray.get_runtime_context().get_node_id()
+        placed = set(c.placement("lazy")) - {head}
+        victim = next(n for n in cluster.worker_nodes if n.node_id in placed)
+        log(progress, f"  node: removing worker node {victim.node_id[:8]}")
+        t0 = time.monotonic()
+        cluster.remove_node(victim, allow_graceful=False)
+        stream.send(lambda r: c.apply_update(TABLE, inserts=r))
+        _until_ok(lambda: c.get_sketch("lazy"), 300)
+        recover = time.monotonic() - t0
+        for _ in range(batches // 2 - 1):
+            stream.send(lambda r: c.apply_update(TABLE, inserts=r))
+        exact = all(_exact_embedded(c, n) for n in QUERIES)
+        moved = sorted(set(c.placement("lazy")))
+        restarts = sum(m.restarts for m in c.metrics().queries)
+    finally:
+        c.close()
+        if own:
+            ray.shutdown()
+            cluster.shutdown()
+    return {"fault": "node", "recover_s": round(recover, 2), "acked": len(stream.acked) //
+            batch, "refused": stream.refused, "lost": stream.lost(root), "exact": exact,
+            "shard_restarts": restarts, "victim_gone": victim.node_id not in moved}
+
+
+class _Embedded:
+    """``register`` of the client, on an in-process coordinator."""
+
+    def __init__(self, c: Any):
+        self.c = c
+
+    def register(self, name: str, sql: str, partitions: dict, strategy: Any = None) -> None:
+        from imp_actors.config import Lazy
+        from imp_actors.types import QuerySpec
+
+        self.c.register(QuerySpec(name, sql, partitions=partitions,
+                                  strategy=strategy or Lazy()))
+
+
+def _exact_embedded(c: Any, name: str) -> bool:
+    from imp_core.reference import reference_capture
+
+    sv = c.get_sketch(name)
+    tables = {t: c.store.read(t, v) for t, v in sv.versions.items()}
+    return reference_capture(c._get(name).plan, tables, sv.sketch.partitions).sketch \
+        == sv.sketch
+
+
+def run_faults_bench(faults: tuple[str, ...] = FAULTS, rows: int = 50_000,
+                     batches: int = 8, work: str | Path = ".imp/bench-faults",
+                     progress: bool = True) -> dict[str, Any]:
+    import shutil
+
+    work = Path(work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    run = {"raylet": raylet_fault, "node": node_fault, "failover": failover_fault}
+    results = []
+    for fault in faults:
+        log(progress, f"fault {fault} ...")
+        results.append(run[fault](work, rows=rows, batches=batches, progress=progress))
+        log(progress, f"  {results[-1]}")
+    return {"suite": "faults", "environment": environment(),
+            "parameters": {"faults": list(faults), "rows": rows, "batches": batches},
+            "results": results,
+            "summary": {"updates_lost": sum(r["lost"] for r in results),
+                        "all_exact": all(r["exact"] for r in results)}}

@@ -140,12 +140,31 @@ def section_micro(r: dict[str, Any]) -> list[str]:
     if buf:
         lines += ["", f"Bounded buffers (engine only, {p['buffer_rows']:,} rows, 5000 groups, "
                   f"{p['buffer_updates']} updates of 20 deleted tuples; `random` deletes until "
-                  "the table is empty; a refill recomputes the operator's input):", ""]
-        lines += _table(["operator", "buffer", "strategy", "updates", "total s", "refills",
-                         "exact"],
-                        [[x["operator"], str(x["buffer"]), x["strategy"], x["updates"],
-                          x["total_s"], x["refills"], x["sketch_ok"]] for x in buf])
+                  "the table is empty; a refill recomputes the operator's input), total s / "
+                  "refills per deletion strategy:", ""]
+        lines += _buffers_table(buf)
     return lines
+
+
+def _buffers_table(buf: list[dict[str, Any]]) -> list[str]:
+    """The bounded-buffer runs, one row per operator and buffer size, one column per
+    deletion strategy (its updates in the header): total s / refills."""
+    strategies = list(dict.fromkeys(x["strategy"] for x in buf))
+    header = []
+    for st in strategies:
+        updates = sorted({x["updates"] for x in buf if x["strategy"] == st})
+        header.append(f"{st} ({', '.join(_fmt(u) for u in updates)} updates)")
+    rows = []
+    for op, size in dict.fromkeys((x["operator"], str(x["buffer"])) for x in buf):
+        runs = {x["strategy"]: x for x in buf
+                if x["operator"] == op and str(x["buffer"]) == size}
+        cells = [None if st not in runs else
+                 f"{_fmt(runs[st]['total_s'])} / {_fmt(runs[st]['refills'])}"
+                 for st in strategies]
+        inexact = [st for st, x in runs.items() if not x["sketch_ok"]]
+        rows.append([op, size] + cells
+                    + ["yes" if not inexact else f"**no** ({', '.join(inexact)})"])
+    return _table(["operator", "buffer"] + header + ["exact"], rows)
 
 
 def section_breakeven(r: dict[str, Any]) -> list[str]:
@@ -190,10 +209,19 @@ def section_strategies(r: dict[str, Any]) -> list[str]:
     lines = [f"### Eager vs lazy (`imp bench strategies --updates {p['updates']}`)", "",
              f"{p['updates']} single-tuple updates on {p['rows']:,} rows; total maintenance "
              f"time per strategy. {_env(r)}.", ""]
-    rows = [[x["query"], x["strategy"], x["batch"], x["maintenances"], x["maintain_s"],
-             x["maintain_ms_per_update"]] for x in r["results"]]
-    lines += _table(["query", "strategy", "batch", "maintenances", "total s",
-                     "ms per update"], rows)
+    lines += ["Total s (maintenances) per strategy and batch size; ms per update: total ms "
+              f"/ {p['updates']}:", ""]
+
+    def label(x: dict[str, Any]) -> str:
+        return x["strategy"] if x["batch"] is None else f"{x['strategy']}, batch {_fmt(x['batch'])}"
+
+    cols = list(dict.fromkeys(label(x) for x in r["results"]))
+    rows = []
+    for q in dict.fromkeys(x["query"] for x in r["results"]):
+        cells = {label(x): f"{_fmt(x['maintain_s'])} ({_fmt(x['maintenances'])})"
+                 for x in r["results"] if x["query"] == q}
+        rows.append([q] + [cells.get(c) for c in cols])
+    lines += _table(["query"] + cols, rows)
     return lines
 
 

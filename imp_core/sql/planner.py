@@ -35,10 +35,10 @@ from imp_core.sql.from_clause import set_operation_name
 from imp_core.sql.normalize import normalize_statements
 from imp_core.sql.prune import prune_join_inputs
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
+from imp_core.sql.syntax_errors import describe_parse_error, strip_internals
 from imp_core.sql.text import SqlText
 
 _SKETCH_LINE = re.compile(r"--\s*sketch\s*:(.*)$", re.IGNORECASE)
-_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: .*?>")
 
 
 def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
@@ -60,7 +60,7 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
         select = _only_select(normalize_statements(statements, text), text)
         planned = SelectPlanner(select, text, tables).plan()
     except SqlglotError as error:  # sqlglot's own failures must not escape raw
-        raise SqlSyntaxError(str(error)) from None
+        raise SqlSyntaxError(strip_internals(str(error))) from None
     except RecursionError:
         raise UnsupportedSqlError("deeply nested expression") from None
     root = prune_join_inputs(planned.node)
@@ -117,10 +117,10 @@ def _parse_statements(text: SqlText) -> list[exp.Expression]:
     """The statements of ``text``, at least one (``SqlSyntaxError`` if it does not parse)."""
     try:
         statements = [s for s in sqlglot.parse(text.sql, read="spark") if s is not None]
-    except ParseError as error:
-        detail = error.errors[0] if error.errors else {}
-        message = _TOKEN_REPR.sub(_token_text, detail.get("description") or str(error))
-        raise SqlSyntaxError(message, detail.get("line"), detail.get("col")) from None
+    except ParseError as error:  # in SQL's words, at the token the parser stopped on
+        message, line, column = describe_parse_error(
+            text.sql, error.errors[0] if error.errors else None, str(error))
+        raise SqlSyntaxError(message, line, column) from None
     except TokenError as error:
         line, column = _token_error_position(text, error)
         raise SqlSyntaxError("cannot split the text into tokens (unterminated quote?)",
@@ -132,10 +132,6 @@ def _parse_statements(text: SqlText) -> list[exp.Expression]:
     if not statements:
         raise SqlSyntaxError("empty query: expected a SELECT statement", 1, 1)
     return statements
-
-
-def _token_text(match: re.Match[str]) -> str:
-    return "end of input" if match.group(1) == "SENTINEL" else repr(match.group(2))
 
 
 def _token_error_position(text: SqlText, error: TokenError) -> tuple[int | None, int | None]:

@@ -492,10 +492,10 @@ def test_unsupported_constructs_are_named_and_located(sql, construct, position):
 
 
 @pytest.mark.parametrize("sql,position", [
-    ("SELECT a FROM", (1, 13)),
+    ("SELECT a FROM", (1, 10)),  # the start of the token the parser stopped on
     ("SELECT a\nFROM t5000g WHERE (a > 1", (2, 24)),
     ("SELECT a FROM t5000g\nWHERE a = 'abc", (2, 11)),
-    ("SELEC a FROM t5000g", (1, 12)),
+    ("SELEC a FROM t5000g", (1, 9)),
     ("", (1, 1)),
 ])
 def test_malformed_sql_is_a_syntax_error_with_a_position(sql, position):

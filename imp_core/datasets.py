@@ -1,4 +1,5 @@
-"""Loading tables into a service's table store: generated workloads or Parquet files.
+"""Loading tables into a service's table store: generated workloads, Parquet files or
+existing Delta tables (copied).
 
 Used by ``imp data`` (on the machine or pod that holds the store; the running service
 sees new tables at once, its catalog re-reads ``catalog.json`` when it changes). Each
@@ -72,9 +73,65 @@ def load_synthetic(store, names: Sequence[str], rows: int, seed: int = 0,
 
 
 def load_parquet(store, name: str, path: str, key: Sequence[str] | None = None,
-                 cluster_by: Sequence[str] = (), progress: bool = True) -> int:
-    """A table from a Parquet file or a folder of Parquet parts; returns its rows."""
+                 cluster_by: Sequence[str] = (), progress: bool = True,
+                 domains: Sequence[str] = ()) -> int:
+    """A table from a Parquet file, a folder of Parquet parts or a Delta table; returns
+    its rows.
+
+    ``key``: the ``--key`` columns; ``domains``: ``--domain COL=LO..HI`` texts
+    (``imp_core.storage.declared``). From a Delta table, the simple bounds among its CHECK
+    constraints are domains too (a ``--domain`` of the same column wins). Every
+    declaration is checked against the input's schema before anything is written, and
+    the rows against the key and domains by the store, also before writing."""
+    from deltalake import DeltaTable
+
+    from imp_core.storage import declared
+
     _check_new(store, [name.lower()])
-    store.create_table_from_parquet(name, path, key=tuple(key) if key else None,
-                                    cluster_by=tuple(cluster_by), progress=progress)
+    delta = DeltaTable(str(path)) if _is_delta_table(str(path)) else None
+    if delta is not None:
+        schema = _delta_user_schema(delta)
+        implied = declared.constraint_domains(delta.metadata().configuration, schema)
+    else:
+        schema, implied = _parquet_schema(Path(path)), {}
+    key_columns = declared.parse_key(key, schema) if key else None
+    wanted = {**implied, **declared.parse_domains(domains, schema)}
+    if implied:
+        _say(progress, f"domains from the CHECK constraints of {path}: "
+             f"{declared.describe_domains(implied)}")
+    if delta is not None:  # its current snapshot, copied into the store
+        store.create_table(name, delta.to_pyarrow_table(columns=schema.names),
+                           key=key_columns, domains=wanted, cluster_by=tuple(cluster_by),
+                           progress=progress)
+    else:
+        store.create_table_from_parquet(name, path, key=key_columns, domains=wanted,
+                                        cluster_by=tuple(cluster_by), progress=progress)
     return store.read(name.lower()).num_rows
+
+
+def _is_delta_table(path: str) -> bool:
+    """A Delta table's folder (or URI); a Parquet file or folder of parts is not one."""
+    from deltalake import DeltaTable
+
+    from imp_core.storage.catalog import is_uri
+
+    if not is_uri(path):  # delta-rs fails on a file's path instead of answering False
+        return (Path(path) / "_delta_log").is_dir()
+    return DeltaTable.is_deltatable(path)
+
+
+def _parquet_schema(path: Path):
+    """The Arrow schema a Parquet file or folder of parts loads as (strings plain)."""
+    import pyarrow.parquet as pq
+
+    from imp_core.storage.batches import plain_schema
+    from imp_core.storage.parquet_load import parquet_files
+
+    return plain_schema(pq.read_schema(parquet_files(path)[0]))
+
+
+def _delta_user_schema(table):
+    """A Delta table's columns as loaded (an IMP table's hidden row id left out)."""
+    from imp_core.storage.snapshots import stored_schema, user_schema
+
+    return user_schema(stored_schema(table))

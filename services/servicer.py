@@ -97,7 +97,7 @@ class SketchServicer(rpc.SketchServiceServicer):
         store = self.c.store
         return pb.ListTablesResponse(tables=[
             pb.TableInfo(name=t, version=store.version(t),
-                         arrow_schema=convert.schema_to_bytes(store.schema(t)))
+                         arrow_schema=convert.schema_to_bytes(store.declared_schema(t)))
             for t in self.c.tables()])
 
     # -- sketches --------------------------------------------------------------------------

@@ -75,7 +75,7 @@ class TableEntry:
         return self.key is None
 
 
-def _encode_bound(value: Bound) -> Any:
+def encode_bound(value: Bound) -> Any:
     # bool is an int subclass; a bool bound is a mistake, not a number
     if value is None:
         return None
@@ -96,7 +96,7 @@ def _encode_bound(value: Bound) -> Any:
     raise TypeError(f"unsupported domain bound {value!r} of type {type(value).__name__}")
 
 
-def _decode_bound(value: Any) -> Bound:
+def decode_bound(value: Any) -> Bound:
     if value is None:
         return None
     ((tag, raw),) = value.items()
@@ -215,7 +215,7 @@ class TableCatalog:
             "location": location,
             "key": None if entry.key is None else list(entry.key),
             "domains": {
-                col: [_encode_bound(low), _encode_bound(high)]
+                col: [encode_bound(low), encode_bound(high)]
                 for col, (low, high) in entry.domains.items()
             },
             "sketch_columns": list(entry.sketch_columns),
@@ -231,7 +231,7 @@ class TableCatalog:
             location=location,
             key=None if raw["key"] is None else tuple(raw["key"]),
             domains={
-                col: (_decode_bound(low), _decode_bound(high))
+                col: (decode_bound(low), decode_bound(high))
                 for col, (low, high) in raw["domains"].items()
             },
             sketch_columns=tuple(raw["sketch_columns"]),

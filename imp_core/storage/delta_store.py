@@ -45,6 +45,7 @@ from imp_core.storage.changes import (
     empty_changes,
     normalize_changes,
 )
+from imp_core.storage.declared import with_declared
 from imp_core.storage.layout import (
     LayoutResult,
     check_columns,
@@ -202,6 +203,12 @@ class DeltaStore:
         """The table's columns (without ``__rid``), strings as ``string``."""
         entry = self.catalog.get(name)
         return user_schema(stored_schema(self._delta(entry, version)))
+
+    def declared_schema(self, name: str) -> pa.Schema:
+        """``schema(name)`` with the table's key and declared domains in its metadata
+        (``imp_core.storage.declared``): what ListTables sends, so clients see them."""
+        entry = self.catalog.get(name)
+        return with_declared(self.schema(name), entry.key, entry.domains)
 
     def file_uris(self, name: str, version: int | None = None) -> list[str]:
         """The Parquet files of the snapshot at ``version`` (latest if None). Files of a

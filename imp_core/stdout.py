@@ -4,7 +4,8 @@ Spark's JVM, Ray's workers and their log monitors, and libraries write to file
 descriptor 1 or to ``sys.stdout`` whenever they like; piped into a JSON parser, one such
 line breaks it. While ``json_only_stdout()`` is active, descriptor 1 and ``sys.stdout``
 both point at standard error, and the document is written to ``json_out()``: the
-stream standard output was when the block began.
+stream standard output was when the block began. ``imp demo`` uses it the same way
+for its report, which must not be interleaved with Ray's and Spark's messages.
 """
 
 from __future__ import annotations

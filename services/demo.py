@@ -8,6 +8,10 @@ and then, as a client would: registers workload queries, follows their sketches 
 compares each maintenance with a full recapture on Spark, runs every query with and
 without its sketch, and ends with a summary. Every maintained sketch is checked against
 the recapture; the demo fails (exit status 1) if one differs.
+
+Its report is the only thing on standard output: Ray's and Spark's own messages (the
+JVM's warnings, worker logs) go to standard error (``imp_core.stdout``), and progress
+is one line per step when standard error is not a terminal (``imp_core.progress``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from imp_core.stdout import json_only_stdout, json_out
+
 # query name -> (workload query, fragments, eager batch size or None for lazy, attributes
 # chosen by the advisor (True) or the query's header)
 DEMO_QUERIES = {
@@ -35,7 +41,8 @@ UPDATED = {"lineitem": "l_quantity", "t5000g": "c"}
 
 
 def _say(text: str = "") -> None:
-    print(text, flush=True)
+    # the report's stream: stdout as it was when run_demo began (the rest goes to stderr)
+    print(text, file=json_out(), flush=True)
 
 
 @dataclass
@@ -97,6 +104,13 @@ def _watch(client, name: str, stats: _Stats, stop: threading.Event) -> None:
 def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_000,
              batches: int = 4, batch_size: int = 200, seed: int = 7,
              backend: str = "ray") -> int:
+    """The demo; its exit status. Standard output holds its report and nothing else."""
+    with json_only_stdout():  # Ray and Spark write to fd 1 whenever they like
+        return _run_demo(root, tpch_scale, rows, batches, batch_size, seed, backend)
+
+
+def _run_demo(root: str, tpch_scale: float, rows: int, batches: int, batch_size: int,
+              seed: int, backend: str) -> int:
     from imp_actors.config import Eager, EvictionPolicy, Lazy, RuntimeConfig
     from imp_actors.coordinator import Coordinator
     from imp_core.spark.session import get_spark

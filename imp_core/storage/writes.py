@@ -18,7 +18,6 @@ import datetime as dt
 import decimal
 import math
 import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -192,10 +191,11 @@ def write_source(entry: TableEntry, schema: pa.Schema, batches: Iterable[pa.Reco
 
 
 def with_progress(batches: Iterable[Any], total: int, desc: str) -> Iterator[Any]:
-    """``batches``, driving a tqdm bar (rows) on stderr as they are consumed."""
-    from tqdm import tqdm
+    """``batches``, driving a tqdm bar (rows) on stderr as they are consumed (a line per
+    tenth of the rows when stderr is not a terminal)."""
+    from imp_core.progress import progress_bar
 
-    with tqdm(total=total, unit="rows", unit_scale=True, desc=desc, file=sys.stderr) as bar:
+    with progress_bar(total, desc, every=0.1) as bar:
         for batch in batches:
             yield batch
             bar.update(batch.num_rows)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from imp_core.progress import LineProgress, progress_bar
 from imp_core.workloads.schemas import TABLES, TPCH_TABLES
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ def generate_tpch(
     """Generate TPC-H at scale factor ``scale`` into ``out_dir``; table -> Parquet path.
 
     Tables already in ``out_dir`` are kept as they are (whatever scale made them).
-    ``progress`` shows a tqdm bar (in rows) on stderr.
+    ``progress`` shows a tqdm bar (in rows) on stderr, or a line per table when stderr
+    is not a terminal (``imp_core.progress``).
     """
     if not scale > 0:
         raise ValueError(f"scale factor must be > 0, got {scale}")
@@ -108,16 +110,8 @@ def generate_tpch(
 
     exe = tpchgen_executable()
     bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=sum(expected_rows(t, scale) for t in missing),
-            unit="rows",
-            unit_scale=True,
-            desc=f"TPC-H SF {scale}",
-            file=sys.stderr,
-        )
+    if progress:  # a bar on a terminal, a line per table in a pipe or a log
+        bar = progress_bar(sum(expected_rows(t, scale) for t in missing), f"TPC-H SF {scale}")
     try:
         paths.update(_run_tpchgen(exe, scale, out_dir, missing, bar))
     finally:
@@ -131,7 +125,7 @@ _GENERATED = re.compile(r"Generated table (\w+)")
 
 
 def _run_tpchgen(
-    exe: str, scale: float, out_dir: Path, tables: list[str], bar: tqdm | None
+    exe: str, scale: float, out_dir: Path, tables: list[str], bar: tqdm | LineProgress | None
 ) -> dict[str, Path]:
     """One ``tpchgen-cli`` run (it spends about a second on start-up) for all ``tables``.
 

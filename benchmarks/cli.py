@@ -259,9 +259,12 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     eng.add_argument("--full", action="store_true",
                      help="with --json: print the whole report, not only the result rows")
     eng.add_argument("--rows", type=int, default=200_000, help="rows of t5000g")
-    eng.add_argument("--queries", type=lambda s: s.split(","), default=None)
-    eng.add_argument("--delta-sizes", type=_ints, default=None)
-    eng.add_argument("--fragments", type=_ints, default=None)
+    eng.add_argument("--queries", type=lambda s: s.split(","), default=None,
+                     help="comma list of workload queries (default q_having_2,q_joinsel)")
+    eng.add_argument("--delta-sizes", type=_ints, default=None,
+                     help="comma list of delta sizes in rows (default 10,100,1000,10000)")
+    eng.add_argument("--fragments", type=_ints, default=None,
+                     help="comma list of fragment counts (default 10,100,1000,5000)")
     eng.add_argument("--min-seconds", type=float, default=0.5,
                      help="measure each point for at least this long")
     eng.add_argument("--out", default="bench-results/engine.json",
@@ -276,10 +279,13 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                      help="with --json: print the whole report, not only the result rows")
     spk.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
     spk.add_argument("--rows", type=int, default=1_000_000, help="rows of t5000g")
-    spk.add_argument("--queries", type=lambda s: s.split(","), default=None)
+    spk.add_argument("--queries", type=lambda s: s.split(","), default=None,
+                     help="comma list of workload queries (default: the paper's TPC-H and "
+                     "synthetic ones)")
     spk.add_argument("--fragments", type=int, default=1000,
                      help="fragments of each query's sketch attribute")
-    spk.add_argument("--delta-sizes", type=_ints, default=None)
+    spk.add_argument("--delta-sizes", type=_ints, default=None,
+                     help="comma list of delta sizes in rows (default 10,100,1000)")
     spk.add_argument("--repeats", type=int, default=3,
                      help="timed pulls per delta (after one warm-up); the median is reported")
     spk.add_argument("--row-group-rows", type=int, default=65_536,
@@ -380,12 +386,13 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                          "after every batch, read share against a fresh equi-depth "
                          "partition's and static ranges'")
     _report_options(sk, "bench-results/skew.json")
-    sk.add_argument("--rows", type=int, default=200_000)
-    sk.add_argument("--batches", type=int, default=50)
-    sk.add_argument("--batch-rows", type=int, default=2000)
+    sk.add_argument("--rows", type=int, default=200_000, help="rows of t at the start")
+    sk.add_argument("--batches", type=int, default=50, help="skewed insertion batches")
+    sk.add_argument("--batch-rows", type=int, default=2000, help="rows per batch")
     sk.add_argument("--hot", type=float, default=0.5,
                     help="share of each batch inserted into 1%% of the domain")
-    sk.add_argument("--fragments", type=int, default=64)
+    sk.add_argument("--fragments", type=int, default=64,
+                    help="equi-depth ranges of the sketch attribute t.a")
     sk.set_defaults(func=_bench_skew)
 
     flt = bsub.add_parser("faults", help="faults under a running service (a killed raylet, "

@@ -56,9 +56,17 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
                    help="data cache (<root>/data) and bench Delta stores (<root>/bench)")
     p.add_argument("--max-load", type=float, default=None,
                    help="wait (up to 30 min) while the 1-minute load is above this")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of data and updates")
     p.add_argument("--out", default=out, help="where to write the full JSON report")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _listed(what: str, default: Any) -> str:
+    """Help text of a comma-list flag: what it lists and its default."""
+    return f"comma list of {what} (default {','.join(map(str, default))})"
+
+
+_ROWS = "rows per synthetic table (default 1,000,000)"
 
 
 def _run(fn: Callable[..., dict[str, Any]], **fixed: Any):
@@ -73,7 +81,7 @@ def _run(fn: Callable[..., dict[str, Any]], **fixed: Any):
 
 
 def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
-    from benchmarks import breakeven, micro, mixed, scale, strategies, tpch
+    from benchmarks import breakeven, memory, micro, mixed, scale, strategies, tpch
 
     p = bsub.add_parser("tpch", help="IMP vs full maintenance on TPC-H: the paper's 12 "
                         "queries (lineitem batches) or the 22 standard ones (--queries all22; "
@@ -147,10 +155,13 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
                    "(default 1,000,000; the paper: 10M)")
     p.add_argument("--experiments", type=_names, default=None,
                    help=f"default {','.join(micro.EXPERIMENTS)}")
-    p.add_argument("--delta-sizes", type=_ints, default=None)
-    p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--buffer-rows", type=int, default=None)
-    p.add_argument("--buffer-updates", type=int, default=None)
+    p.add_argument("--delta-sizes", type=_ints, default=None,
+                   help=_listed("delta sizes in rows", micro.DELTA_SIZES))
+    p.add_argument("--repeats", type=int, default=None, help="timed runs of each (default 3)")
+    p.add_argument("--buffer-rows", type=int, default=None,
+                   help="rows of the buffers experiment's table (default 50,000)")
+    p.add_argument("--buffer-updates", type=int, default=None,
+                   help="updates of the buffers experiment (default 500)")
     p.add_argument("--fragments", type=_ints, default=None,
                    help=f"fragment counts of the fragments experiment (default "
                    f"{','.join(map(str, micro.FRAGMENTS))})")
@@ -160,10 +171,13 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
 
     p = bsub.add_parser("breakeven", help="delta share where FM becomes cheaper than IMP")
     _common(p, "bench-results/breakeven.json")
-    p.add_argument("--rows", type=int, default=None)
-    p.add_argument("--queries", type=_names, default=None)
-    p.add_argument("--shares", type=_floats, default=None)
-    p.add_argument("--bisect-steps", type=int, default=None)
+    p.add_argument("--rows", type=int, default=None, help=_ROWS)
+    p.add_argument("--queries", type=_names, default=None,
+                   help=_listed("workload queries", breakeven.QUERIES))
+    p.add_argument("--shares", type=_floats, default=None,
+                   help=_listed("delta shares of the table to try", breakeven.SHARES))
+    p.add_argument("--bisect-steps", type=int, default=None,
+                   help="bisections between the two shares around the crossing (default 2)")
     p.set_defaults(func=_run(breakeven.run_breakeven_bench, a="rows", b="queries",
                              c="shares", d="bisect_steps"))
 
@@ -179,42 +193,52 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
 
     p = bsub.add_parser("strategies", help="eager (batch sizes) vs lazy maintenance")
     _common(p, "bench-results/strategies.json")
-    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--rows", type=int, default=None, help=_ROWS)
     p.add_argument("--updates", type=int, default=None, help="default 1000")
-    p.add_argument("--batch-sizes", type=_ints, default=None)
-    p.add_argument("--queries", type=_names, default=None)
+    p.add_argument("--batch-sizes", type=_ints, default=None,
+                   help=_listed("eager batch sizes", strategies.BATCH_SIZES))
+    p.add_argument("--queries", type=_names, default=None,
+                   help=_listed("workload queries", strategies.QUERIES))
     p.set_defaults(func=_run(strategies.run_strategies_bench, a="rows", b="updates",
                              c="batch_sizes", d="queries"))
 
     p = bsub.add_parser("memory", help="state bytes per operator and query; sketch and "
                         "range sizes")
     _common(p, "bench-results/memory.json")
-    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--rows", type=int, default=None, help=_ROWS)
     p.add_argument("--sf", type=float, default=None, help="TPC-H scale of the Q10 top-k "
                    "buffer experiment (0: skip it)")
-    p.add_argument("--delta-sizes", type=_ints, default=None)
+    p.add_argument("--delta-sizes", type=_ints, default=None,
+                   help=_listed("delta sizes in rows", memory.DELTA_SIZES))
     p.add_argument("--topk-buffers", type=_ints, default=None,
                    help="buffer sizes (the unbounded buffer is always added)")
     p.set_defaults(func=_run_memory)
 
     p = bsub.add_parser("all", help="every paper suite, then regenerate docs/benchmarks.md")
-    p.add_argument("--suites", type=_names, default=None)
-    p.add_argument("--results", default="bench-results")
-    p.add_argument("--doc", default="docs/benchmarks.md")
-    p.add_argument("--img", default="docs/img")
+    p.add_argument("--suites", type=_names, default=None,
+                   help=_listed("suites", ("tpch", "micro", "breakeven", "mixed",
+                                           "strategies", "memory")))
+    p.add_argument("--results", default="bench-results", help="folder of the JSON reports")
+    p.add_argument("--doc", default="docs/benchmarks.md", help="the document to regenerate")
+    p.add_argument("--img", default="docs/img", help="folder of the plots")
     p.add_argument("--docs-only", action="store_true",
                    help="only regenerate the document from the existing reports")
-    p.add_argument("--sf", type=float, default=1.0)
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--mixed-rows", type=int, default=10_000_000)
-    p.add_argument("--operations", type=int, default=1000)
-    p.add_argument("--updates", type=int, default=1000)
-    p.add_argument("--strategies-rows", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--data-root", default=".imp")
-    p.add_argument("--max-load", type=float, default=None)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
+    p.add_argument("--rows", type=int, default=1_000_000, help="rows per synthetic table")
+    p.add_argument("--mixed-rows", type=int, default=10_000_000,
+                   help="rows per table of the mixed suite")
+    p.add_argument("--operations", type=int, default=1000,
+                   help="operations of each mixed workload")
+    p.add_argument("--updates", type=int, default=1000, help="updates of the strategies suite")
+    p.add_argument("--strategies-rows", type=int, default=None,
+                   help="rows per table of the strategies suite (default --rows)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs of each measurement")
+    p.add_argument("--data-root", default=".imp",
+                   help="data cache (<root>/data) and bench Delta stores (<root>/bench)")
+    p.add_argument("--max-load", type=float, default=None,
+                   help="wait (up to 30 min) while the 1-minute load is above this")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_all)
 
 

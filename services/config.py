@@ -208,7 +208,8 @@ _SETTINGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
 _HELP = {
     "listen": f"host:port to listen on (default {DEFAULT_LISTEN}; loopback only)",
     "root": "folder or URI for tables, checkpoints and the registry",
-    "tables": "where the Delta tables live (default ROOT/tables)",
+    "tables": "the table store's root: its catalog.json, and its Delta tables in tables/ "
+              "below it (default ROOT itself)",
     "checkpoints": "where checkpoints are written (default ROOT/checkpoints)",
     "backend": "'ray' (default) or 'local' (in-process, no Ray)",
     "ray_address": "join this Ray cluster instead of starting a local one",

@@ -31,6 +31,13 @@ Suite = Literal["tpch", "synthetic", "crimes", "tpch22"]
 SUITES: tuple[Suite, ...] = ("tpch", "synthetic", "crimes", "tpch22")
 # the suites list_queries() lists when no suite is named (see the module docstring)
 DEFAULT_SUITES: tuple[Suite, ...] = ("tpch", "synthetic", "crimes")
+# what each suite is, in one line (``imp workloads``), in the order to show them
+SUITE_DESCRIPTIONS: dict[Suite, str] = {
+    "tpch22": "the 22 TPC-H queries as written (h15 is its view script)",
+    "tpch": "the IMP paper's TPC-H queries, rewritten into the paper's SQL subset",
+    "synthetic": "the IMP paper's synthetic queries over tNg and tjoinhelp",
+    "crimes": "the IMP paper's queries over the crimes table",
+}
 
 _HEADER = re.compile(r"^\s*--\s*sketch\s*:\s*(?P<attrs>.+?)\s*$", re.IGNORECASE)
 _ATTR = re.compile(r"^(?P<table>[A-Za-z_][A-Za-z0-9_]*)\.(?P<column>[A-Za-z_][A-Za-z0-9_]*)$")

@@ -22,15 +22,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from imp_core.stdout import json_out
+from services.cli.catalog_commands import workload_sql
 from services.cli.output import (
     EXIT_REFUSED,
+    SPARK_NOTE,
     describe_explanation,
     describe_info,
     describe_sketch,
+    describe_stats,
+    describe_table,
     exit_code,
     print_json,
     read_table_file,
     show,
+    table_json,
     to_json,
     write_rows,
 )
@@ -197,8 +202,8 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
 
     p = cmd("query", "run a SELECT on Spark, with or without a sketch", _query)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--sql")
-    src.add_argument("--file")
+    src.add_argument("--sql", help="the SELECT query text to run")
+    src.add_argument("--file", help="a file holding the SELECT query to run")
     src.add_argument("--query", dest="registered", metavar="NAME",
                      help="a registered query (its SQL and its sketch)")
     p.add_argument("--with", dest="with_query", metavar="NAME",
@@ -217,8 +222,10 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument("shards", type=int)
     p = cmd("maintain", "maintain now (named queries, queries of tables, or all)", _maintain)
-    p.add_argument("--query", dest="queries", action="append", default=[])
-    p.add_argument("--table", dest="tables", action="append", default=[])
+    p.add_argument("--query", dest="queries", action="append", default=[], metavar="NAME",
+                   help="maintain this registered query (repeatable)")
+    p.add_argument("--table", dest="tables", action="append", default=[], metavar="TABLE",
+                   help="maintain the queries that read this table (repeatable)")
     cmd("stats", "counters of the coordinator and the service", _stats)
 
 
@@ -291,6 +298,8 @@ def _run(func: Callable, args: argparse.Namespace) -> int:
             hint = f" (is `imp serve` running at {args.target}?)"
         print(f"error: {exc}{hint}", file=sys.stderr)
         return exit_code(exc.code)
+    except BrokenPipeError:  # the reader went away (``imp ls | head``): main ends quietly
+        raise
     except (OSError, ValueError) as exc:  # local files and values
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -309,14 +318,7 @@ def _register(client: Any, args: argparse.Namespace) -> int:
     elif args.file:
         sql = Path(args.file).read_text()
     else:
-        from imp_core.workloads.queries import load_query
-
-        try:
-            wq = load_query(args.workload)
-        except KeyError as exc:
-            raise ValueError(exc.args[0]) from None
-        header = ", ".join(f"{t}.{c}" for t, c in wq.sketch)
-        sql = f"-- sketch: {header}\n{wq.sql}"
+        sql = workload_sql(args.workload)  # unknown: a ValueError naming `imp workloads`
     partitions: dict[str, Any] | str = {}
     auto = [a for a, _ in args.partition if a == "auto"]
     if auto and (len(args.partition) > 1 or args.bounds):
@@ -483,6 +485,8 @@ def _update(client: Any, args: argparse.Namespace) -> int:
 def _query(client: Any, args: argparse.Namespace) -> int:
     sql = args.sql or (Path(args.file).read_text() if args.file else None)
     query = args.registered or args.with_query
+    if not args.json:  # else the first call of a server looks stuck while Spark starts
+        print(SPARK_NOTE, file=sys.stderr, flush=True)
     result = client.run_query(sql=sql, query=query, use_sketch=not args.no_sketch)
     if args.out:
         write_rows(result.rows, args.out)
@@ -526,17 +530,14 @@ def _query(client: Any, args: argparse.Namespace) -> int:
 def _ls(client: Any, args: argparse.Namespace) -> int:
     queries, tables = client.queries(), client.tables()
     if args.json:
-        print_json({"queries": queries,
-                     "tables": [{"name": t.name, "version": t.version,
-                                 "columns": {f.name: str(f.type) for f in t.schema}}
-                                for t in tables]})
+        print_json({"queries": queries, "tables": [table_json(t) for t in tables]})
         return 0
     print(f"queries ({len(queries)}):")
     for q in queries:
         print(f"  {describe_info(q)}")
     print(f"tables ({len(tables)}):")
     for t in tables:
-        print(f"  {t.name:16s} version {t.version:<5d} {', '.join(t.schema.names)}")
+        print("\n".join(describe_table(t)))
     return 0
 
 
@@ -581,11 +582,7 @@ def _maintain(client: Any, args: argparse.Namespace) -> int:
 def _stats(client: Any, args: argparse.Namespace) -> int:
     stats = client.stats()
     if args.json:
-        print_json(stats)
-        return 0
-    for part in ("coordinator", "service"):
-        print(f"{part}:")
-        for key, value in stats[part].items():
-            text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
-            print(f"  {key}: {text}")
+        print_json(stats)  # full precision; the text rounds (``describe_stats``)
+    else:
+        print("\n".join(describe_stats(stats)))
     return 0

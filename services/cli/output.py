@@ -15,12 +15,16 @@ import dataclasses
 import datetime as dt
 import decimal
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from imp_core.stdout import json_out
 
 EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_OTHER = 2, 3, 4, 1
+# on stderr before ``imp query`` (readable output): the first query of a server starts
+# Spark's JVM, which takes about half a minute with nothing to show
+SPARK_NOTE = "running on Spark (the first query of a server starts Spark, ~30 s) ..."
 _REFUSED = {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION",
             "UNIMPLEMENTED", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED"}
 _UNREACHABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
@@ -121,6 +125,58 @@ def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
                      f"{'yes' if c['safe'] else 'no':5s} {frag:>7s} "
                      f"{_share(c.get('provenance_share')):>10s} "
                      f"{_share(c.get('read_share')):>7s}  {c.get('reason', '')}")
+    return lines
+
+
+def rounded(value: Any) -> Any:
+    """``value`` with its floats rounded for reading: two decimals from 1 up, three
+    significant digits below (``11.080491`` -> ``11.08``, ``0.000123456`` ->
+    ``0.000123``); dicts and lists element by element; everything else as is."""
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value, 2) if abs(value) >= 1 else float(f"{value:.3g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+def describe_stats(stats: dict[str, Any]) -> list[str]:
+    """``imp stats`` as text: ``part:`` then ``  key: value`` lines, floats rounded."""
+    lines = []
+    for part in ("coordinator", "service"):
+        lines.append(f"{part}:")
+        for key, value in stats.get(part, {}).items():
+            value = rounded(value)
+            text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+            lines.append(f"  {key}: {text}")
+    return lines
+
+
+def table_json(t: Any) -> dict[str, Any]:
+    """A ``TableRecord`` as JSON: name, version, columns and, when the server sends them
+    (in the schema's metadata), key and declared domains."""
+    from imp_core.storage.declared import declared_of
+
+    doc: dict[str, Any] = {"name": t.name, "version": t.version,
+                           "columns": {f.name: str(f.type) for f in t.schema}}
+    declared = declared_of(t.schema)
+    if declared is not None:
+        key, domains = declared
+        doc["key"] = None if key is None else list(key)
+        doc["domains"] = {c: [to_json(lo), to_json(hi)] for c, (lo, hi) in domains.items()}
+    return doc
+
+
+def describe_table(t: Any) -> list[str]:
+    """A ``TableRecord`` as text: name, version, columns, then key and domains if sent."""
+    from imp_core.storage.declared import declared_of, describe_domains, describe_key
+
+    lines = [f"  {t.name:16s} version {t.version:<5d} {', '.join(t.schema.names)}"]
+    declared = declared_of(t.schema)
+    if declared is not None:
+        key, domains = declared
+        lines.append(f"  {'':16s} key {describe_key(key)}; domains {describe_domains(domains)}")
     return lines
 
 

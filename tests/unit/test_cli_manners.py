@@ -150,6 +150,33 @@ def test_ls_shows_each_tables_key_and_domains(fake, capsys):
     assert tables["bag"]["key"] is None and "key" not in tables["old"]
 
 
+@pytest.mark.grpc
+def test_ls_over_grpc_shows_what_the_store_declares(tmp_path, capsys):
+    from imp_actors.config import RuntimeConfig
+    from imp_actors.coordinator import Coordinator
+    from imp_core.storage import DeltaStore
+    from services.config import ServerConfig
+    from services.server import SketchServer
+
+    store = DeltaStore(tmp_path)
+    store.create_table("t", pa.table({"id": [1, 2], "qty": [3, 4]}), key=("id",),
+                       domains={"qty": (0, 10)})
+    store.create_table("bag", pa.table({"x": [1.5]}))
+    config = RuntimeConfig(root=str(tmp_path), backend="local", warm_actors=0)
+    with Coordinator(config, store=store) as coordinator:  # local workers: no Ray, no Spark
+        server = SketchServer(ServerConfig(listen="127.0.0.1:0"), coordinator).start()
+        try:
+            assert main(["ls", "--target", server.address]) == 0
+            out = capsys.readouterr().out
+            assert main(["ls", "--target", server.address, "--json"]) == 0
+            tables = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
+        finally:
+            server.stop(0)
+    assert "key (id); domains qty [0, 10]" in out and "key none (row ids); domains -" in out
+    assert tables["t"]["key"] == ["id"] and tables["t"]["domains"] == {"qty": [0, 10]}
+    assert tables["bag"]["key"] is None and tables["bag"]["columns"] == {"x": "double"}
+
+
 def test_query_says_on_stderr_that_spark_may_take_a_while(fake, capsys):
     assert main(["query", "--sql", "SELECT 1"]) == 2
     out = capsys.readouterr()

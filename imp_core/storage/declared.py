@@ -31,9 +31,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from imp_core.storage.catalog import decode_bound, encode_bound
 
@@ -149,10 +146,8 @@ def parse_domains(specs: Sequence[str], schema: pa.Schema) -> dict[str, Domain]:
 # -- Delta CHECK constraints -----------------------------------------------------------------
 
 # comparison -> (side the constant bounds when the column is on the left, strict)
-_COMPARISONS: dict[type, tuple[str, bool]] = {
-    exp.GTE: ("low", False), exp.GT: ("low", True),
-    exp.LTE: ("high", False), exp.LT: ("high", True), exp.EQ: ("both", False),
-}
+_COMPARISONS = {"GTE": ("low", False), "GT": ("low", True), "LTE": ("high", False),
+                "LT": ("high", True), "EQ": ("both", False)}
 _MIRROR = {"low": "high", "high": "low", "both": "both"}
 
 
@@ -166,6 +161,11 @@ def constraint_domains(configuration: Mapping[str, str], schema: pa.Schema
     simple ones alone still bound every row. A strict bound on an integer or date column
     becomes the next value; on other types it is kept as is (a bound that is a little
     wider is still true)."""
+    # sqlglot only here: a store that reads no constraints does not load the parser
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
     bounds: dict[str, list[Bound]] = {}
     for prop, sql in sorted(configuration.items()):
         if not prop.startswith(CONSTRAINT_PREFIX):
@@ -185,9 +185,11 @@ def constraint_domains(configuration: Mapping[str, str], schema: pa.Schema
             if lo is None or hi is None or lo <= hi}
 
 
-def _simple_bounds(node: exp.Expression, schema: pa.Schema
-                   ) -> list[tuple[str, str, Bound]]:
-    """(column, 'low'|'high'|'both', bound) of one conjunct; [] if it is not simple."""
+def _simple_bounds(node: Any, schema: pa.Schema) -> list[tuple[str, str, Bound]]:
+    """(column, 'low'|'high'|'both', bound) of one conjunct (a sqlglot expression); []
+    if it is not simple."""
+    from sqlglot import exp
+
     node = node.unnest() if isinstance(node, exp.Paren) else node
     if isinstance(node, exp.Between):
         column = _column_of(node.this, schema)
@@ -196,7 +198,7 @@ def _simple_bounds(node: exp.Expression, schema: pa.Schema
         if column is None or low is None or high is None:
             return []
         return [(column, "low", low), (column, "high", high)]
-    rule = _COMPARISONS.get(type(node))
+    rule = _COMPARISONS.get(type(node).__name__) if isinstance(node, exp.Binary) else None
     if rule is None:
         return []
     side, strict = rule
@@ -212,7 +214,9 @@ def _simple_bounds(node: exp.Expression, schema: pa.Schema
     return [(column, side, value)]
 
 
-def _column_of(node: exp.Expression | None, schema: pa.Schema) -> str | None:
+def _column_of(node: Any, schema: pa.Schema) -> str | None:
+    from sqlglot import exp
+
     if not isinstance(node, exp.Column) or node.table:
         return None
     try:
@@ -222,8 +226,10 @@ def _column_of(node: exp.Expression | None, schema: pa.Schema) -> str | None:
     return column if _supports_domain(schema.field(column).type) else None
 
 
-def _constant(node: exp.Expression | None, column: str | None, schema: pa.Schema) -> Bound:
+def _constant(node: Any, column: str | None, schema: pa.Schema) -> Bound:
     """The constant ``node`` as a bound of ``column`` (None: not a constant of its type)."""
+    from sqlglot import exp
+
     if node is None or column is None:
         return None
     negative = False

@@ -49,6 +49,7 @@ from imp_actors.registration import Registration, check_shards
 from imp_actors.registry import Registry
 from imp_actors.runtime_watch import RuntimeWatch
 from imp_actors.shards import ShardManager
+from imp_actors.sketch_reuse import choose_sketch
 from imp_actors.spark_work import SparkWork
 from imp_actors.state_manager import StateManager
 from imp_actors.storage import BlobStore
@@ -418,27 +419,30 @@ class Coordinator:
         """Run a SELECT on Spark over the tables' versions of the sketch it uses (or the
         latest versions without one); with ``use_sketch`` the scans read only the
         sketch's fragments, except of tables where its filter would read more than
-        ``sketch_max_read_share`` of the rows (``QueryResult.access`` says which)."""
+        ``sketch_max_read_share`` of the rows (``QueryResult.access`` says which). The
+        sketch of ``query`` (or, without it, of a registered query chosen by
+        ``imp_actors.sketch_reuse``) is used for ``sql`` only where it provably gives the
+        plain query's rows (``QueryResult.reuse`` says by which rule); otherwise the call
+        is refused and nothing is done."""
         from imp_core.sql import plan_sql
 
         registered = self._get(query) if query else None
         if sql is None and registered is None:
             raise PartitionError("run_query needs SQL or the name of a registered query")
         plan = registered.plan if sql is None else plan_sql(sql, self.catalog())
-        if registered is None and use_sketch:
-            registered = self.ctx.queries.with_plan(plan)
-            if registered is None:
-                raise UnknownQueryError("no registered query has this plan; register it "
-                                        "first or run it without a sketch")
+        reuse = None
+        if use_sketch:  # a sketch that cannot answer the SQL is refused before any work
+            registered, reuse = choose_sketch(self.ctx.queries, plan, registered)
         version = None
-        if use_sketch and registered is not None:
+        if reuse is not None:
             version = self.get_sketch(registered.name, fresh=True)
-            versions = dict(version.versions)
-        else:
-            versions = {t: self.probe.latest(t) for t in sorted(plan.root.tables())}
+        versions = dict(version.versions) if version else {}
+        for t in sorted(plan.root.tables() - set(versions)):  # not sketched: the latest
+            versions[t] = self.probe.latest(t)
         run = self.spark.run(plan, versions, version.sketch if version else None,
                              self.config.sketch_max_read_share)
-        return replace(run, sketch=version)
+        return replace(run, sketch=version, reuse=reuse.rule if reuse else "",
+                       reuse_reason=reuse.reason if reuse else "")
 
     def recapture(self, name: str, versions: Mapping[str, int] | None = None,
                   partitions: PartitionSet | None = None) -> tuple[Sketch, float]:

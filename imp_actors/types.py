@@ -137,6 +137,10 @@ class QueryResult:
     bytes_estimate: Mapping[str, int] = field(default_factory=dict)
     # per table: how many scans of it the query runs (a table read twice counts twice)
     table_scans: Mapping[str, int] = field(default_factory=dict)
+    # with a sketch: the rules of ``imp_core.sketch.reuse`` that let it answer this SQL
+    # ("same-plan", "subquery", "stronger-selection", "smaller-limit", joined by "+"), why
+    reuse: str = ""
+    reuse_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -486,7 +486,8 @@ def query_result_to_proto(r: QueryResult, rows: bytes) -> pb.RunQueryResponse:
         files_read=dict(r.files_read), files_skipped=dict(r.files_skipped),
         access=r.access, access_reason=r.access_reason, read_share=dict(r.read_share),
         table_rows=dict(r.table_rows), table_scans=dict(r.table_scans),
-        table_bytes=dict(r.table_bytes), bytes_estimate=dict(r.bytes_estimate))
+        table_bytes=dict(r.table_bytes), bytes_estimate=dict(r.bytes_estimate),
+        reuse=r.reuse, reuse_reason=r.reuse_reason)
     if r.sketch is not None:
         out.sketch.CopyFrom(sketch_to_proto(r.sketch))
     return out
@@ -557,7 +558,8 @@ def run_result_from_proto(msg: pb.RunQueryResponse) -> RunResult:
         access=msg.access or "plain", access_reason=msg.access_reason,
         read_share=dict(msg.read_share), table_rows=dict(msg.table_rows),
         table_scans=dict(msg.table_scans), table_bytes=dict(msg.table_bytes),
-        bytes_estimate=dict(msg.bytes_estimate))
+        bytes_estimate=dict(msg.bytes_estimate), reuse=msg.reuse,
+        reuse_reason=msg.reuse_reason)
 
 
 def table_from_proto(msg: pb.TableInfo) -> TableRecord:

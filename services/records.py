@@ -84,6 +84,8 @@ class RunResult:
     table_scans: Mapping[str, int] = field(default_factory=dict)
     table_bytes: Mapping[str, int] = field(default_factory=dict)
     bytes_estimate: Mapping[str, int] = field(default_factory=dict)  # pages read, estimated
+    reuse: str = ""  # with a sketch: the rules that let it answer this SQL, and why
+    reuse_reason: str = ""
 
     @property
     def total_rows_read(self) -> int:

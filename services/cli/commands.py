@@ -207,7 +207,8 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--query", dest="registered", metavar="NAME",
                      help="a registered query (its SQL and its sketch)")
     p.add_argument("--with", dest="with_query", metavar="NAME",
-                   help="filter with the sketch of this registered query")
+                   help="filter with the sketch of this registered query; refused unless "
+                        "that is proven to give the plain query's rows (docs/api.md)")
     p.add_argument("--no-sketch", action="store_true", help="run without a sketch")
     p.add_argument("--show", type=int, default=20, help="rows to print (readable output)")
     p.add_argument("--out", help="write all rows to a .parquet, .csv or .json file")
@@ -504,6 +505,8 @@ def _query(client: Any, args: argparse.Namespace) -> int:
     else:
         how = f"without the sketch of {result.sketch.query} (seq {result.sketch.seq})"
     print(f"{result.rows.num_rows} rows in {result.seconds:.3f} s {how}")
+    if result.reuse and result.reuse != "same-plan":
+        print(f"  reuse: {result.reuse} ({result.reuse_reason})")
     if result.access_reason:
         print(f"  access: {result.access} ({result.access_reason})")
     actual = result.rows_read_share()

@@ -244,3 +244,46 @@ def test_cli_register_auto_and_explain(svc, capsys):
     assert "--partition auto" in capsys.readouterr().err
     client = svc.client()
     client.drop("cli_auto")
+
+
+def test_a_sketch_answers_other_sql_only_where_proven(svc, capsys):
+    """Issue 28: ``imp query --sql "select count(*) ..." --with q3`` answered with q3's
+    sketch, silently wrong. Another query's sketch is now used only where it provably
+    gives the plain query's rows; otherwise the call is refused, with the reason, before
+    anything runs or changes."""
+    from grpc_harness import TOKEN
+
+    from imp_core.reference import restrict_to_sketch
+    from services.cli.main import main
+
+    client, table = svc.client(), "t1000g"
+    count = f"SELECT count(*) AS n FROM {table}"
+    rows = svc.coordinator.store.read(table)
+    sketch = svc.coordinator.get_sketch("groups").sketch
+    # what the sketch's rows would have answered: fewer than the table holds
+    wrong = restrict_to_sketch({table: rows}, sketch)[table].num_rows
+    assert wrong < rows.num_rows
+    before = svc.state()
+    with pytest.raises(RemoteError) as refused:
+        client.run_query(sql=count, query="groups")
+    assert refused.value.code == "FAILED_PRECONDITION"
+    assert f"{table} is read outside groups's plan" in refused.value.message
+    with pytest.raises(RemoteError) as unknown:  # no name: no registered sketch answers it
+        client.run_query(sql=count)
+    assert unknown.value.code == "NOT_FOUND" and "groups" in unknown.value.message
+    assert svc.state() == before
+    plain = client.run_query(sql=count, use_sketch=False)
+    assert plain.rows.column("n").to_pylist() == [rows.num_rows]
+    # the query's result used as a subquery, or filtered further: the sketch answers
+    sql = load_query(QUERIES["groups"]).sql
+    for other, rule, name in ((f"SELECT count(*) AS n FROM ({sql}) x", "subquery", "groups"),
+                              (f"SELECT * FROM ({sql}) x WHERE x.ab > 0",
+                               "stronger-selection", None)):
+        used = client.run_query(sql=other, query=name)
+        assert used.sketch is not None and used.sketch.query == "groups"
+        assert used.reuse == rule and "groups" in used.reuse_reason
+        assert _same_rows(used.rows, client.run_query(sql=other, use_sketch=False).rows)
+    conn = ["--target", svc.address, "--token", TOKEN]
+    assert main(["query", "--sql", count, "--with", "groups", *conn]) != 0
+    out = capsys.readouterr()
+    assert "read outside groups's plan" in out.err and str(wrong) not in out.out

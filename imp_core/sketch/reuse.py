@@ -8,23 +8,27 @@ registration unless it was forced). ``reuse_decision`` accepts another plan P2 o
 when P2(D') = P2(D) follows from that premise alone, for every database; anything it
 cannot prove is refused with the reason (a refusal only costs reading the tables whole).
 
-Both plans are compared in ``imp_core.plan.canonical`` form (selections lifted as high
-as they go, projections composed), so the planner's push-down of an outer WHERE into a
-subquery does not hide the subquery. The proof:
+Both plans are compared in ``imp_core.plan.canonical`` form (projections composed,
+selections lifted as high as they go, or, in a second try, not across aggregations and
+joins), so the planner's push-down of an outer WHERE into a subquery does not hide the
+subquery. The proof:
 
 - *Exact parts of P.* P's root is exact (its output over D' is its output over D). Below
   a projection, the input is exact too when the projection keeps every input column as
   it is (the input can be read back from the output) or when the input is monotone
   (scans, selections, projections, inner and semi-joins, DISTINCT): D' only lacks rows
   of D, so the input over D' is a sub-bag of the input over D with as many rows. Nothing
-  else of P is: below a selection, an aggregation, a top-k or a DISTINCT, D' may lack
-  rows P's result does not need.
+  else of P is: below a selection, an aggregation or a top-k, D' may lack rows P's
+  result does not need.
 - *Derived from an exact part E*: a projection of E (``imp_core.plan.canonical.
   projection_of``: some of its columns or aggregates, renamed): a function of E's rows;
   ``σ_θ2(X)`` when ``θ2`` implies E = ``σ_θ1(X)``'s ``θ1`` (``imp_core.plan.implication``),
   since ``σ_θ2(X) = σ_θ2(σ_θ1(X))``: a stronger HAVING, or a filter over P's result (X
   may be a projection of E's input); ``TopK_k2(X)`` when E = ``TopK_k1(X)`` in the same
-  order with ``k2 <= k1``: the first k2 of the first k1 (ties broken as for P itself).
+  order with ``k2 <= k1``: the first k2 of the first k1 (ties broken as for P itself);
+  ``π(σ_θ1∧R(X))`` when E = ``π_E(σ_θ1(X))`` outputs every column R reads and the
+  expressions of π: ``π(σ_R(E))``, a filter over P's result that the planner pushed
+  below P's projection.
 - *Everything else of P2* must be computed from exact parts, derived parts and inputs
   reading no table the sketch filters (those read D' = D); any operator over exact
   inputs is exact. A scan of a sketched table reached otherwise refuses the plan.

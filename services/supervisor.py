@@ -66,7 +66,9 @@ def supervise(argv: Sequence[str], stop_after_s: float,
     while True:
         env = dict(os.environ, IMP_SUPERVISE="off", **{SUPERVISED_ENV: str(os.getpid()),
                                                         RESTARTS_ENV: str(restarts)})
-        child = subprocess.Popen(command, env=env)
+        # a session of its own: a terminal's Ctrl-C (or a group kill) reaches the
+        # supervisor only, which passes it on once (twice would mean "exit at once")
+        child = subprocess.Popen(command, env=env, start_new_session=True)
         code = _wait(child, stopping, stop_after_s)
         if stopping.is_set():  # ended by the signal passed on: a stop, unless killed
             return code if code >= 0 else (1 if code == -signal.SIGKILL else 0)

@@ -443,6 +443,12 @@ def _sketch(client: Any, args: argparse.Namespace) -> int:
 
 
 def _watch(client: Any, args: argparse.Namespace) -> int:
+    from imp_actors.config import Lazy
+
+    if isinstance(client.info(args.name).strategy, Lazy):  # else it may look stuck
+        print(f"{args.name} is lazy: a new version is made only when its sketch is read "
+              f"(imp sketch {args.name}) or it is maintained (imp maintain --query "
+              f"{args.name}); waiting ...", file=sys.stderr, flush=True)
     after = args.after_seq
     if after is None:
         after = max(client.sketch(args.name, fresh=False).seq - 1, 0)

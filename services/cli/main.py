@@ -91,6 +91,7 @@ EXIT_BROKEN_PIPE = 141
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: a supervisor's child
     try:
         if getattr(args, "json", False):
             with json_only_stdout():  # the JSON document and nothing else on stdout

@@ -93,6 +93,7 @@ def test_register_update_sketch_watch(svc, imp, tmp_path):
 
     lines = imp("watch", "g1", "--after-seq", str(before["seq"]), "--count", "1", "--json")
     assert lines[0] == 0
+    assert "g1 is lazy: a new version is made only when its sketch is read" in lines[2]
     [watched] = [json.loads(line) for line in lines[1].splitlines()]
     assert watched["seq"] == current["seq"] and watched["fragments"] == current["fragments"]
 

@@ -6,8 +6,6 @@ transparently. The oracle is the reference evaluator at each sketch's table vers
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec

@@ -181,7 +181,7 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
         results["many_sample_exact"] = exact
         results["evictions"] = stats["counters"].get("evictions", 0)
         # resident memory of every live worker process (query shards and warm workers)
-        results["live_worker_rss_mib"] = round(_rss_mib(c.worker_pids()), 1)
+        results["live_worker_rss_mib"] = round(_rss_mib(c.diagnostics.worker_pids()), 1)
         _log(progress, f"{results['registered_queries']} queries registered, at most "
                        f"{live_max} live actors")
         for name in [q.name for q in c.queries() if q.name.startswith("many")]:
@@ -218,7 +218,7 @@ def _chaos(c, config, rng: np.random.Generator, steps: int, progress: bool):
             name = list(names)[int(rng.integers(0, len(names)))]
             info = c.info(name)
             if info.state == "live":
-                c.kill_shard(name, int(rng.integers(0, info.shards)))
+                c.diagnostics.kill_shard(name, int(rng.integers(0, info.shards)))
         if step == steps // 2:
             c.abandon()
             c = Coordinator(config).start()

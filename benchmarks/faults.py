@@ -307,7 +307,7 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
             stream.send(lambda r: c.apply_update(TABLE, inserts=r))
         c.get_sketch("lazy")
         head = ray.get_runtime_context().get_node_id()
-        placed = set(c.placement("lazy")) - {head}
+        placed = set(c.diagnostics.placement("lazy")) - {head}
         victim = next(n for n in cluster.worker_nodes if n.node_id in placed)
         log(progress, f"  node: removing worker node {victim.node_id[:8]}")
         t0 = time.monotonic()
@@ -324,7 +324,7 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
         for _ in range(batches // 2 - 1):
             stream.send(lambda r: c.apply_update(TABLE, inserts=r))
         exact = all(_exact_embedded(c, n) for n in QUERIES)
-        moved = sorted(set(c.placement("lazy")))
+        moved = sorted(set(c.diagnostics.placement("lazy")))
         restarts = sum(m.restarts for m in c.metrics().queries)
     finally:
         c.close()

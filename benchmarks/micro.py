@@ -159,7 +159,7 @@ def measure_case(coordinator, store, case: Case, sizes: list[int], repeats: int,
         fm_times.append(fm1)
         verified = {"sketch_ok": set(sketch.fragments) == set(sv.sketch.fragments)}
     fm = median(fm_times)
-    stats = [op for shard in coordinator.operator_stats(name) for op in shard]
+    stats = [op for shard in coordinator.diagnostics.operator_stats(name) for op in shard]
     state_bytes = coordinator.info(name).state_bytes
     # join probes the Bloom filters answered, if the operator stats report them
     joins = [op for op in stats if op["kind"] == "join"]

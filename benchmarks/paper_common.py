@@ -286,12 +286,12 @@ def timed_maintenance(coordinator, name: str, forget_feed: Iterable[str] = ()
     delta is read back from the Delta change files."""
     for t in forget_feed:
         coordinator.feed.forget(t)
-    before = op_seconds(coordinator.operator_stats(name))
+    before = op_seconds(coordinator.diagnostics.operator_stats(name))
     pull0 = coordinator.feed.stats.pull_seconds
     t0 = time.perf_counter()
     coordinator.get_sketch(name)
     total = time.perf_counter() - t0
-    after = op_seconds(coordinator.operator_stats(name))
+    after = op_seconds(coordinator.diagnostics.operator_stats(name))
     diff = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     ops = sum(diff.values())
     return {"total": total, "join": diff.get("join", 0.0), "ops": ops,

@@ -286,7 +286,7 @@ def measure_query(coordinator, store, qname: str, sizes: list[int], fragments: i
                 log(progress, f"  {qname}: could not re-insert {missing[0].num_rows} rows "
                     f"of {table}: {exc!r}")
         raise
-    stats = [op for shard in coordinator.operator_stats(qname) for op in shard]
+    stats = [op for shard in coordinator.diagnostics.operator_stats(qname) for op in shard]
     summary = {"query": qname, "sketch": f"{table}.{column}", "table": table,
                "bootstrap_s": round(boot_s, 2), "forced": note is not None,
                "fragments": info.total_fragments, "sketch_fragments": info.sketch_fragments,

@@ -38,8 +38,10 @@ from imp_actors.checkpoints import CheckpointStore
 from imp_actors.config import RuntimeConfig
 from imp_actors.context import QueryDirectory, RuntimeContext
 from imp_actors.control_loop import ControlLoop
+from imp_actors.diagnostics import Diagnostics
 from imp_actors.feed import DeltaFeed, VersionProbe
-from imp_actors.handles import Pending, T, WorkerHandle, gather, make_backend
+from imp_actors.freshness import Freshness
+from imp_actors.handles import make_backend
 from imp_actors.layouts import Layouts
 from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime, QueryState
@@ -64,7 +66,7 @@ from imp_actors.types import (
     UpdateResult,
 )
 from imp_core.engine.pipeline import EngineOptions
-from imp_core.errors import ImpError, PartitionError, UnknownQueryError, WorkerLostError
+from imp_core.errors import ImpError, PartitionError, UnknownQueryError
 from imp_core.scan_spec import ScanSpec
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -101,6 +103,9 @@ class Coordinator:
         self.layouts = Layouts(self.ctx, self.writer)
         self.loop = ControlLoop(self.ctx, self.shards, self.state, self.layouts)
         self.registration = Registration(self.ctx, self.shards, self.state, self.catalog)
+        self.freshness = Freshness(self.ctx)
+        # where shards run, their operators' counters, killing one (tools and tests)
+        self.diagnostics = Diagnostics(self.ctx, self.shards, self.state)
         self.runtime = RuntimeWatch(self.ctx.backend, self.ctx.counters,
                                     config.runtime_check_s)
         self._started = False
@@ -231,22 +236,8 @@ class Coordinator:
         return {"result": result, "advice": advice.to_json() if advice else None}
 
     def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
-        """Why the query is sketched on its attributes (``imp_core.advisor.explanation``
-        of its registration's advice and its sketch, current or latest maintained), with
-        the share of each sketched table its filter reads under the layout now
-        (``read_share_now``)."""
-        from imp_core.advisor import Advice, explanation
-        from imp_core.spark.compile import MAX_PREDICATE_RANGES
-        from imp_core.storage.row_groups import fit_to_layout
-
-        sv = self.get_sketch(name, fresh)
-        raw = self._get(name).record.advice
-        out = explanation(Advice.from_json(raw) if raw else None, self._get(name).plan,
-                          sv.sketch)
-        fit = fit_to_layout(sv.sketch, dict(sv.versions), self.spark.layout,
-                            MAX_PREDICATE_RANGES)
-        out.update(query=name, sketch_seq=sv.seq, read_share_now=fit.shares)
-        return out
+        """Why the query is sketched on its attributes (``Layouts.explain``)."""
+        return self.layouts.explain(self._get(name), self.get_sketch(name, fresh))
 
     def _get(self, name: str) -> QueryRuntime:
         return self.ctx.queries.get(name)
@@ -289,7 +280,7 @@ class Coordinator:
                 latest = q.history.latest
             assert latest is not None
             return latest
-        if latest is not None and self._current(q, latest):
+        if latest is not None and self.freshness.current(q, latest):
             self.counters["sketch_hits"] += 1
             return latest
         if before_work is not None:
@@ -298,47 +289,9 @@ class Coordinator:
 
     def answer_check(self, name: str, sv: SketchVersion, fresh: bool = True
                      ) -> Callable[[], bool]:
-        """A check, made once and called on every repeated request, that says whether
-        ``get_sketch(name, fresh)`` would still answer ``sv`` without any work: ``name`` is
-        still this registration, ``sv`` its latest version and, with ``fresh``, no table
-        it reads has a newer committed version. Lets a front end answer a repeated
-        request with the answer it made before; a passed check counts as a use and a
-        hit, as ``get_sketch`` counts them. Everything it needs is looked up here, once:
-        it runs thousands of times a second."""
-        q = self._get(name)
-        directory, history, counters = self.ctx.queries, q.history, self.counters
-        ctx, probe, expected = self.ctx, self.ctx.probe, _expected_versions(q, sv)
-        if expected is None:
-            return lambda: False
-
-        def unchanged() -> bool:
-            if directory.lookup(name) is not q or history.latest is not sv:
-                return False
-            if fresh:  # ``_versions_hold``, inline: one frame less on the hot path
-                max_age = ctx.config.fresh_recheck_s
-                for table, version in expected:
-                    if probe.latest(table, max_age) != version:
-                        return False
-            q.last_used = time.time()
-            counters["sketch_hits"] += 1
-            return True
-
-        return unchanged
-
-    def _current(self, q: QueryRuntime, sv: SketchVersion) -> bool:
-        """``sv`` is exact for the newest committed version of every table ``q`` reads
-        (as found at most ``fresh_recheck_s`` ago)."""
-        expected = _expected_versions(q, sv)
-        return expected is not None and self._versions_hold(expected)
-
-    def _versions_hold(self, expected: tuple[tuple[str, int | None], ...]) -> bool:
-        """Every (table, version) of ``expected`` is the table's newest committed version
-        (as found at most ``fresh_recheck_s`` ago)."""
-        probe, max_age = self.ctx.probe, self.ctx.config.fresh_recheck_s
-        for table, version in expected:  # a loop, not all(...): this runs on every request
-            if probe.latest(table, max_age) != version:
-                return False
-        return True
+        """Whether ``get_sketch(name, fresh)`` would still answer ``sv`` without any work,
+        as a check to call on every repeated request (``Freshness.answer_check``)."""
+        return self.freshness.answer_check(self._get(name), sv, fresh)
 
     def sketch_version(self, name: str, seq: int) -> SketchVersion:
         return self._get(name).history.get(seq)
@@ -466,48 +419,3 @@ class Coordinator:
         nodes = self.backend.known_nodes()
         return replace(runtime_metrics(self.ctx), runtime_up=self.runtime.state.value == "up",
                        nodes_alive=sum(1 for n in nodes if n["alive"]) if nodes else None)
-
-    def _ask_shards(self, name: str, ask: Callable[[WorkerHandle], Pending[T]]) -> list[T]:
-        """``ask`` every shard of the query (made live first), in shard order."""
-        q = self._get(name)
-        with q.lock:
-            self.state.ensure_live(q)
-            assert q.handles is not None
-            return gather([ask(h) for h in q.handles])
-
-    def placement(self, name: str) -> list[str]:
-        """The Ray node (or "local") of each live shard of a query."""
-        return self._ask_shards(name, lambda h: h.node())
-
-    def operator_stats(self, name: str) -> list[list[dict]]:
-        """Per live shard, its pipeline's ``IncrementalQuery.stats()`` (made live first)."""
-        return self._ask_shards(name, lambda h: h.stats())
-
-    def worker_pids(self) -> list[int]:
-        """Process ids of every live worker (query shards and warm ones)."""
-        handles = [h for q in self.ctx.queries.all() if q.live for h in q.handles or ()]
-        pending = [h.ping() for h in handles + self.shards.warm_handles()]
-        pids = []
-        for p in pending:
-            try:
-                pids.append(p.result())
-            except WorkerLostError:
-                continue  # died meanwhile: no longer a live worker
-        return pids
-
-    def kill_shard(self, name: str, shard: int) -> None:
-        """Kill one live shard's actor (fault injection: the next use recovers it)."""
-        q = self._get(name)
-        with q.lock:
-            if not q.live or q.handles is None:
-                raise UnknownQueryError(f"query {name!r} has no live actors")
-            q.handles[shard].kill()
-
-
-def _expected_versions(q: QueryRuntime, sv: SketchVersion
-                       ) -> tuple[tuple[str, int | None], ...] | None:
-    """(table, version of ``sv``) for every table ``q`` reads; None when ``sv`` is for
-    another set of tables."""
-    if len(sv.versions) != len(q.tables):
-        return None
-    return tuple((t, sv.versions.get(t)) for t in q.tables)

@@ -20,7 +20,9 @@ import logging
 from typing import Any
 
 from imp_actors.context import RuntimeContext
+from imp_actors.lifecycle import QueryRuntime
 from imp_actors.table_writes import TableWriter
+from imp_actors.types import SketchVersion
 from imp_core.layout_advice import LayoutAdvice, advise_layout
 from imp_core.storage.clustering import cluster_column
 
@@ -32,6 +34,21 @@ class Layouts:
     def __init__(self, ctx: RuntimeContext, writer: TableWriter):
         self.ctx = ctx
         self.writer = writer
+
+    def explain(self, q: QueryRuntime, sv: SketchVersion) -> dict[str, Any]:
+        """Why ``q`` is sketched on its attributes (``imp_core.advisor.explanation`` of
+        its registration's advice and ``sv``), with the share of each sketched table
+        its filter reads under the layout now (``read_share_now``)."""
+        from imp_core.advisor import Advice, explanation
+        from imp_core.spark.compile import MAX_PREDICATE_RANGES
+        from imp_core.storage.row_groups import fit_to_layout
+
+        raw = q.record.advice
+        out = explanation(Advice.from_json(raw) if raw else None, q.plan, sv.sketch)
+        fit = fit_to_layout(sv.sketch, dict(sv.versions), self.ctx.spark.layout,
+                            MAX_PREDICATE_RANGES)
+        out.update(query=q.name, sketch_seq=sv.seq, read_share_now=fit.shares)
+        return out
 
     def advise(self, table: str) -> LayoutAdvice:
         """The recommended order of ``table`` for the sketches of the queries on it."""

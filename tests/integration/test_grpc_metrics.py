@@ -126,7 +126,7 @@ def test_metrics_over_http(tmp_path):
         assert m.value("imp_query_pending_tuples", query="h") > 0
 
         # a lost shard's recovery counts as an actor restart of its query
-        svc.coordinator.kill_shard("h", 0)
+        svc.coordinator.diagnostics.kill_shard("h", 0)
         got = client.sketch("h", include_partitions=True)
         assert got.sketch() == reference(svc.coordinator, SQL, got)
         m = Scrape(address)

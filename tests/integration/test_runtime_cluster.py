@@ -51,7 +51,7 @@ def test_actors_spread_over_nodes_and_resharding_stays_exact(root, cluster):
         assert len([n for n in c.stats()["nodes"] if n["alive"]]) == 3
         c.register(workload_spec("j", "q_joinsel"))
         c.register(workload_spec("g", "q_groups_1000", shards=3))
-        assert len(set(c.placement("g"))) > 1  # SPREAD puts the shards on several nodes
+        assert len(set(c.diagnostics.placement("g"))) > 1  # SPREAD puts the shards on several nodes
         for step, shards in enumerate([3, 3, 1, 1]):
             for t in ("t5000g", "tjoinhelp", "t1000g"):
                 ins, dels = random_batch(c.store, t, rng, 12, 10**7 + 1000 * step)
@@ -80,7 +80,7 @@ def test_chaos_kills_actors_and_the_coordinator(root, cluster):
         if step % 3 == 1:  # kill a random live shard actor
             live = [i for i in (c.info(f"chaos-{n}") for n in names) if i.state == "live"]
             q = live[int(rng.integers(0, len(live)))]
-            c.kill_shard(q.name, int(rng.integers(0, q.shards)))
+            c.diagnostics.kill_shard(q.name, int(rng.integers(0, q.shards)))
             kills += 1
         if step == 7:  # the coordinator dies; a new one recovers registry and actors
             c.abandon()  # dead for good: a successor here takes its lease over at once

@@ -61,16 +61,16 @@ def test_random_update_batches_stay_exact_under_both_strategies(coordinator):
 
 def test_killed_actor_is_restored_and_catches_up(coordinator):
     c = coordinator
-    pids = set(c.worker_pids())
+    pids = set(c.diagnostics.worker_pids())
     victim = c._get("q_having_2").handles[0]
-    c.kill_shard("q_having_2", 0)
+    c.diagnostics.kill_shard("q_having_2", 0)
     rng = np.random.default_rng(3)
     ins, dels = random_batch(c.store, "t5000g", rng, 20, 3 * 10**7)
     c.apply_update("t5000g", inserts=ins, deletes=dels)
     assert_spark_exact(c, "q_having_2")
     assert c.counters["actor_recoveries"] >= 1
     assert c._get("q_having_2").handles[0] is not victim
-    assert len(c.worker_pids()) >= len(pids) - 1  # the killed one is gone, not counted
+    assert len(c.diagnostics.worker_pids()) >= len(pids) - 1  # the killed one is gone, not counted
 
 
 def test_spark_bootstrap_of_plain_and_sharded_queries(tmp_path):

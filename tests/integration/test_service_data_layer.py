@@ -38,7 +38,7 @@ def coordinator(tmp_path_factory):
 
 
 def _join_state_bytes(c: Coordinator, name: str) -> int:
-    return sum(op["state_bytes"] for shard in c.operator_stats(name) for op in shard
+    return sum(op["state_bytes"] for shard in c.diagnostics.operator_stats(name) for op in shard
                if op["kind"] == "join")
 
 
@@ -50,7 +50,8 @@ def test_join_sides_beyond_the_budget_are_probed_and_stay_exact(coordinator):
     assert probed["q03"] and probed["q10"], probed  # lineitem's side exceeds the budget
     # the actor answers those probes from the table files, and keeps a Bloom filter, not
     # rows: the joins' state fits the budget
-    kinds = [k for shard in c.operator_stats("q03") for op in shard for k in op.get("sides", ())]
+    kinds = [k for shard in c.diagnostics.operator_stats("q03") for op in shard
+             for k in op.get("sides", ())]
     assert kinds.count("files") == len(probed["q03"]) and "memory" in kinds, kinds
     assert _join_state_bytes(c, "q03") < BUDGET
     rng = np.random.default_rng(11)

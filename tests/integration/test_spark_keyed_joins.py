@@ -347,7 +347,7 @@ def test_sql_queries_through_the_coordinator_equal_spark_recaptures(spark, tmp_p
         for name, (sql, shards) in SQL.items():
             c.register(QuerySpec(name, sql, partitions={"t5000g.a": 16}, shards=shards))
             assert c.info(name).shards == shards
-            kinds = {op["kind"] for shard in c.operator_stats(name) for op in shard}
+            kinds = {op["kind"] for shard in c.diagnostics.operator_stats(name) for op in shard}
             assert kinds & {"semi_join", "anti_join", "outer_join"}, kinds
         rng = np.random.default_rng(5)
         for step, table in enumerate(("t5000g", "tjoinhelp")):

@@ -547,15 +547,15 @@ def test_tool_methods_of_the_coordinator(root):
                 _check(c, n)
         assert c.get_sketch("p").sketch == c.get_sketch("s").sketch
         # per shard, per operator statistics of the pipelines
-        stats = c.operator_stats("h")
+        stats = c.diagnostics.operator_stats("h")
         assert len(stats) == 2 and all(shard and "kind" in shard[0] for shard in stats)
         assert c.sketch_seqs("h") == list(range(1, c.info("h").sketch_seq + 1))
         assert c.wait_idle(["h", "p", "s"], timeout=5.0)
         import os
 
-        assert c.worker_pids() == [os.getpid()] * 4  # in-process workers
+        assert c.diagnostics.worker_pids() == [os.getpid()] * 4  # in-process workers
         # a killed shard is recovered on next use and the sketch stays exact
-        c.kill_shard("h", 1)
+        c.diagnostics.kill_shard("h", 1)
         ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 900)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         _check(c, "h")
@@ -563,8 +563,8 @@ def test_tool_methods_of_the_coordinator(root):
         c.evict("s")
         assert c.info("s").state == "evicted"
         with pytest.raises(UnknownQueryError):
-            c.kill_shard("s", 0)
-        assert c.placement("s") == ["local"] and c.info("s").state == "live"
+            c.diagnostics.kill_shard("s", 0)
+        assert c.diagnostics.placement("s") == ["local"] and c.info("s").state == "live"
 
 
 def test_wait_idle_waits_for_scheduled_maintenance(root):
@@ -710,14 +710,14 @@ def test_shards_are_bounded_before_any_actor_starts(root):
                       eviction=EvictionPolicy(max_live_actors=3, idle_seconds=None))
     with Coordinator(cfg) as c:
         c.register(workload_spec("at", "q_having_2", shards=2))
-        assert len(c.placement("at")) == 2
+        assert len(c.diagnostics.placement("at")) == 2
         for shards, setting in ((3, "IMP_MAX_SHARDS"), (100_000, "IMP_MAX_SHARDS")):
             with pytest.raises(RequestLimitError, match=setting) as err:
                 c.register(workload_spec("beyond", "q_having_2", shards=shards))
             assert err.value.code == "RESOURCE_EXHAUSTED"
             with pytest.raises(RequestLimitError, match=setting):
                 c.scale("at", shards)
-        assert [i.name for i in c.queries()] == ["at"] and len(c.placement("at")) == 2
+        assert [i.name for i in c.queries()] == ["at"] and len(c.diagnostics.placement("at")) == 2
         assert c.stats()["live_actors"] == 2
     cfg = make_config(root, max_shards=8,
                       eviction=EvictionPolicy(max_live_actors=3, idle_seconds=None))

@@ -135,8 +135,9 @@ def _serve(root: Path, port: int, backend: str, **env_extra: str) -> subprocess.
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     env.update(IMP_LISTEN=f"127.0.0.1:{port}", IMP_ROOT=str(root), IMP_BACKEND=backend,
                IMP_METRICS_LISTEN="off", IMP_LEASE_SECONDS="5", **env_extra)
+    log_file = (root.parent / f"server-{port}.log").open("w")  # what went wrong, if any
     return subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=log_file,
                             start_new_session=True)
 
 
@@ -154,6 +155,22 @@ def _wait_serving(address: str, timeout: float) -> float:
                 pass
             time.sleep(0.2)
     raise TimeoutError(f"{address} did not serve within {timeout:.0f} s")
+
+
+def _wait_not_serving(address: str, timeout: float) -> None:
+    """Until ``address`` stops answering SERVING (it ended, or lost its runtime)."""
+    from services.client import RemoteError, SketchClient
+
+    t0 = time.monotonic()
+    with SketchClient(address, timeout=5, retries=0) as client:
+        while time.monotonic() - t0 < timeout:
+            try:
+                if client.health(timeout=2) != "SERVING":
+                    return
+            except RemoteError:
+                return
+            time.sleep(0.05)
+    raise TimeoutError(f"{address} still serves {timeout:.0f} s after the fault")
 
 
 def _until_ok(call: Callable[[], Any], timeout: float) -> float:
@@ -215,6 +232,9 @@ def raylet_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 
             log(progress, f"  raylet: kill -9 {raylets[0]}")
             t0 = time.monotonic()
             os.kill(raylets[0], signal.SIGKILL)
+            # the server notices within a probe (2 s), meanwhile it may still answer: what
+            # counts is the first server that serves after it has let go
+            _wait_not_serving(address, 60)
             # recovered once an update is taken and every sketch maintained over it (the
             # old server may still commit an update before it notices the loss: its
             # maintenance then fails, as its actors went with the raylet)

@@ -288,15 +288,14 @@ def clustered_lookup(node: PlanNode, keys: tuple[str, ...],
 
 
 def exact_on_spark(node: PlanNode) -> bool:
-    """Whether Spark computes ``node``'s values exactly as the engine does: everything but
-    AVG and sums of doubles, which Spark rounds on its own."""
-    import pyarrow.types as pat
-
+    """Whether Spark computes ``node``'s values exactly as the engine does: every aggregate
+    function says (``exact_on_spark``; not AVG or sums of doubles, which Spark rounds on
+    its own)."""
     for n in node.walk():
         if isinstance(n, Aggregate):
             types = {f.name: f.dtype for f in n.input.schema}
             for a in n.aggregates:
-                if a.func == "avg" or (a.func == "sum" and pat.is_floating(types[a.arg])):
+                if not a.function.exact_on_spark(None if a.arg is None else types[a.arg]):
                     return False
     return True
 

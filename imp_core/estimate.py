@@ -75,6 +75,7 @@ from imp_core.memory_budget import (  # noqa: F401 - re-exported
     memory_budget,
     parse_budget,
 )
+from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
     Cast,
     ColumnRef,
@@ -342,7 +343,10 @@ class _Context:
         state = (groups * (GROUP_BYTES + GROUP_VALUE_BYTES * (len(keys) + len(aggs)))
                  + frag_pairs * FRAGMENT_COUNT_BYTES)
         for a in aggs:
-            if a.func in ("min", "max"):
+            fn = registry.get(a.func)
+            # power sums beyond Σx (variance: Σx²) take a value per group each
+            state += groups * GROUP_VALUE_BYTES * max(0, fn.moments - 1)
+            if fn.extremes:
                 kept = child.rows if self.minmax_buffer is None else \
                     min(child.rows, groups * self.minmax_buffer)
                 state += kept * SORTED_ENTRY_BYTES
@@ -355,17 +359,18 @@ class _Context:
 
 
 def _aggregate_col(call: Any, child: _Rel, groups: float) -> _Col:
-    """An aggregate's output column: MIN, MAX and AVG within their argument's bounds, SUM
-    within those times the average group's rows (a HAVING on a sum is judged against an
-    average group); other aggregates unbounded."""
+    """An aggregate's output column, by the function's ``value_range``: MIN, MAX and AVG
+    within their argument's bounds, SUM within those times the average group's rows (a
+    HAVING on a sum is judged against an average group); other aggregates unbounded."""
     arg = child.cols.get(call.arg) if call.arg is not None else None
     lo = _number(arg.low) if arg is not None else None
     hi = _number(arg.high) if arg is not None else None
     if lo is None or hi is None:
         return _Col(domain=groups)
-    if call.func in ("min", "max", "avg"):
+    rule = registry.get(call.func).value_range
+    if rule == "argument":
         return _Col(domain=groups, low=lo, high=hi)
-    if call.func == "sum" and groups > 0:
+    if rule == "sum" and groups > 0:
         rows = child.rows / groups
         return _Col(domain=groups, low=min(lo, lo * rows), high=max(hi, hi * rows))
     return _Col(domain=groups)

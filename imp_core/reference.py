@@ -30,8 +30,9 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.exact import FLOAT_SHIFT, finalize_avg, finalize_sum, kind_of
 from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.aggregates.base import GroupState
+from imp_core.plan.aggregates.exact import FLOAT_SHIFT, kind_of, python_exact
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.nodes import (
     Aggregate,
@@ -400,6 +401,19 @@ def _group_sums(codes: np.ndarray, groups: int, values: np.ndarray,
     return sums
 
 
+def _power_sums(codes: np.ndarray, groups: int, col: pa.Array, dtype: pa.DataType,
+                mult: np.ndarray, k: int) -> list[int]:
+    """Exact Σ x^k·mult per group over the non-NULL values (x as the engine's integer)."""
+    if k == 1:
+        return _float_group_sums(codes, groups, col, mult) if kind_of(dtype) == "float" \
+            else _group_sums(codes, groups, _exact(col, dtype), mult)
+    sums = [0] * groups
+    for g, v, m in zip(codes.tolist(), col.to_pylist(), mult.tolist()):
+        if v is not None:
+            sums[g] += python_exact(v, dtype) ** k * m
+    return sums
+
+
 def _float_group_sums(codes: np.ndarray, groups: int, col: pa.Array,
                       mult: np.ndarray) -> list[int]:
     """Exact sum per group of ``value * 2**FLOAT_SHIFT * mult`` over doubles.
@@ -439,26 +453,24 @@ def _aggregate(node: Aggregate, schema: pa.Schema, tables, partitions) -> Bag:
     codes, groups = _codes([child.data.column(g) for g in node.group_by], len(child))
     first = pa.array(_first_of(codes, groups), type=pa.int64())
     cols: list[pa.Array] = [child.data.column(g).take(first) for g in node.group_by]
+    counts = np.zeros(groups, dtype=np.int64)
+    np.add.at(counts, codes, child.mult)
     for agg in node.aggregates:
         out_type = schema.field(len(cols)).type
-        if agg.func == "count_star":
-            counts = np.zeros(groups, dtype=np.int64)
-            np.add.at(counts, codes, child.mult)
-            cols.append(pa.array(counts, type=out_type))
+        fn = agg.function
+        if not fn.takes_argument:
+            cols.append(fn.finalize(GroupState(counts, counts), None).cast(out_type))
             continue
         col = child.data.column(agg.arg).combine_chunks()
         valid = col.is_valid().to_numpy(zero_copy_only=False)
         nonnull = np.zeros(groups, dtype=np.int64)
         np.add.at(nonnull, codes, child.mult * valid)
-        if agg.func == "count":
-            cols.append(pa.array(nonnull, type=out_type))
-        elif agg.func in ("sum", "avg"):
-            t = types[agg.arg]
-            sums = _float_group_sums(codes, groups, col, child.mult) \
-                if kind_of(t) == "float" else \
-                _group_sums(codes, groups, _exact(col, t), child.mult)
-            fin = finalize_sum if agg.func == "sum" else finalize_avg
-            cols.append(fin(sums, nonnull.tolist(), t).cast(out_type))
+        t = types[agg.arg]
+        if not fn.extremes:  # from the counts and the exact power sums Σx … Σx^moments
+            powers = [_power_sums(codes, groups, col, t, child.mult, k)
+                      for k in range(1, fn.moments + 1)]
+            state = GroupState(counts, nonnull, powers)
+            cols.append(fn.finalize(state, t).cast(out_type))
         else:
             g = pa.table({"g": pa.array(codes), "v": col}).group_by("g").aggregate(
                 [("v", agg.func)])

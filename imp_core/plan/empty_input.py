@@ -22,7 +22,8 @@ def sql_row_over_empty(root: PlanNode) -> pa.Table | None:
         if root.group_by:
             return None
         schema = arrow_schema(root.schema)
-        columns = [pa.array([0 if a.func in ("count", "count_star") else None],
+        # counts are 0 over no rows, every other function NULL
+        columns = [pa.array([0 if a.function.never_null else None],
                             type=f.type) for a, f in zip(root.aggregates, schema)]
         return pa.Table.from_arrays(columns, schema=schema)
     if isinstance(root, (Project, Select, TopK)):

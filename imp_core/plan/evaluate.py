@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
 from imp_core.plan import decimal64
+from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
     BinaryOp,
     Case,
@@ -87,26 +88,9 @@ def _adjust(precision: int, scale: int) -> tuple[int, int]:
 
 
 def aggregate_type(func: str, dtype: pa.DataType | None) -> pa.DataType:
-    """Result type of an aggregate (Spark's rules)."""
-    if func in ("count", "count_star"):
-        return pa.int64()
-    assert dtype is not None
-    if func in ("min", "max"):
-        return dtype
-    if func == "sum":
-        if _is_decimal(dtype):
-            return pa.decimal128(min(MAX_PRECISION, dtype.precision + 10), dtype.scale)
-        if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
-            return pa.int64()
-        if pa.types.is_floating(dtype):
-            return pa.float64()
-    if func == "avg":
-        if _is_decimal(dtype):
-            return pa.decimal128(min(MAX_PRECISION, dtype.precision + 4),
-                                 min(MAX_PRECISION, dtype.scale + 4))
-        if pa.types.is_integer(dtype) or pa.types.is_floating(dtype):
-            return pa.float64()
-    raise TypeError(f"{func} is not defined for {dtype}")
+    """Result type of an aggregate (Spark's rules, declared by each function in
+    ``imp_core.plan.aggregates``)."""
+    return registry.get(func).result_type(dtype)
 
 
 class _Evaluator:

@@ -17,9 +17,9 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from imp_core.plan.aggregates import registry
+from imp_core.plan.aggregates.base import AggregateFunction
 from imp_core.plan.expr import ColumnRef, Expr, conjuncts
-
-AGG_FUNCS = ("sum", "count", "count_star", "avg", "min", "max")
 
 
 @dataclass(frozen=True)
@@ -258,15 +258,18 @@ class OuterJoin(PlanNode):
 
 @dataclass(frozen=True)
 class AggCall:
-    func: str  # one of AGG_FUNCS
+    func: str  # a name of imp_core.plan.aggregates.registry
     arg: str | None  # input column; None only for count_star
     name: str  # output field name
 
     def __post_init__(self) -> None:
-        if self.func not in AGG_FUNCS:
-            raise ValueError(f"unknown aggregate {self.func!r}")
-        if (self.arg is None) != (self.func == "count_star"):
+        if (self.arg is None) == self.function.takes_argument:  # raises for unknown names
             raise ValueError("count_star takes no argument; other aggregates take one")
+
+    @property
+    def function(self) -> AggregateFunction:
+        """What ``func`` names: its state, delta rule and value (the registry's entry)."""
+        return registry.get(self.func)
 
 
 @dataclass(frozen=True)

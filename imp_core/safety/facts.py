@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjuncts, rename_columns
 from imp_core.safety.intervals import UNKNOWN, Domains, Interval, domain_interval
 from imp_core.safety.names import pick
@@ -70,18 +71,21 @@ class Taint:
 
     @property
     def shrinks(self) -> bool:
-        """A partial group's value is <= the complete group's."""
-        return self.func in ("count", "count_star", "max") or (
-            self.func == "sum" and self.nonneg)
+        """A partial group's value is <= the complete group's (the function's
+        ``partial`` monotonicity, see ``imp_core.plan.aggregates.base``)."""
+        if self.func is None:
+            return False
+        partial = registry.get(self.func).partial
+        return partial == "smaller" or (partial == "smaller_if_nonneg" and self.nonneg)
 
     @property
     def grows(self) -> bool:
         """A partial group's value is >= the complete group's."""
-        return self.func == "min"
+        return self.func is not None and registry.get(self.func).partial == "larger"
 
     @property
     def never_null(self) -> bool:
-        return self.func in ("count", "count_star")
+        return self.func is not None and registry.get(self.func).never_null
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
+from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, rename_columns
 from imp_core.plan.nodes import (
     Aggregate,
@@ -117,9 +118,10 @@ def _check_filter(pred: Expr, facts: Facts, ctx: Context, what: str) -> None:
 def _why_not(taint: Taint, op: str) -> str:
     if taint.func is None:
         return f"{taint.label} {taint.why_not}"
-    if taint.func == "avg":
+    partial = registry.get(taint.func).partial
+    if partial == "either":
         return f"{taint.label} of a partial group can be larger or smaller than the complete one"
-    if taint.func == "sum" and not taint.nonneg and op in (">", ">="):
+    if partial == "smaller_if_nonneg" and not taint.nonneg and op in (">", ">="):
         return (f"the summed values of {taint.label} are not provably >= 0 under the declared "
                 f"domains, so a partial group's sum can exceed the complete group's")
     if op in (">", ">="):
@@ -199,16 +201,18 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
     exprs = {g: facts.exprs[g] for g in node.group_by if g in facts.exprs}
     for a in node.aggregates:
         arg = "*" if a.arg is None else facts.labels.get(a.arg, facts.exprs.get(a.arg, a.arg))
-        func = "count" if a.func == "count_star" else a.func
-        labels[a.name] = f"{func}({arg})"
+        fn = a.function
+        labels[a.name] = f"{fn.label()}({arg})"
         arg_iv = UNKNOWN if a.arg is None else facts.ivals.get(a.arg, UNKNOWN)
-        if a.func in ("count", "count_star"):
+        if fn.value_range == "nonneg":
             ivals[a.name] = NONNEG
-        elif a.func == "sum":
+        elif fn.value_range == "sum":  # the sign of the summed values, if they share one
             ivals[a.name] = NONNEG if arg_iv.nonneg else (
                 Interval(-INF, 0.0) if arg_iv.hi <= 0 else UNKNOWN)
-        else:
+        elif fn.value_range == "argument":
             ivals[a.name] = arg_iv
+        else:
+            ivals[a.name] = UNKNOWN
     keys = (frozenset(node.group_by),)
     attr = {p: cols & frozenset(node.group_by) for p, cols in facts.attr.items()}
     out = Facts(facts.has_table, {}, attr, keys, labels, ivals, exprs, facts.optional)
@@ -234,7 +238,9 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
     exact_input = not facts.tainted
     for a in node.aggregates:
         if exact_input:
-            nonneg = a.func == "sum" and facts.ivals.get(a.arg or "", UNKNOWN).nonneg
+            # whether the summed values are >= 0 (what a sum's monotonicity needs)
+            nonneg = a.function.partial == "smaller_if_nonneg" and \
+                facts.ivals.get(a.arg or "", UNKNOWN).nonneg
             out.tainted[a.name] = Taint(labels[a.name], origin, a.func, nonneg)
         else:
             out.tainted[a.name] = Taint(

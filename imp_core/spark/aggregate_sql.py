@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imp_core.engine.exact import FLOAT_SHIFT, exact_values, kind_of
 from imp_core.engine.operators.aggregate import AggregateOp, GroupTotals, MinMaxValues
+from imp_core.errors import UnsupportedSqlError
+from imp_core.plan.aggregates.exact import FLOAT_SHIFT, exact_values, kind_of
 from imp_core.spark.compile import AnnotatedRelation, quote
 
 _HI_SHIFT = 44  # a double's scaled integer N = hi * 2**44 + lo, 0 <= lo < 2**44
@@ -103,9 +104,14 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
     counted: dict[str, int] = {}  # argument -> the aggregate that counts (and sums) it
     summed: set[int] = set()
     source = list(range(len(agg.aggregates)))
-    for i, (a, t) in enumerate(zip(agg.aggregates, op.arg_types)):
-        if a.func == "count_star":
+    for i, (a, fn, t) in enumerate(zip(agg.aggregates, op.funcs, op.arg_types)):
+        if not fn.takes_argument:
             continue
+        if fn.moments > 1:
+            # Σx² is not computed on Spark yet: the state is built by the engine instead
+            raise UnsupportedSqlError(
+                f"{fn.name} in a Spark bootstrap", detail="power sums beyond Σx are "
+                "computed by the engine only; bootstrap this query locally")
         x = quote(a.arg)
         first = counted.setdefault(a.arg, i)
         source[i] = first
@@ -113,9 +119,9 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
             inner.append(f"{x} AS __x{i}")
             fine.append(f"COUNT(__x{i}) AS __n{i}")
             outer.append(f"SUM(__n{i}) AS __n{i}")
-        if a.func in ("min", "max"):
+        if fn.extremes:
             minmax.append(i)
-        elif a.func in ("sum", "avg"):
+        elif fn.moments:
             if first in summed:
                 continue  # sum(x) and avg(x): one exact sum
             summed.add(first)
@@ -187,7 +193,6 @@ def group_totals(op: AggregateOp, res: pa.Table, plan: AggPlan, buffer: int | No
                  nfrag: int) -> GroupTotals:
     """The result ``res`` of ``aggregate_sql`` (one row per group) as the operator's exact
     totals; group g is row g."""
-    agg = op.agg
     n = res.num_rows
     gid = np.arange(n, dtype=np.int64)
     keys = [arrow_array(res.column(f"__k{j}")) for j in range(plan.keys)]
@@ -198,13 +203,13 @@ def group_totals(op: AggregateOp, res: pa.Table, plan: AggPlan, buffer: int | No
                                  len(owner)) if parts is not None else None
     nonnull: dict[int, np.ndarray] = {}
     sums: dict[int, np.ndarray | list[int]] = {}
-    for i, a in enumerate(agg.aggregates):
-        if a.func == "count_star":
+    for i, fn in enumerate(op.funcs):
+        if not fn.takes_argument:
             continue
         src = plan.source[i]
         nn = arrow_array(res.column(f"__n{src}")).fill_null(0).to_numpy(zero_copy_only=False)
         nonnull[i] = nn.astype(np.int64)
-        if a.func not in ("sum", "avg"):
+        if not fn.moments:
             continue
         if src in plan.exact:
             sums[i] = _ints(res.column(f"__s{src}"))

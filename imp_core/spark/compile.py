@@ -121,9 +121,6 @@ def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
             f"NULLS {'FIRST' if nulls_first else 'LAST'}")
 
 
-_AGG_SQL = {"sum": "SUM", "count": "COUNT", "avg": "AVG", "min": "MIN", "max": "MAX"}
-
-
 class _Compiler(JoinCompilers):
     """One compilation: a CTE per plan node (``compile`` dispatches on the node's type to
     ``_<NodeType>``), with annotation columns when ``partitions`` is given and scans
@@ -210,10 +207,8 @@ class _Compiler(JoinCompilers):
         child = self.compile(node.input)
         cols = [quote(g) for g in node.group_by]
         for a in node.aggregates:
-            if a.func == "count_star":
-                cols.append(f"COUNT(1) AS {quote(a.name)}")
-            else:
-                cols.append(f"{_AGG_SQL[a.func]}({quote(a.arg)}) AS {quote(a.name)}")
+            arg = None if a.arg is None else quote(a.arg)
+            cols.append(f"{a.function.spark_sql(arg)} AS {quote(a.name)}")
         ann: tuple[AnnColumn, ...] = ()
         if child.ann:
             out = self._new_ann(True)

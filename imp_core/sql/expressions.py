@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from imp_core.errors import UnsupportedSqlError
+from imp_core.plan.aggregates import registry
 from imp_core.plan.evaluate import literal_type
 from imp_core.plan.expr import (
     BinaryOp,
@@ -41,8 +42,6 @@ _BINARY = {
 _UNARY_FUNCTIONS = {exp.Abs: "abs", exp.Upper: "upper", exp.Lower: "lower"}
 _DATE_PARTS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day"}
 _EXTRACT_UNITS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "DAYOFMONTH": "day"}
-AGGREGATES = {exp.Sum: "sum", exp.Count: "count", exp.Avg: "avg", exp.Min: "min",
-              exp.Max: "max"}
 _NAMED_OPERATORS = {exp.IntDiv: "DIV operator", exp.DPipe: "|| operator",
                     exp.NullSafeEQ: "<=> operator", exp.Tuple: "row value",
                     exp.Interval: "INTERVAL literal"}
@@ -367,16 +366,17 @@ def aggregate_call(node: exp.Expression, ctx: BindContext) -> tuple[str, Expr | 
 
     ``count(*)`` and ``count(<non-NULL constant>)`` are both ``count_star``.
     """
-    func = AGGREGATES.get(type(node))
-    if func is None:
+    fn = registry.from_sql_key(node.key)
+    if fn is None:
         raise ctx.unsupported(f"aggregate function {node.sql_name().lower()}", node)
+    func = fn.name
     arg = node.this
     if isinstance(arg, exp.Distinct):
         if len(arg.expressions) != 1:
             raise ctx.unsupported(f"{func.upper()}(DISTINCT ...) over several columns", node)
         bound = bind(arg.expressions[0], ctx)
         # MIN and MAX ignore duplicates anyway; the others aggregate distinct values
-        return (func if func in ("min", "max") else DISTINCT_PREFIX + func), bound
+        return (func if fn.extremes else DISTINCT_PREFIX + func), bound
     if node.expressions:
         raise ctx.unsupported(f"{func.upper()} with several arguments", node)
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):

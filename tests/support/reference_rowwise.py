@@ -18,12 +18,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.exact import finalize_avg, finalize_sum, python_exact
 from imp_core.engine.ordering import sort_key
 from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.aggregates.base import GroupState
+from imp_core.plan.aggregates.exact import python_exact
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.nodes import (
     Aggregate,
@@ -167,12 +169,14 @@ def _aggregate(node: Aggregate, schema, tables, partitions) -> Bag:
             vals = [(r[p], m) for r, _, m in members if r[p] is not None]
             nonnull = sum(m for _, m in vals)
             t = types[agg.arg]
+            fn = agg.function
             if agg.func == "count":
                 values.append(nonnull)
-            elif agg.func in ("sum", "avg"):
-                exact = sum(python_exact(v, t) * m for v, m in vals)
-                fin = finalize_sum if agg.func == "sum" else finalize_avg
-                values.append(fin([exact], [nonnull], t)[0].as_py())
+            elif fn.moments:  # the function's value of its exact power sums
+                powers = [[sum(python_exact(v, t) ** k * m for v, m in vals)]
+                          for k in range(1, fn.moments + 1)]
+                state = GroupState(np.array([0]), np.array([nonnull]), powers)
+                values.append(fn.finalize(state, t)[0].as_py())
             elif agg.func == "min":
                 values.append(min((v for v, _ in vals), default=None))
             else:

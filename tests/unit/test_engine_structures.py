@@ -33,10 +33,12 @@ from strategies import (
 
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.bloom import BloomFilter
-from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import SnapshotError
+from imp_core.plan.aggregates.avg import finalize_avg
+from imp_core.plan.aggregates.exact import exact_values
+from imp_core.plan.aggregates.sum import finalize_sum
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
 

@@ -1,8 +1,9 @@
-"""Incremental aggregation γ_{f(a);G} for sum, count, count(*), avg, min and max; DISTINCT.
+"""Incremental aggregation γ_{f(a);G} for the functions of ``imp_core.plan.aggregates``; DISTINCT.
 
-State per group g (section 5.2.5/5.2.6): CNT (weighted tuple count), per aggregate the
-exact sum and non-NULL count (sum/avg/count) or an ordered multiset of values (min/max),
-and F_g with the group's sketch {ρ | F_g[ρ] > 0}.
+State per group g (section 5.2.5/5.2.6): CNT (weighted tuple count), per aggregate its
+non-NULL count and what its function declares (``AggregateFunction.moments`` exact power
+sums Σx … Σx^k, or for ``extremes`` an ordered multiset of values), and F_g with the
+group's sketch {ρ | F_g[ρ] > 0}. Values come from the function's ``finalize``.
 Delta rule per batch and touched group g, with old state S[g] and new state S'[g]:
     output  -⟨g ∘ f(S[g]),  P⟩   if CNT > 0
             +⟨g ∘ f(S'[g]), P'⟩  if CNT' > 0
@@ -25,14 +26,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imp_core.engine.exact import exact_values, finalize_avg, finalize_sum, kind_of
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
 from imp_core.engine.operators.minmax import MinMaxSets
 from imp_core.engine.state import StateLayout, StateTable, StateTables
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import StateExhaustedError
-from imp_core.plan.nodes import AggCall, Aggregate
+from imp_core.plan.aggregates.base import GroupState
+from imp_core.plan.aggregates.exact import exact_values, kind_of
+from imp_core.plan.nodes import Aggregate
 
 INT_LIMIT = 2**62
 
@@ -63,8 +65,9 @@ class GroupTotals:
     """An aggregation's exact state in columnar form; group ``g`` is position ``g``.
 
     ``keys``: one array per group-by column; ``cnt``: CNT per group; ``nonnull``: per
-    aggregate its non-NULL count per group (ignored for count(*)); ``sums``: per sum/avg
-    aggregate its exact sums (the engine's integers, see ``imp_core.engine.exact``);
+    aggregate its non-NULL count per group (ignored for count(*)); ``sums``: per aggregate
+    with power sums its exact Σx (the engine's integers, see ``imp_core.plan.aggregates.exact``)
+    and ``higher`` its Σx², … up to its function's ``moments``;
     ``fragments``: F_g as (group, fragment, count) arrays, repeated pairs adding up;
     ``minmax``: per min/max aggregate its multisets.
     """
@@ -75,6 +78,7 @@ class GroupTotals:
     sums: Mapping[int, Sequence[int] | np.ndarray]
     fragments: tuple[np.ndarray, np.ndarray, np.ndarray]
     minmax: Mapping[int, MinMaxValues] = field(default_factory=dict)
+    higher: Mapping[int, Sequence[Sequence[int] | np.ndarray]] = field(default_factory=dict)
 
 
 class AggregateOp(Operator):
@@ -82,7 +86,8 @@ class AggregateOp(Operator):
     stateful = True
     GROUPS: ClassVar[StateTable] = StateTable(
         "groups", "one row per live group: its keys k<j>, gid, cnt and per aggregate i "
-        "nonnull<i> and (sum, avg) sum<i>, the exact sum as a decimal string")
+        "nonnull<i> and, for functions with power sums, sum<i> (Σx) and sum<i>p<k> (Σx^k), "
+        "exact sums as decimal strings")
     FRAGMENTS: ClassVar[StateTable] = StateTable(
         "fragments", "F_g: key = gid·P + ρ (sorted) and count, nonzero counts only")
     MINMAX: ClassVar[StateTable] = StateTable(
@@ -102,16 +107,19 @@ class AggregateOp(Operator):
         self.frags = FragmentCounts(nfrag)
         self.cnt = np.zeros(0, dtype=np.int64)
         self.nonnull: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in node.aggregates]
+        self.funcs = [a.function for a in node.aggregates]
+        # Σx per aggregate with power sums (None otherwise), and Σx^2 … Σx^moments
         self.sums: list[np.ndarray | None] = [
-            np.zeros(0, dtype=np.int64) if a.func in ("sum", "avg") else None
-            for a in node.aggregates]
+            np.zeros(0, dtype=np.int64) if f.moments else None for f in self.funcs]
+        self.higher: list[list[np.ndarray]] = [
+            [np.zeros(0, dtype=np.int64) for _ in range(f.moments - 1)] for f in self.funcs]
         self.minmax: list[MinMaxSets | None] = [
-            MinMaxSets(a.func == "max", minmax_buffer) if a.func in ("min", "max") else None
-            for a in node.aggregates]
+            MinMaxSets(f.name == "max", minmax_buffer) if f.extremes else None
+            for f in self.funcs]
         self.source = source
         self.refills = 0
-        for a, t in zip(node.aggregates, self.arg_types):
-            if a.func in ("sum", "avg"):
+        for f, t in zip(self.funcs, self.arg_types):
+            if f.numeric_only:
                 kind_of(t)  # rejects non-numeric arguments at build time
 
     # -- helpers --------------------------------------------------------------------------
@@ -119,27 +127,26 @@ class AggregateOp(Operator):
         self.cnt = _grow(self.cnt, n)
         self.nonnull = [_grow(a, n) for a in self.nonnull]
         self.sums = [None if s is None else _grow(s, n) for s in self.sums]
+        self.higher = [[_grow(h, n) for h in hs] for hs in self.higher]
         self.frags.ensure(n)
 
-    def _values(self, gids: np.ndarray, cnt: np.ndarray, nonnull: list[np.ndarray],
-                sums: list, extremes: list) -> list[pa.Array]:
-        cols = self.groups.key_arrays(gids)
-        for i, (a, t) in enumerate(zip(self.agg.aggregates, self.arg_types)):
-            cols.append(self._finalize(a, t, cnt, nonnull[i], sums[i], extremes[i]))
-        return cols
+    def _powers(self, i: int) -> list[np.ndarray]:
+        """Aggregate ``i``'s power sums Σx, Σx², … (none without power sums)."""
+        s = self.sums[i]
+        return [] if s is None else [s, *self.higher[i]]
 
-    def _finalize(self, a: AggCall, t, cnt, nonnull, sums, extremes) -> pa.Array:
-        if a.func == "count_star":
-            return pa.array(cnt, type=pa.int64())
-        if a.func == "count":
-            return pa.array(nonnull, type=pa.int64())
-        if a.func == "avg":
-            return finalize_avg(sums, nonnull, t)
-        if a.func == "sum":
-            if sums.dtype != object and kind_of(t) == "int":
-                return pa.array(sums, type=pa.int64(), mask=(nonnull == 0))
-            return finalize_sum(sums, nonnull, t)
-        return pa.array(extremes, type=t)
+    def _set_power(self, i: int, k: int, arr: np.ndarray) -> None:
+        if k == 0:
+            self.sums[i] = arr
+        else:
+            self.higher[i][k - 1] = arr
+
+    def _values(self, gids: np.ndarray, cnt: np.ndarray, nonnull: list[np.ndarray],
+                sums: list[list[np.ndarray]], extremes: list) -> list[pa.Array]:
+        cols = self.groups.key_arrays(gids)
+        for i, (f, t) in enumerate(zip(self.funcs, self.arg_types)):
+            cols.append(f.finalize(GroupState(cnt, nonnull[i], sums[i], extremes[i]), t))
+        return cols
 
     # -- the delta rule -------------------------------------------------------------------
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
@@ -154,7 +161,7 @@ class AggregateOp(Operator):
         # old state of the touched groups
         old_cnt = self.cnt[gids].copy()
         old_nonnull = [a[gids].copy() for a in self.nonnull]
-        old_sums = [None if s is None else s[gids].copy() for s in self.sums]
+        old_sums = [[p[gids].copy() for p in self._powers(i)] for i in range(len(self.funcs))]
         old_ext = [None if m is None else [m.extreme(g) for g in gids.tolist()]
                    for m in self.minmax]
         old_size = self.frags.size[gids].copy()
@@ -166,8 +173,8 @@ class AggregateOp(Operator):
         np.add.at(dcnt, inv, w)
         self.cnt[gids] += dcnt
         changed |= dcnt != 0
-        for i, a in enumerate(self.agg.aggregates):
-            if a.func == "count_star":
+        for i, (a, f) in enumerate(zip(self.agg.aggregates, self.funcs)):
+            if not f.takes_argument:
                 continue
             col = batch.data.column(a.arg).combine_chunks()
             valid = w if col.null_count == 0 else \
@@ -176,8 +183,10 @@ class AggregateOp(Operator):
             np.add.at(dn, inv, valid)
             self.nonnull[i][gids] += dn
             changed |= dn != 0
-            if self.sums[i] is not None:
-                changed |= self._add_sums(i, gids, inv, exact_values(col), w)
+            if f.moments:
+                vals = exact_values(col)
+                for k in range(f.moments):  # Σx^(k+1) += w·x^(k+1)
+                    changed |= self._add_sums(i, k, gids, inv, _power(vals, k + 1), w)
             elif self.minmax[i] is not None:
                 changed |= self._update_minmax(i, gids, inv, col, w, old_nonnull[i])
 
@@ -192,11 +201,11 @@ class AggregateOp(Operator):
                    for m in self.minmax]
         old_cols = self._values(
             cg, old_cnt[changed], [a[changed] for a in old_nonnull],
-            [None if s is None else s[changed] for s in old_sums],
+            [[p[changed] for p in ps] for ps in old_sums],
             [None if e is None else [x for x, c in zip(e, changed) if c] for e in old_ext])
         new_cols = self._values(
             cg, self.cnt[cg], [a[cg] for a in self.nonnull],
-            [None if s is None else s[cg] for s in self.sums], new_ext)
+            [[p[cg] for p in self._powers(i)] for i in range(len(self.funcs))], new_ext)
         old_exists = old_cnt[changed] > 0
         new_exists = self.cnt[cg] > 0
         same = old_exists == new_exists
@@ -220,8 +229,11 @@ class AggregateOp(Operator):
             parts.append(DeltaBatch.of(data, 1, self.frags.annotation(cg[idx])))
         return DeltaBatch.concat(parts, self.output_schema)
 
-    def _add_sums(self, i: int, gids, inv, vals: np.ndarray, w: np.ndarray) -> np.ndarray:
-        state = self.sums[i]
+    def _add_sums(self, i: int, k: int, gids, inv, vals: np.ndarray,
+                  w: np.ndarray) -> np.ndarray:
+        """Adds w·vals per group to aggregate ``i``'s power sum ``k`` (0: Σx), promoting it
+        to Python integers before int64 could overflow; which groups' sums changed."""
+        state = self._powers(i)[k]
         if vals.dtype != object and len(vals):
             bound = int(np.abs(vals).max()) * int(np.abs(w).max()) * len(vals)
             if bound >= INT_LIMIT:
@@ -236,7 +248,8 @@ class AggregateOp(Operator):
         if state.dtype != object:
             if ds.dtype == object or (len(ds) and int(np.abs(state[gids]).max())
                                       + int(np.abs(ds).max()) >= INT_LIMIT):
-                state = self.sums[i] = state.astype(object)
+                state = state.astype(object)
+                self._set_power(i, k, state)
         state[gids] = state[gids] + ds
         return np.asarray(ds != 0, dtype=bool)
 
@@ -290,10 +303,9 @@ class AggregateOp(Operator):
     def state_schemas(self) -> dict[str, pa.Schema | None]:
         fields = [pa.field(f"k{j}", t) for j, t in enumerate(self.groups.key_types)]
         fields += [pa.field("gid", pa.int64()), pa.field("cnt", pa.int64())]
-        for i, s in enumerate(self.sums):
+        for i, f in enumerate(self.funcs):
             fields.append(pa.field(f"nonnull{i}", pa.int64()))
-            if s is not None:
-                fields.append(pa.field(f"sum{i}", pa.string()))
+            fields += [pa.field(c, pa.string()) for c in _sum_columns(i, f.moments)]
         out: dict[str, pa.Schema | None] = {
             self.GROUPS.name: pa.schema(fields),
             self.FRAGMENTS.name: pa.schema([("key", pa.int64()), ("count", pa.int64())])}
@@ -314,12 +326,12 @@ class AggregateOp(Operator):
                                                                    self.groups.key_types))}
         cols["gid"] = pa.array(gid, pa.int64())
         cols["cnt"] = pa.array(np.asarray(totals.cnt).astype(np.int64))
-        for i, (a, s) in enumerate(zip(self.agg.aggregates, self.sums)):
-            nonnull = np.zeros(n, dtype=np.int64) if a.func == "count_star" else \
-                np.asarray(totals.nonnull[i]).astype(np.int64)
+        for i, f in enumerate(self.funcs):
+            nonnull = np.asarray(totals.nonnull[i]).astype(np.int64) if f.takes_argument \
+                else np.zeros(n, dtype=np.int64)
             cols[f"nonnull{i}"] = pa.array(nonnull)
-            if s is not None:
-                cols[f"sum{i}"] = pa.array([str(int(v)) for v in totals.sums[i]], pa.string())
+            for c, p in zip(_sum_columns(i, f.moments), _total_powers(totals, i, f.moments)):
+                cols[c] = pa.array([str(int(v)) for v in p], pa.string())
         out = {self.GROUPS.name: pa.table(cols),
                self.FRAGMENTS.name: self.frags.table_from_pairs(*totals.fragments)}
         for i in self._minmax_ids():
@@ -345,10 +357,10 @@ class AggregateOp(Operator):
             return self.empty()
         take = pa.array(gids)
         cols = [arr.cast(t).take(take) for arr, t in zip(totals.keys, self.groups.key_types)]
-        for i, (a, t) in enumerate(zip(self.agg.aggregates, self.arg_types)):
-            nonnull = None if a.func == "count_star" else np.asarray(totals.nonnull[i])[gids]
-            sums = np.asarray(totals.sums[i])[gids] if i in totals.sums else None
-            if a.func in ("min", "max"):  # the best value a group's multiset holds
+        for i, (a, f, t) in enumerate(zip(self.agg.aggregates, self.funcs, self.arg_types)):
+            nonnull = np.asarray(totals.nonnull[i])[gids] if f.takes_argument else None
+            sums = [np.asarray(p)[gids] for p in _total_powers(totals, i, f.moments)]
+            if f.extremes:  # the best value a group's multiset holds
                 mm = totals.minmax[i]
                 best = pa.table({"g": pa.array(mm.gids, pa.int64()), "v": mm.values.cast(t),
                                  "c": mm.counts}).filter(pc.field("c") > 0) \
@@ -358,7 +370,7 @@ class AggregateOp(Operator):
                 rows = pa.array(at[gids], mask=at[gids] < 0)
                 cols.append(best.column(f"v_{a.func}").take(rows).combine_chunks().cast(t))
                 continue
-            cols.append(self._finalize(a, t, cnt[gids], nonnull, sums, None))
+            cols.append(f.finalize(GroupState(cnt[gids], nonnull, sums), t))
         frags = FragmentCounts(self.frags.P)
         frags.restore(frags.table_from_pairs(*totals.fragments), len(cnt))
         data = pa.Table.from_arrays(cols, schema=self.output_schema)
@@ -370,10 +382,10 @@ class AggregateOp(Operator):
         cols = {f"k{j}": arr for j, arr in enumerate(self.groups.key_arrays(live))}
         cols["gid"] = pa.array(live, type=pa.int64())
         cols["cnt"] = pa.array(self.cnt[live], type=pa.int64())
-        for i, s in enumerate(self.sums):
+        for i, f in enumerate(self.funcs):
             cols[f"nonnull{i}"] = pa.array(self.nonnull[i][live], type=pa.int64())
-            if s is not None:
-                cols[f"sum{i}"] = pa.array([str(int(x)) for x in s[live]], type=pa.string())
+            for c, p in zip(_sum_columns(i, f.moments), self._powers(i)):
+                cols[c] = pa.array([str(int(x)) for x in p[live]], type=pa.string())
         out = {self.GROUPS.name: pa.table(cols), self.FRAGMENTS.name: self.frags.snapshot()}
         live_ids = set(live.tolist())
         for i in self._minmax_ids():
@@ -408,15 +420,15 @@ class AggregateOp(Operator):
         new_ids = remap[gids] if len(gids) else gids
         self.cnt = np.zeros(n, dtype=np.int64)
         self.cnt[new_ids] = groups.column("cnt").to_numpy()
-        for i, s in enumerate(self.sums):
+        for i, f in enumerate(self.funcs):
             self.nonnull[i] = np.zeros(n, dtype=np.int64)
             self.nonnull[i][new_ids] = groups.column(f"nonnull{i}").to_numpy()
-            if s is not None:
-                vals = [int(x) for x in groups.column(f"sum{i}").to_pylist()]
+            for k, c in enumerate(_sum_columns(i, f.moments)):
+                vals = [int(x) for x in groups.column(c).to_pylist()]
                 big = any(abs(v) >= INT_LIMIT for v in vals)
                 arr = np.array([0] * n, dtype=object) if big else np.zeros(n, dtype=np.int64)
                 arr[new_ids] = np.array(vals, dtype=object if big else np.int64)
-                self.sums[i] = arr
+                self._set_power(i, k, arr)
         fr = state[self.FRAGMENTS.name]
         keys = fr.column("key").to_numpy()
         g_old, frag = np.divmod(keys, self.frags.P)
@@ -482,19 +494,40 @@ class AggregateOp(Operator):
             return self.empty()
         cols = self._values(
             gids, self.cnt[gids], [a[gids] for a in self.nonnull],
-            [None if s is None else s[gids] for s in self.sums],
+            [[p[gids] for p in self._powers(i)] for i in range(len(self.funcs))],
             [None if m is None else [m.extreme(g) for g in gids.tolist()] for m in self.minmax])
         data = pa.Table.from_arrays(cols, schema=self.output_schema)
         return DeltaBatch.of(data, 1, self.frags.annotation(gids))
 
     def state_bytes(self) -> int:
         size = self.cnt.nbytes + sum(a.nbytes for a in self.nonnull)
-        size += sum(0 if s is None else (s.nbytes if s.dtype != object else 32 * len(s))
-                    for s in self.sums)
+        size += sum(p.nbytes if p.dtype != object else 32 * len(p)
+                    for i in range(len(self.funcs)) for p in self._powers(i))
         size += self.frags.nbytes() + self.groups.nbytes()
         size += sum(0 if m is None else 64 * sum(len(s) for s in m.sets.values())
                     for m in self.minmax)
         return int(size)
+
+
+def _sum_columns(i: int, moments: int) -> list[str]:
+    """The ``groups`` columns of aggregate ``i``'s power sums: sum<i> (Σx), sum<i>p<k>."""
+    return [f"sum{i}" if k == 1 else f"sum{i}p{k}" for k in range(1, moments + 1)]
+
+
+def _total_powers(totals: GroupTotals, i: int, moments: int) -> list:
+    """Aggregate ``i``'s power sums Σx … Σx^moments in ``totals``."""
+    if not moments:
+        return []
+    return [totals.sums[i], *totals.higher.get(i, ())][:moments]
+
+
+def _power(vals: np.ndarray, k: int) -> np.ndarray:
+    """vals**k exactly: Python integers once int64 could overflow."""
+    if k == 1:
+        return vals
+    if vals.dtype != object and len(vals) and float(np.abs(vals).max()) ** k < INT_LIMIT:
+        return vals**k
+    return vals.astype(object) ** k
 
 
 def _shift(t: pa.Table, offset: int) -> pa.Table:

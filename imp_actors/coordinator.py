@@ -188,9 +188,9 @@ class Coordinator:
         restarts from its checkpoints when it is next used)."""
         for name, record in sorted(self.registry.records().items()):
             try:
-                q = self.registration.runtime(record)
+                q = self.registration.recover(record)
             except ImpError as exc:
-                log.error("registered query %s cannot be planned any more: %s", name, exc)
+                log.error("registered query %s cannot be recovered: %s", name, exc)
                 continue
             q.kept = self.checkpoints.read_kept(name)
             self.ctx.queries.put(q)

@@ -5,7 +5,9 @@ Invariants:
   that turns SQL into a plan and partitions and checks the sketch is safe; nothing is
   registered unless it passes;
 - the join sides probed in the data layer (the placement) are decided once, here, and
-  kept in the record, so every later wiring of the query builds the same operators;
+  kept in the record with the plan's fingerprint, so every later wiring of the query
+  builds the same operators; a recovered query whose plan no longer fits its placement
+  (``imp_actors.placement.stale``) is placed again, in a new generation, with a warning;
 - a query is in the durable registry iff its first state was built and checkpointed
   (a failed registration leaves no record, no route and no running actor);
 - a query's scan specs are ``scan_specs`` of its plan, with every selection dropped when
@@ -27,6 +29,8 @@ from imp_actors.config import RuntimeConfig, strategy_to_json
 from imp_actors.context import RuntimeContext
 from imp_actors.history import SketchHistory
 from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.placement import place, stale
+from imp_actors.placement import replace as replace_placement
 from imp_actors.registry import (
     SEQ_BLOCK,
     QueryRecord,
@@ -37,7 +41,6 @@ from imp_actors.sharding import shard_key
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
 from imp_actors.types import QuerySpec
-from imp_core.data_layer import DataLayer
 from imp_core.errors import (
     InvalidNameError,
     PartitionError,
@@ -74,23 +77,6 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
                          clustered=files.clustered, not_null=files.not_null,
                          capture=capture, layout=StoreLayout(ctx.store),
                          progress=lambda line: log.info("%s: %s", spec.name, line))
-
-
-def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
-    """The join sides of a new query to probe in the data layer: those beyond the actor's
-    state budget, for a query that never has more than one shard (``shards``: the most it
-    may have; a shard's sides hold only its routed rows, which the files alone cannot
-    tell). The sides are sized by the registration's memory
-    estimate (rows after selections and aggregations, ``imp_core.estimate``), the one the
-    memory check used; without one (the check is off), by the tables' Parquet footers."""
-    budget = ctx.config.join_state_budget_bytes
-    if shards != 1 or budget is None:
-        return ()
-    if prepared.estimate is not None:
-        return tuple(sorted(prepared.estimate.probed))
-    placement = DataLayer(ctx.store).place(prepared.plan, prepared.partitions,
-                                           prepared.versions, budget)
-    return tuple(sorted(placement))
 
 
 def first_shards(spec: QuerySpec) -> int:
@@ -147,6 +133,7 @@ class Registration:
                              strategy_to_json(spec.strategy), spec.force, shards,
                              pushdown=spec.pushdown,
                              placement=place(prepared, most_shards(spec), ctx),
+                             plan_fingerprint=plan.fingerprint(),
                              seq_reserved=SEQ_BLOCK,
                              autoscaling=spec.autoscaling.to_json() if spec.autoscaling
                              else None,
@@ -166,6 +153,26 @@ class Registration:
         ctx.queries.route(q)
         ctx.counters["registered"] += 1
         return q
+
+    def recover(self, record: QueryRecord) -> QueryRuntime:
+        """The runtime record of a query registered before this coordinator started, its
+        SQL planned again; a placement that does not fit the new plan (``stale``) is
+        decided again and written to the registry, with a warning naming the reason.
+        Raises ``ImpError`` when the SQL cannot be planned any more."""
+        from imp_core.sql import plan_sql
+
+        plan = plan_sql(record.sql, self.catalog())
+        pset = partitions_from_records(list(record.partitions))
+        reason = stale(record, plan)
+        if reason is not None:
+            placed = replace_placement(record, plan, pset, self.ctx)
+            log.warning("registered query %s is placed again: %s; it probed [%s], it probes "
+                        "[%s] from generation %d on", record.name, reason,
+                        ", ".join(record.placement), ", ".join(placed.placement),
+                        placed.generation)
+            self.ctx.registry.put(placed)
+            record = placed
+        return self.runtime(record, plan, pset)
 
     def runtime(self, record: QueryRecord, plan: QueryPlan | None = None,
                 pset: PartitionSet | None = None,

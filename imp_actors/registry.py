@@ -3,10 +3,12 @@
 One JSON document (``registry.json``) rewritten atomically on every change. A record
 holds the query's SQL, its exact partitions (split points as Arrow IPC, so fragment ids
 are identical after recovery), strategy, shard count and the generation of its
-checkpoints (bumped whenever the state is re-split, so stale checkpoints are never read)
-and, for an autoscaled query, its autoscaling bounds.
+checkpoints (bumped whenever the state is re-split or re-placed, so stale checkpoints are
+never read), the join sides probed in the data layer with the fingerprint of the plan they
+were placed on and, for an autoscaled query, its autoscaling bounds.
 Invariant: a query is in the registry iff its registration completed and it was not
-dropped.
+dropped. A file of an older ``FORMAT`` is read through ``UPGRADES`` (one step per
+version) and written in the current one on its next change.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import pyarrow.ipc as ipc
 
 from imp_actors.storage import BlobStore
 from imp_core.errors import SnapshotError
+from imp_core.plan.paths import OperatorPath, parse_paths
 from imp_core.sketch.partition import PartitionSet, RangePartition
 
-FORMAT = 1
+FORMAT = 2
 _NAME = "registry.json"
 
 
@@ -68,20 +71,28 @@ class QueryRecord:
     shards: int = 1
     generation: int = 1
     created_at: float = field(default_factory=time.time)
-    pushdown: bool = True  # absent from older registry files: they pushed selections down
-    # join sides probed in the data layer (``imp_core.data_layer.JoinPlacement``), decided
-    # at registration; absent from older files: every side in memory
+    pushdown: bool = True
+    # join sides probed in the data layer as text (``OperatorPath`` of a side, sorted;
+    # ``probed_sides``), decided at registration on the plan ``plan_fingerprint`` names
     placement: tuple[str, ...] = ()
     # sketch versions up to this sequence number may have been published: a restarted
     # coordinator continues after it, so a (query, seq) never names two sketches
-    # (reserved ``SEQ_BLOCK`` at a time; absent from older files: 0)
+    # (reserved ``SEQ_BLOCK`` at a time)
     seq_reserved: int = 0
-    # ``config.Autoscaling.to_json()`` of an autoscaled query; None (and absent from older
-    # files): its shard count changes only when asked (ScaleQuery)
+    # ``config.Autoscaling.to_json()`` of an autoscaled query; None: its shard count
+    # changes only when asked (ScaleQuery)
     autoscaling: dict[str, Any] | None = None
     # ``imp_core.advisor.Advice.to_json()``: the attributes considered at registration
-    # and why these were chosen (None in older files: named by the user)
+    # and why these were chosen (None: named by the user)
     advice: dict[str, Any] | None = None
+    # ``QueryPlan.fingerprint()`` of the plan the placement was decided on; None: not
+    # known (a record upgraded from format 1), recovery checks the placement alone
+    plan_fingerprint: str | None = None
+
+    @property
+    def probed_sides(self) -> frozenset[OperatorPath]:
+        """``placement`` as paths (``imp_core.data_layer.JoinPlacement``)."""
+        return parse_paths(self.placement)
 
     def with_shards(self, shards: int) -> QueryRecord:
         return replace(self, shards=shards, generation=self.generation + 1)
@@ -89,6 +100,19 @@ class QueryRecord:
     def reserving(self, seq: int) -> QueryRecord:
         """This record with sequence numbers reserved through ``seq`` and a block more."""
         return replace(self, seq_reserved=seq + SEQ_BLOCK - 1)
+
+
+def upgrade_1(raw: dict[str, Any]) -> dict[str, Any]:
+    """A format 1 record as format 2: the fields added during format 1 at the values
+    older records meant (selections pushed down, every join side in memory, no sequence
+    numbers reserved, no autoscaling, attributes named by the user), and no plan
+    fingerprint."""
+    return {"pushdown": True, "placement": [], "seq_reserved": 0, "autoscaling": None,
+            "advice": None, **raw, "plan_fingerprint": None}
+
+
+# format N -> the function turning a record of format N into one of format N + 1
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: upgrade_1}
 
 
 class Registry:
@@ -111,11 +135,14 @@ class Registry:
         except ValueError as exc:
             raise SnapshotError(f"the query registry {self.blobs.path(_NAME)} is damaged: "
                                 f"{exc}") from None
-        if doc.get("format") != FORMAT:
-            raise SnapshotError(f"query registry format {doc.get('format')} is not "
-                                f"supported (this build reads {FORMAT})")
+        version = doc.get("format")
+        if not isinstance(version, int) or not 1 <= version <= FORMAT:
+            raise SnapshotError(f"query registry format {version} is not "
+                                f"supported (this build reads 1 to {FORMAT})")
         for name, raw in doc.get("queries", {}).items():
             raw = dict(raw)
+            for step in range(version, FORMAT):
+                raw = UPGRADES[step](raw)
             raw["partitions"] = tuple(raw["partitions"])
             raw["placement"] = tuple(raw.get("placement", ()))
             self._records[name] = QueryRecord(**raw)

@@ -77,7 +77,7 @@ class ShardManager:
         return WorkerSpec(q.name, shard, rec.shards, rec.generation, q.plan, q.partitions,
                           self.ctx.options, self.ctx.config.checkpoints_dir,
                           tables_root=self.ctx.config.tables_dir,
-                          placement=frozenset(rec.placement))
+                          placement=rec.probed_sides)
 
     def stop(self, q: QueryRuntime, to: QueryState) -> None:
         """Stop ``q``'s workers and move it to ``to`` (evicted or dropped)."""
@@ -234,7 +234,7 @@ class ShardManager:
             return q.capture[1]
         ctx = self.ctx
         tables = ctx.spark.first_state(q.plan, q.partitions, ctx.options, versions,
-                                       frozenset(q.record.placement))
+                                       q.record.probed_sides)
         states = [tables] if q.shards == 1 else \
             reshard([tables], q.plan, q.partitions, ctx.options, q.key, q.shards)
         q.capture = (dict(versions), states)

@@ -51,6 +51,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
 )
+from imp_core.plan.paths import OperatorPath, operator_paths
 from imp_core.sketch.partition import PartitionSet
 from imp_core.storage.file_side import (
     FileJoinSide,
@@ -61,9 +62,9 @@ from imp_core.storage.file_side import (
     scan_counts,
 )
 
-# a join side's place: "<operator id>:left" or "<operator id>:right" (operator ids as the
-# pipeline numbers its operators: "0" the root, "0.1" its second child, ...)
-JoinPlacement = frozenset
+# the sides probed in the data layer: a join input's path names the join and "left" or
+# "right", an aggregation's groups' path the aggregation and "groups" (``OperatorPath``)
+JoinPlacement = frozenset[OperatorPath]
 
 
 AnyJoin = Join | SemiJoin | OuterJoin
@@ -78,33 +79,27 @@ def probable(node: PlanNode) -> bool:
     return isinstance(node, (Join, SemiJoin, OuterJoin)) and bool(node.equi_keys()[0])
 
 
-def join_sides(root: PlanNode) -> Iterator[tuple[str, AnyJoin, str, PlanNode]]:
-    """``(side id, join, "left" | "right", input)`` of every join in ``root`` whose inputs
-    may be probed in the data layer (``probable``), with ids as ``IncrementalQuery``
-    numbers its operators."""
-
-    def walk(node: PlanNode, op_id: str) -> Iterator[tuple[str, AnyJoin, str, PlanNode]]:
-        for i, child in enumerate(node.children()):
-            yield from walk(child, f"{op_id}.{i}")
+def join_sides(root: PlanNode) -> Iterator[tuple[OperatorPath, AnyJoin, str, PlanNode]]:
+    """``(side path, join, "left" | "right", input)`` of every join in ``root`` whose
+    inputs may be probed in the data layer (``probable``), paths by ``operator_paths``."""
+    for path, node in operator_paths(root):
         if probable(node):
             assert isinstance(node, (Join, SemiJoin, OuterJoin))
-            yield f"{op_id}:left", node, "left", node.left
-            yield f"{op_id}:right", node, "right", node.right
-
-    yield from walk(root, "0")
+            yield path.at("left"), node, "left", node.left
+            yield path.at("right"), node, "right", node.right
 
 
-def probable_groups(root: PlanNode) -> Iterator[tuple[str, Aggregate]]:
-    """``(id, aggregation)`` of every grouped aggregation in ``root`` whose groups may be
-    held by the data layer (``ProbedAggregateOp``), ids ``"<operator id>:groups"``."""
-
-    def walk(node: PlanNode, op_id: str) -> Iterator[tuple[str, Aggregate]]:
-        for i, child in enumerate(node.children()):
-            yield from walk(child, f"{op_id}.{i}")
+def probable_groups(root: PlanNode) -> Iterator[tuple[OperatorPath, Aggregate]]:
+    """``(path, aggregation)`` of every grouped aggregation in ``root`` whose groups may
+    be held by the data layer (``ProbedAggregateOp``), paths ``"<operator path>:groups"``."""
+    for path, node in operator_paths(root):
         if isinstance(node, Aggregate) and node.group_by:
-            yield f"{op_id}:{GROUPS}", node
+            yield path.at(GROUPS), node
 
-    yield from walk(root, "0")
+
+def placeable(root: PlanNode) -> frozenset[OperatorPath]:
+    """Every side of ``root`` a placement may name (``join_sides``, ``probable_groups``)."""
+    return frozenset([s for s, *_ in join_sides(root)] + [g for g, _ in probable_groups(root)])
 
 
 def groups_lookup(node: Aggregate, clustered: Callable[[str, str], bool],
@@ -231,21 +226,22 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
         return frozenset()
     if budget_bytes == 0:
         return frozenset(sid for sid, *_ in join_sides(root))
-    cheap: list[tuple[int, str]] = []
+    cheap: list[tuple[int, OperatorPath]] = []
     sides = [(side_bytes(child), sid, join, which, child) for sid, join, which, child
              in join_sides(root)]
     total = sum(s[0] for s in sides) + sum(side_bytes(c) for c in keyed_join_inputs(root))
     if change_rates is None:
-        order = sorted(sides, key=lambda s: (-s[0], s[1]))
+        order = sorted(sides, key=lambda s: (-s[0], str(s[1])))
     else:
         hottest = max(sorted(root.tables()), key=lambda t: (change_rates.get(t, 0.0), t))
 
-        def per_byte(side: tuple[int, str, AnyJoin, str, PlanNode]) -> tuple[float, str]:
+        def per_byte(side: tuple[int, OperatorPath, AnyJoin, str, PlanNode]
+                     ) -> tuple[float, str]:
             size, sid, join, which, _ = side
             rate = _trigger_rate(join, which, change_rates)
-            return (rate / size if size > 0 else float("inf"), sid)
+            return (rate / size if size > 0 else float("inf"), str(sid))
 
-        def keys(side: tuple[int, str, AnyJoin, str, PlanNode]) -> tuple[str, ...]:
+        def keys(side: tuple[int, OperatorPath, AnyJoin, str, PlanNode]) -> tuple[str, ...]:
             return side[2].equi_keys()[0 if side[3] == "left" else 1]
 
         cold = [s for s in sides if hottest not in direct_triggers(s[2], s[3])
@@ -258,7 +254,7 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
             cheap += groups
             total += sum(size for size, _ in groups)
         order = [(s[0], s[1]) for s in sorted(cold, key=per_byte)]
-    probed = []
+    probed: list[OperatorPath] = []
     for size, sid, *_ in order:
         if total <= budget_bytes:
             break
@@ -267,7 +263,7 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
     if change_rates is not None and total > HOT_SIDE_FACTOR * budget_bytes:
         # a busy side costs every batch of the busiest table a lookup: only when the state
         # would otherwise pass the budget by far (join-side estimates run 2-4 times high)
-        for size, sid in sorted(cheap, key=lambda s: (-s[0], s[1])):
+        for size, sid in sorted(cheap, key=lambda s: (-s[0], str(s[1]))):
             if total <= budget_bytes:
                 break
             probed.append(sid)
@@ -379,12 +375,12 @@ class DataLayer:
              placement: JoinPlacement = frozenset()) -> Wiring:
         """The query's pipeline (empty state) with its probed sides and refill source."""
         context = VersionContext()
-        ids = {id(join): sid.split(":")[0] for sid, join, _, _ in join_sides(plan.root)}
-        ids.update((id(agg), gid.split(":")[0]) for gid, agg in probable_groups(plan.root))
+        paths = {id(join): sid.operator for sid, join, _, _ in join_sides(plan.root)}
+        paths.update((id(agg), gid.operator) for gid, agg in probable_groups(plan.root))
 
         def choose(node: AnyJoin | Aggregate, which: str) -> JoinSide | None:
-            op_id = ids.get(id(node))
-            if op_id is None or f"{op_id}:{which}" not in placement:
+            path = paths.get(id(node))
+            if path is None or path.at(which) not in placement:
                 return None
             if isinstance(node, Aggregate):  # its groups, keyed by the group-by columns
                 return self.probed_side(node.input, tuple(node.group_by), partitions,

@@ -95,6 +95,7 @@ from imp_core.plan.nodes import (
     TopK,
     scalar_filter_parts,
 )
+from imp_core.plan.paths import OperatorPath
 from imp_core.selectivity import (  # noqa: F401 - the rule constants are re-exported
     EQ_SEL,
     LIKE_SEL,
@@ -129,8 +130,8 @@ SORTED_ENTRY_BYTES = 128  # per entry of a sorted multiset (min/max values, top-
 
 @dataclass(frozen=True)
 class OperatorEstimate:
-    """One operator's estimate; ``op_id`` numbers operators as ``IncrementalQuery``
-    does ("0" the root, "0.1" its second child, ...)."""
+    """One operator's estimate; ``op_id`` is the text of its ``OperatorPath`` ("0" the
+    root, "0.1" its second child, ...), as ``IncrementalQuery`` names its operators."""
 
     op_id: str
     node: PlanNode
@@ -155,8 +156,8 @@ class PlanEstimate:
 
     operators: tuple[OperatorEstimate, ...]
     result_bytes: float = 0.0  # the kept query result (``EngineOptions.keep_result``)
-    # the equi-join sides this estimate leaves to the data layer ("<op id>:left"/":right")
-    probed: frozenset[str] = frozenset()
+    # the sides this estimate leaves to the data layer (``imp_core.data_layer.JoinPlacement``)
+    probed: frozenset[OperatorPath] = frozenset()
 
     @property
     def root(self) -> OperatorEstimate:
@@ -190,8 +191,8 @@ class PlanEstimate:
     def explain(self) -> str:
         """One line per operator, indented as ``PlanNode.explain``."""
         lines = []
-        for o in sorted(self.operators, key=lambda o: [int(p) for p in o.op_id.split(".")]):
-            pad = "  " * o.op_id.count(".")
+        for o in sorted(self.operators, key=lambda o: OperatorPath.parse(o.op_id).steps):
+            pad = "  " * OperatorPath.parse(o.op_id).depth
             lines.append(f"{pad}{o.description}  [rows ~{_count(o.rows)}, state "
                          f"~{human_bytes(o.state_bytes)}, batch ~{human_bytes(o.work_bytes)}]")
         return "\n".join(lines)
@@ -199,14 +200,14 @@ class PlanEstimate:
 
 # -- estimating -------------------------------------------------------------------------
 def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
-                  sketched: Collection[str] = (), probed: Collection[str] = (),
+                  sketched: Collection[str] = (), probed: Collection[OperatorPath] = (),
                   fragments: int = 64, minmax_buffer: int | None = None,
                   topk_buffer: int | None = None, keep_result: bool = True) -> PlanEstimate:
     """Estimate ``root`` from ``stats`` (every scanned table's, by table name).
 
     ``sketched``: the partitioned tables (their rows carry a fragment id each);
-    ``probed``: equi-join sides kept in the data layer (``"<op id>:left"``/``":right"``)
-    and aggregations whose groups it holds (``"<op id>:groups"``);
+    ``probed``: equi-join sides kept in the data layer (paths ``"<op>:left"``/``":right"``)
+    and aggregations whose groups it holds (``"<op>:groups"``);
     ``fragments``: fragments per sketched table; the buffers as in ``EngineOptions``.
     """
     out: list[OperatorEstimate] = []
@@ -216,7 +217,7 @@ def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
                        if scalar_filter_parts(n) is not None)
     ctx = _Context(stats, frozenset(sketched), frozenset(probed), max(fragments, 1),
                    minmax_buffer, topk_buffer, out, shared)
-    rel = ctx.visit(root, "0")
+    rel = ctx.visit(root, OperatorPath.ROOT)
     result = rel.rows * out[-1].row_bytes if keep_result else 0.0
     return PlanEstimate(tuple(out), result, frozenset(probed))
 
@@ -225,22 +226,22 @@ def estimate_plan(root: PlanNode, stats: Mapping[str, TableStats],
 class _Context:
     stats: Mapping[str, TableStats]
     sketched: frozenset[str]
-    probed: frozenset[str]
+    probed: frozenset[OperatorPath]
     fragments: int
     minmax_buffer: int | None
     topk_buffer: int | None
     out: list[OperatorEstimate]
     scalar_joins: frozenset[int] = frozenset()  # ids of the joins of scalar filters
 
-    def visit(self, node: PlanNode, op_id: str) -> _Rel:
-        kids = [self.visit(c, f"{op_id}.{i}") for i, c in enumerate(node.children())]
-        rel, state, work, pairs = self._estimate(node, op_id, kids)
-        self.out.append(OperatorEstimate(op_id, node, _finite(rel.rows),
+    def visit(self, node: PlanNode, path: OperatorPath) -> _Rel:
+        kids = [self.visit(c, path.child(i)) for i, c in enumerate(node.children())]
+        rel, state, work, pairs = self._estimate(node, path, kids)
+        self.out.append(OperatorEstimate(str(path), node, _finite(rel.rows),
                                          row_bytes(node.schema, rel.ids),
                                          _finite(state), _finite(work), _finite(pairs)))
         return rel
 
-    def _estimate(self, node: PlanNode, op_id: str,
+    def _estimate(self, node: PlanNode, path: OperatorPath,
                   kids: list[_Rel]) -> tuple[_Rel, float, float, float]:
         if isinstance(node, Scan):
             return self._scan(node), 0.0, 0.0, 0.0
@@ -253,10 +254,10 @@ class _Context:
             cols = {e.name: _project_col(e.expr, child) for e in node.exprs}
             return _Rel(child.rows, cols, child.ids), 0.0, 0.0, 0.0
         if isinstance(node, (Join, SemiJoin, OuterJoin)):
-            return self._join(node, op_id, kids[0], kids[1])
+            return self._join(node, path, kids[0], kids[1])
         if isinstance(node, (Aggregate, Distinct)):
             rel, state, work, pairs = self._group(node, kids[0])
-            if f"{op_id}:groups" in self.probed:  # the data layer holds the groups
+            if path.at("groups") in self.probed:  # the data layer holds the groups
                 state = 0.0
             return rel, state, work, pairs
         if isinstance(node, TopK):
@@ -280,7 +281,7 @@ class _Context:
                                 cs.low if cs else None, cs.high if cs else None)
         return _Rel(rows, cols, 1 if node.table in self.sketched else 0)
 
-    def _join(self, node: Join | SemiJoin | OuterJoin, op_id: str, left: _Rel,
+    def _join(self, node: Join | SemiJoin | OuterJoin, path: OperatorPath, left: _Rel,
               right: _Rel) -> tuple[_Rel, float, float, float]:
         lk, rk, residual = node.equi_keys()
         both = _Rel(0.0, {**left.cols, **right.cols}, left.ids + right.ids)
@@ -299,7 +300,7 @@ class _Context:
             both.ids = left.ids
         state = 0.0
         for side, rel, nbytes in (("left", left, lbytes), ("right", right, rbytes)):
-            if f"{op_id}:{side}" not in self.probed:  # only probable sides are ever listed
+            if path.at(side) not in self.probed:  # only probable sides are ever listed
                 state += rel.rows * (nbytes + SIDE_INDEX_BYTES)
         if isinstance(node, SemiJoin):
             if lk:

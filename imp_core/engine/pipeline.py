@@ -51,6 +51,7 @@ from imp_core.plan.nodes import (
     arrow_schema,
     scalar_filter_parts,
 )
+from imp_core.plan.paths import OperatorPath
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
@@ -109,7 +110,7 @@ class IncrementalQuery:
         self.join_sides = join_sides
         self.scans: dict[str, list[ScanOp]] = {}
         self.operators: list[Operator] = []
-        self.root = self._wire(plan.root, "0")
+        self.root = self._wire(plan.root, OperatorPath.ROOT)
         self.merge = MergeOp(partitions.size)
         self._result: list[DeltaBatch] = []
         self._result_rows = 0
@@ -121,18 +122,20 @@ class IncrementalQuery:
             return None
         return lambda: self.source(node)
 
-    def _wire(self, node: PlanNode, op_id: str) -> _Wired:
+    def _wire(self, node: PlanNode, path: OperatorPath) -> _Wired:
         op: Operator
+        op_id = str(path)  # the operator's id: the text of its plan path (names its state)
         scalar = scalar_filter_parts(node)
         if scalar is not None:
             # π σ (L × S) is one operator; its inputs keep the ids of their plan paths
             left, right, _ = scalar
-            children = [self._wire(left, f"{op_id}.0.0.0"), self._wire(right, f"{op_id}.0.0.1")]
+            below = path.child(0).child(0)
+            children = [self._wire(left, below.child(0)), self._wire(right, below.child(1))]
             assert isinstance(node, Project)
             op = ScalarFilterOp(node, op_id)
             self.operators.append(op)
             return _Wired(op, children, node.tables(), node)
-        children = [self._wire(c, f"{op_id}.{i}") for i, c in enumerate(node.children())]
+        children = [self._wire(c, path.child(i)) for i, c in enumerate(node.children())]
         nfrag = self.partitions.size
         if isinstance(node, Scan):
             op = ScanOp(node, op_id, self.partitions)

@@ -58,6 +58,7 @@ from imp_core.plan.nodes import (
     SortKey,
     TopK,
 )
+from imp_core.plan.paths import OperatorPath
 from imp_core.prepare import prepare_query, table_statistics
 from imp_core.reference import reference_evaluate
 from imp_core.sketch.partition import PartitionSet
@@ -190,7 +191,7 @@ def test_groups_top_k_and_probed_sides():
     join = Join(scan("f", "fk"), scan("d", "pk"), BinaryOp("=", col("f.fk"), col("d.pk")))
     js = {"f": TableStats(1_000_000), "d": TableStats(10)}
     kept = estimate(join, js).root.state_bytes
-    probed = estimate(join, js, probed={"0:left"}).root.state_bytes
+    probed = estimate(join, js, probed={OperatorPath.parse("0:left")}).root.state_bytes
     assert probed == pytest.approx(10 * (row_bytes(join.right.schema, 0) + SIDE_INDEX_BYTES))
     assert kept > 1000 * probed
 

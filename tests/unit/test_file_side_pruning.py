@@ -14,6 +14,7 @@ from test_keyed_join_layers import _dims, _eq, _facts
 
 from imp_core.data_layer import HOT_SIDE_FACTOR, clustered_lookup, place_join_sides
 from imp_core.plan.nodes import Join, PlanNode
+from imp_core.plan.paths import parse_paths
 from imp_core.storage import DeltaStore, WriteOptions
 from imp_core.storage.file_side import TableFiles, filter_columns
 
@@ -90,18 +91,18 @@ def test_a_busy_side_is_probed_only_when_its_lookups_read_little() -> None:
 
     rates = {"facts": 1000.0, "dims": 10.0}
     # dims' side is asked on every facts change: not cold; facts' side is cold
-    assert place_join_sides(root, size, 20, rates) == frozenset({"0:left"})
+    assert place_join_sides(root, size, 20, rates) == parse_paths(["0:left"])
     assert place_join_sides(root, size, 20, rates, lambda t, c: False) == \
-        frozenset({"0:left"})
+        parse_paths(["0:left"])
     assert place_join_sides(root, size, 20, rates, lambda t, c: (t, c) == ("dims", "dk")) \
-        == frozenset({"0:left", "0:right"})
+        == parse_paths(["0:left", "0:right"])
     # what the cold side leaves (100) is within HOT_SIDE_FACTOR times the budget: the
     # busy side stays, as it does when the cold side brings the state under the budget
     assert HOT_SIDE_FACTOR * 50 >= 100
     assert place_join_sides(root, size, 50, rates, lambda t, c: True) == \
-        frozenset({"0:left"})
+        parse_paths(["0:left"])
     assert place_join_sides(root, size, 150, rates, lambda t, c: True) == \
-        frozenset({"0:left"})
+        parse_paths(["0:left"])
     assert clustered_lookup(_dims(), ("dims.dk",), lambda t, c: c == "dk")
     assert not clustered_lookup(_dims(), ("dims.dk",), lambda t, c: c == "w")
     # a side of two tables: the key filters one, the join passes it to the other

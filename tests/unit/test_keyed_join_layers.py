@@ -54,6 +54,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
 )
+from imp_core.plan.paths import OperatorPath, parse_paths
 from imp_core.reference import reference_capture
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.spark.bootstrap import has_stateful
@@ -105,7 +106,7 @@ def test_keyed_join_inputs_are_probable_but_not_those_of_not_in():
     inner = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
     root = SemiJoin(inner, _tags(), _eq("dims.w", "tags.tk"), anti=True)
     sides = list(join_sides(root))
-    assert [(sid, which) for sid, _, which, _ in sides] == [
+    assert [(str(sid), which) for sid, _, which, _ in sides] == [
         ("0.0:left", "left"), ("0.0:right", "right"), ("0:left", "left"),
         ("0:right", "right")]
     sizes = {"facts": 50, "dims": 10, "tags": 100}
@@ -115,13 +116,13 @@ def test_keyed_join_inputs_are_probable_but_not_those_of_not_in():
 
     # in memory: the inner join's sides (50 + 10), the anti-join's inputs (60 + 100)
     assert place_join_sides(root, size, 220) == frozenset()
-    assert place_join_sides(root, size, 200) == frozenset({"0:right"})  # 120 left
-    assert place_join_sides(root, size, 100) == frozenset({"0:right", "0:left"})
+    assert place_join_sides(root, size, 200) == parse_paths(["0:right"])  # 120 left
+    assert place_join_sides(root, size, 100) == parse_paths(["0:right", "0:left"])
 
     nai = SemiJoin(inner, _tags(), _eq("dims.w", "tags.tk"), anti=True, null_aware=True)
-    assert [sid for sid, *_ in join_sides(nai)] == ["0.0:left", "0.0:right"]
+    assert [str(sid) for sid, *_ in join_sides(nai)] == ["0.0:left", "0.0:right"]
     # NOT IN's inputs count against the budget but are never probed
-    assert place_join_sides(nai, size, 150) == frozenset({"0.0:left", "0.0:right"})
+    assert place_join_sides(nai, size, 150) == parse_paths(["0.0:left", "0.0:right"])
 
 
 def test_placement_by_change_rate_probes_the_sides_few_changes_ask_for():
@@ -143,13 +144,13 @@ def test_placement_by_change_rate_probes_the_sides_few_changes_ask_for():
     # change) stays in memory as long as anything else can go
     rates = {"facts": 1000.0, "dims": 1.0, "tags": 10.0}
     total = 100 + 40 + 140 + 30
-    assert place_join_sides(root, size, total - 100, rates) == frozenset({"0.0:left"})
+    assert place_join_sides(root, size, total - 100, rates) == parse_paths(["0.0:left"])
     assert place_join_sides(root, size, total - 200, rates) == \
-        frozenset({"0.0:left", "0:left"})
+        parse_paths(["0.0:left", "0:left"])
     # dims' side, which every facts change asks for, and the semi-join's right input,
     # which every change asks for, stay in memory however small the budget
-    assert place_join_sides(root, size, 20, rates) == frozenset({"0.0:left", "0:left"})
-    assert place_join_sides(root, size, 1, rates) == frozenset({"0.0:left", "0:left"})
+    assert place_join_sides(root, size, 20, rates) == parse_paths(["0.0:left", "0:left"])
+    assert place_join_sides(root, size, 1, rates) == parse_paths(["0.0:left", "0:left"])
     # behind an aggregation the busiest table's changes rarely reach a side: an IN
     # subquery grouped over facts leaves the semi-join's left input cold
     grouped = Aggregate(_facts("f2"), ("f2.k",), (AggCall("count_star", None, "n"),))
@@ -158,13 +159,13 @@ def test_placement_by_change_rate_probes_the_sides_few_changes_ask_for():
     over_groups = SemiJoin(_dims(), keys_only, _eq("dims.dk", "f2.k"))
     assert direct_triggers(over_groups, "left") == frozenset()
     assert probe_triggers(over_groups, "left") == {"facts"}
-    assert place_join_sides(over_groups, size, 1, rates) == frozenset({"0:left"})
+    assert place_join_sides(over_groups, size, 1, rates) == parse_paths(["0:left"])
     # the aggregate's values themselves change with every facts change: not cold
     over_values = Join(_dims(), grouped, _eq("dims.dk", "f2.k"))
     assert direct_triggers(over_values, "left") == {"facts"}
     assert place_join_sides(over_values, size, 1, rates) == frozenset()
     # without rates the largest side goes first
-    assert place_join_sides(root, size, total - 100) == frozenset({"0:left"})
+    assert place_join_sides(root, size, total - 100) == parse_paths(["0:left"])
     assert place_join_sides(root, size, 0, rates) == frozenset(s for s, *_ in join_sides(root))
 
 
@@ -182,8 +183,8 @@ def test_a_side_read_whole_by_every_lookup_is_not_probed():
     rates = {"facts": 1000.0, "tags": 1.0}
     placed = place_join_sides(root, size, 1, rates)
     # the left input (tags' changes ask for it) would be cold, were it not read whole
-    assert "0:left" not in placed
-    assert "0:left" in place_join_sides(root, size, 0, rates)
+    assert OperatorPath.parse("0:left") not in placed
+    assert OperatorPath.parse("0:left") in place_join_sides(root, size, 0, rates)
     full = OuterJoin(_facts(), _dims(), _eq("facts.k", "dims.dk"), "full")
     assert probe_triggers(full, "left") == {"facts", "dims"}
 

@@ -114,7 +114,7 @@ def test_placement_and_estimate_of_probed_groups():
                     "(SELECT k FROM facts GROUP BY k HAVING sum(v) > 30)", catalog)
     root = plan.root
     ((gid, agg),) = list(probable_groups(root))
-    assert isinstance(agg, Aggregate) and gid.endswith(":groups")
+    assert isinstance(agg, Aggregate) and gid.side == "groups"
 
     def size(node):
         return 1000 if node is agg else 10
@@ -149,5 +149,5 @@ def test_placement_and_estimate_of_probed_groups():
     stats = table_statistics(_Source(), root)
     plain = {e.op_id: e.state_bytes for e in estimate_plan(root, stats).operators}
     probed = {e.op_id: e.state_bytes for e in estimate_plan(root, stats, probed={gid}).operators}
-    op_id = gid.split(":")[0]
+    op_id = str(gid.operator)
     assert plain[op_id] > 0 and probed[op_id] == 0

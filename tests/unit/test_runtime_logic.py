@@ -527,7 +527,41 @@ def test_registry_reads_records_written_before_pushdown_existed(tmp_path):
            "force": False, "shards": 1, "generation": 1, "created_at": 1.0}
     blobs.write_atomic("registry.json", json.dumps({"format": 1, "queries": {"old": raw}})
                        .encode())
-    assert Registry(blobs).get("old").pushdown is True
+    old = Registry(blobs).get("old")
+    assert old.pushdown is True and old.placement == () and old.plan_fingerprint is None
+
+
+def test_recovery_places_again_a_placement_that_no_longer_fits_the_plan(root, caplog):
+    """A stored placement naming no side of the plan planned again, or decided on a
+    plan of another fingerprint, is never kept: the restarted coordinator places the
+    query again (new generation, in the registry), says why, and stays exact."""
+    import dataclasses
+
+    cfg = make_config(root, join_state_budget_bytes=0)  # every probable side probed
+    with Coordinator(cfg) as c:
+        c.register(workload_spec("j", "q_joinsel"))
+        plan = c._get("j").plan
+    registry = Registry(BlobStore(cfg.registry_dir))
+    rec = registry.get("j")
+    assert rec.placement and rec.plan_fingerprint == plan.fingerprint()
+    rng = np.random.default_rng(3)
+    for n, (stale, reason) in enumerate([
+            (dict(placement=("0.9.9:left",)), "names 0.9.9:left, no side of its plan"),
+            (dict(plan_fingerprint="0" * 32), "its plan changed since registration")]):
+        registry.put(dataclasses.replace(registry.get("j"), **stale))
+        before = registry.get("j").generation
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="imp_actors.registration"):
+            with Coordinator(cfg) as c:
+                ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100 * n)
+                c.apply_update("t5000g", inserts=ins, deletes=dels)
+                _check(c, "j")
+        assert any("placed again" in r.getMessage() and reason in r.getMessage()
+                   for r in caplog.records)
+        now = Registry(BlobStore(cfg.registry_dir)).get("j")
+        assert now.placement == rec.placement and now.generation == before + 1
+        assert now.plan_fingerprint == plan.fingerprint()
+        registry = Registry(BlobStore(cfg.registry_dir))
 
 
 def test_tool_methods_of_the_coordinator(root):

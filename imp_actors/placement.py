@@ -1,0 +1,95 @@
+"""A query's placement: the join sides (and groups) probed in the data layer.
+
+Decided once at registration (``place``) and kept in the registry record as the text of
+its ``OperatorPath``s, with the fingerprint of the plan it was decided on. A restarted
+coordinator plans the SQL again with the current planner; ``stale`` tells when the kept
+placement does not fit that plan (the plan's fingerprint changed, or a path names no side
+of it) and ``replace`` decides it again the way registration does without an estimate,
+so that no wiring ever looks up a side the plan does not have.
+
+Invariants: a record's ``placement`` names only sides ``placeable`` in the plan its
+``plan_fingerprint`` names; a query that may have more than one shard probes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from imp_actors.context import RuntimeContext
+from imp_actors.registry import QueryRecord
+from imp_core.data_layer import DataLayer, JoinPlacement, placeable
+from imp_core.plan.nodes import QueryPlan
+from imp_core.prepare import PreparedQuery
+from imp_core.sketch.partition import PartitionSet
+
+
+def as_text(placement: JoinPlacement) -> tuple[str, ...]:
+    """``placement`` as stored in a record: the paths' text, sorted."""
+    return tuple(sorted(str(p) for p in placement))
+
+
+def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
+    """The join sides of a new query to probe in the data layer: those beyond the actor's
+    state budget, for a query that never has more than one shard (``shards``: the most it
+    may have; a shard's sides hold only its routed rows, which the files alone cannot
+    tell). The sides are sized by the registration's memory
+    estimate (rows after selections and aggregations, ``imp_core.estimate``), the one the
+    memory check used; without one (the check is off), by the tables' Parquet footers."""
+    budget = ctx.config.join_state_budget_bytes
+    if shards != 1 or budget is None:
+        return ()
+    if prepared.estimate is not None:
+        return as_text(prepared.estimate.probed)
+    return by_footers(prepared.plan, prepared.partitions, prepared.versions, budget, ctx)
+
+
+def by_footers(plan: QueryPlan, pset: PartitionSet, versions: Mapping[str, int],
+               budget: int, ctx: RuntimeContext) -> tuple[str, ...]:
+    """The sides to probe so that the rest fits ``budget``, sized by the Parquet footers
+    of the tables at ``versions`` (every table of ``plan``)."""
+    return as_text(DataLayer(ctx.store).place(plan, pset, versions, budget))
+
+
+def most_shards(record: QueryRecord) -> int:
+    """The most shards the recorded query may ever have (its autoscaling maximum)."""
+    auto = record.autoscaling or {}
+    return max(record.shards, int(auto.get("max_shards", 1)))
+
+
+def stale(record: QueryRecord, plan: QueryPlan) -> str | None:
+    """Why ``record``'s placement may not be used to wire ``plan`` (None: it may): the
+    plan is not the one the placement was decided on (by fingerprint, when the record
+    has one), or a stored path is no text of an ``OperatorPath`` or names no side of
+    ``plan`` that may be probed."""
+    now = plan.fingerprint()
+    if record.plan_fingerprint is not None and record.plan_fingerprint != now:
+        return (f"its plan changed since registration (fingerprint "
+                f"{record.plan_fingerprint}, now {now})")
+    try:
+        sides = record.probed_sides
+    except ValueError as exc:
+        return f"its placement cannot be read: {exc}"
+    unknown = sorted(str(s) for s in sides - placeable(plan.root))
+    if unknown:
+        return f"its placement names {', '.join(unknown)}, no side of its plan"
+    return None
+
+
+def replace(record: QueryRecord, plan: QueryPlan, pset: PartitionSet,
+            ctx: RuntimeContext) -> QueryRecord:
+    """``record`` placed again on ``plan`` (sized by the tables' Parquet footers at their
+    latest versions) and stamped with its fingerprint, in a new generation (the
+    checkpoints of the old placement hold state of other operators and are never
+    read)."""
+    budget = ctx.config.join_state_budget_bytes
+    placement: tuple[str, ...] = ()
+    if most_shards(record) == 1 and budget is not None:
+        versions = {t: ctx.probe.latest(t) for t in sorted(plan.root.tables())}
+        placement = by_footers(plan, pset, versions, budget, ctx)
+    return dataclasses.replace(record, placement=placement,
+                               plan_fingerprint=plan.fingerprint(),
+                               generation=record.generation + 1)
+
+
+__all__ = ["as_text", "by_footers", "most_shards", "place", "replace", "stale"]

@@ -160,7 +160,7 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
     by = ", ".join(kn)
     part_by = f"PARTITION BY {by} " if kn else ""
     for i in minmax:
-        desc = "DESC" if agg.aggregates[i].func == "max" else "ASC"
+        desc = "DESC" if op.funcs[i].largest_first else "ASC"
         x = f"__x{source[i]}"
         sql += (f",\n__imp_mv{i} AS (\n  SELECT {', '.join(kn + [f'{x} AS __v'])}, "
                 f"COUNT(1) AS __c\n  FROM __imp_in WHERE {x} IS NOT NULL\n"

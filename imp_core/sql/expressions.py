@@ -379,13 +379,14 @@ def aggregate_call(node: exp.Expression, ctx: BindContext) -> tuple[str, Expr | 
         return (func if fn.extremes else DISTINCT_PREFIX + func), bound
     if node.expressions:
         raise ctx.unsupported(f"{func.upper()} with several arguments", node)
-    if func == "count" and (arg is None or isinstance(arg, exp.Star)):
-        return "count_star", None
+    star = fn.for_star()  # count(*) for COUNT, None for the others
     if arg is None or isinstance(arg, exp.Star):
-        raise ctx.unsupported(f"{func.upper()}(*)", node)
+        if star is None:
+            raise ctx.unsupported(f"{func.upper()}(*)", node)
+        return star.name, None
     bound = bind(arg, ctx)
-    if func == "count" and isinstance(bound, Literal) and bound.value is not None:
-        return "count_star", None
+    if star is not None and isinstance(bound, Literal) and bound.value is not None:
+        return star.name, None  # a non-NULL constant counts every row
     return func, bound
 
 

@@ -169,3 +169,20 @@ def test_registry_names_and_sql_aliases():
         assert fn.result_type(DEC) == pa.float64()
     with pytest.raises(ValueError, match="unknown aggregate"):
         registry.get("median")
+
+
+def test_function_names_live_in_their_modules_only():
+    """No consumer branches on these functions' names: they appear (quoted) only in
+    ``imp_core.plan.aggregates`` (names shared with Arrow or column names, such as "sum",
+    "min" or "count", are left out)."""
+    import pathlib
+
+    import imp_core
+
+    root = pathlib.Path(imp_core.__file__).parent
+    names = ("avg", "count_star", *STATS)
+    found = [f"{path.relative_to(root)}: {name}"
+             for path in root.rglob("*.py") if "aggregates" not in path.parts
+             for name in names
+             if f'"{name}"' in path.read_text() or f"'{name}'" in path.read_text()]
+    assert found == []

@@ -114,7 +114,7 @@ class AggregateOp(Operator):
         self.higher: list[list[np.ndarray]] = [
             [np.zeros(0, dtype=np.int64) for _ in range(f.moments - 1)] for f in self.funcs]
         self.minmax: list[MinMaxSets | None] = [
-            MinMaxSets(f.name == "max", minmax_buffer) if f.extremes else None
+            MinMaxSets(f.largest_first, minmax_buffer) if f.extremes else None
             for f in self.funcs]
         self.source = source
         self.refills = 0

@@ -58,6 +58,7 @@ class AggregateFunction:
     takes_argument: ClassVar[bool] = True
     moments: ClassVar[int] = 0
     extremes: ClassVar[bool] = False
+    largest_first: ClassVar[bool] = False  # extremes: the value is the largest (max)
     numeric_only: ClassVar[bool] = False  # the argument must be a number (kind_of)
     partial: ClassVar[str] = "either"
     value_range: ClassVar[str] = "any"
@@ -72,6 +73,11 @@ class AggregateFunction:
         """The output values of the groups holding ``state`` (NULL where the function is
         undefined, e.g. no non-NULL value)."""
         raise NotImplementedError
+
+    def for_star(self) -> AggregateFunction | None:
+        """The function ``f(*)`` and ``f(<non-NULL constant>)`` stand for (count(*) for
+        COUNT), or None where they are not defined."""
+        return None
 
     def spark_sql(self, arg: str | None) -> str:
         """Spark SQL computing the function over the (quoted) column ``arg``."""

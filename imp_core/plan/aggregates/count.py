@@ -27,6 +27,9 @@ class Count(AggregateFunction):
     def finalize(self, state: GroupState, dtype: pa.DataType | None) -> pa.Array:
         return pa.array(state.nonnull, type=pa.int64())
 
+    def for_star(self) -> AggregateFunction | None:
+        return COUNT_STAR
+
 
 class CountStar(Count):
     """count(*) (also count(<non-NULL constant>), see ``imp_core.sql.expressions``)."""
@@ -45,4 +48,5 @@ class CountStar(Count):
         return "count"
 
 
-FUNCTIONS = (Count(), CountStar())
+COUNT_STAR = CountStar()
+FUNCTIONS = (Count(), COUNT_STAR)

@@ -24,10 +24,7 @@ class Extreme(AggregateFunction):
         self.sql_keys = (name,)  # type: ignore[misc]
         self.partial = partial  # type: ignore[misc]
         self.spark_name = name.upper()  # type: ignore[misc]
-
-    @property
-    def is_max(self) -> bool:
-        return self.name == "max"
+        self.largest_first = partial == "smaller"  # type: ignore[misc]  # max
 
     def result_type(self, dtype: pa.DataType | None) -> pa.DataType:
         assert dtype is not None

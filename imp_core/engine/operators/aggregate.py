@@ -415,7 +415,7 @@ class AggregateOp(Operator):
         keycols = [groups.column(f"k{j}").to_pylist() for j in range(nkeys)]
         remap = np.zeros(int(gids.max()) + 1 if len(gids) else 0, dtype=np.int64)
         for pos in order.tolist():
-            remap[gids[pos]] = self.groups._add(tuple(col[pos] for col in keycols))
+            remap[gids[pos]] = self.groups.add(tuple(col[pos] for col in keycols))
         n = len(self.groups)
         new_ids = remap[gids] if len(gids) else gids
         self.cnt = np.zeros(n, dtype=np.int64)

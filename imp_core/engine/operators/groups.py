@@ -60,7 +60,7 @@ class GroupKeys:
         """(distinct group ids in the batch, per-row index into them); adds new keys."""
         n = data.num_rows
         if not names:
-            gid = self._add(())
+            gid = self.add(())
             return np.array([gid], dtype=np.int64), np.zeros(n, dtype=np.int64)
         cols = [data.column(c).combine_chunks() for c in names]
         if self._int and cols[0].null_count == 0:
@@ -96,7 +96,7 @@ class GroupKeys:
             uniq, first, inverse = np.unique(inverse, return_index=True,
                                              return_inverse=True)
         keys = zip(*[c.take(pa.array(first)).to_pylist() for c in cols])
-        gids = np.fromiter((self._add(k) for k in keys), dtype=np.int64, count=len(first))
+        gids = np.fromiter((self.add(k) for k in keys), dtype=np.int64, count=len(first))
         return gids, inverse
 
     def _lookup_int(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -168,7 +168,8 @@ class GroupKeys:
         self._main_keys, self._main_gids = keys[order], gids[order]
         self._pending = {}
 
-    def _add(self, key: tuple) -> int:
+    def add(self, key: tuple) -> int:
+        """The id of group ``key``, a new dense id if the key is new (ids never change)."""
         if self._packed:
             packed = _pack_key(key)
             if packed is not None:

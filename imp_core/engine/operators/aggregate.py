@@ -300,6 +300,20 @@ class AggregateOp(Operator):
         """The state tables besides ``groups`` that name their group by ``gid``."""
         return [t.of(i) for i in self._minmax_ids() for t in (self.MINMAX, self.COMPLETE)]
 
+    def _groups_table(self, keys: Sequence[pa.Array], gid: np.ndarray, cnt: np.ndarray,
+                      nonnull: Sequence[np.ndarray], powers: Sequence[Sequence]) -> pa.Table:
+        """The ``groups`` table of groups ``gid`` (the one place its columns are written;
+        ``state_schemas`` declares them): keys k<j>, gid, cnt, per aggregate i nonnull<i>
+        and its power sums (``_sum_columns``) as decimal strings, exact at any size."""
+        cols = {f"k{j}": arr for j, arr in enumerate(keys)}
+        cols["gid"] = pa.array(gid, pa.int64())
+        cols["cnt"] = pa.array(np.asarray(cnt).astype(np.int64), pa.int64())
+        for i, f in enumerate(self.funcs):
+            cols[f"nonnull{i}"] = pa.array(np.asarray(nonnull[i]).astype(np.int64), pa.int64())
+            for c, p in zip(_sum_columns(i, f.moments), powers[i]):
+                cols[c] = pa.array([str(int(v)) for v in p], pa.string())
+        return pa.table(cols)
+
     def state_schemas(self) -> dict[str, pa.Schema | None]:
         fields = [pa.field(f"k{j}", t) for j, t in enumerate(self.groups.key_types)]
         fields += [pa.field("gid", pa.int64()), pa.field("cnt", pa.int64())]
@@ -321,18 +335,12 @@ class AggregateOp(Operator):
         """The state holding ``totals`` (e.g. computed by another system)."""
         n = len(totals.cnt)
         gid = np.arange(n, dtype=np.int64)
-        cols: dict[str, pa.Array] = {
-            f"k{j}": arr.cast(t) for j, (arr, t) in enumerate(zip(totals.keys,
-                                                                   self.groups.key_types))}
-        cols["gid"] = pa.array(gid, pa.int64())
-        cols["cnt"] = pa.array(np.asarray(totals.cnt).astype(np.int64))
-        for i, f in enumerate(self.funcs):
-            nonnull = np.asarray(totals.nonnull[i]).astype(np.int64) if f.takes_argument \
-                else np.zeros(n, dtype=np.int64)
-            cols[f"nonnull{i}"] = pa.array(nonnull)
-            for c, p in zip(_sum_columns(i, f.moments), _total_powers(totals, i, f.moments)):
-                cols[c] = pa.array([str(int(v)) for v in p], pa.string())
-        out = {self.GROUPS.name: pa.table(cols),
+        keys = [arr.cast(t) for arr, t in zip(totals.keys, self.groups.key_types)]
+        nonnull = [totals.nonnull[i] if f.takes_argument else np.zeros(n, dtype=np.int64)
+                   for i, f in enumerate(self.funcs)]
+        powers = [_total_powers(totals, i, f.moments) for i, f in enumerate(self.funcs)]
+        groups = self._groups_table(keys, gid, totals.cnt, nonnull, powers)
+        out = {self.GROUPS.name: groups,
                self.FRAGMENTS.name: self.frags.table_from_pairs(*totals.fragments)}
         for i in self._minmax_ids():
             mm = totals.minmax[i]
@@ -379,14 +387,11 @@ class AggregateOp(Operator):
     def snapshot(self) -> dict[str, pa.Table]:
         n = len(self.groups)
         live = np.flatnonzero(self.cnt[:n] != 0)
-        cols = {f"k{j}": arr for j, arr in enumerate(self.groups.key_arrays(live))}
-        cols["gid"] = pa.array(live, type=pa.int64())
-        cols["cnt"] = pa.array(self.cnt[live], type=pa.int64())
-        for i, f in enumerate(self.funcs):
-            cols[f"nonnull{i}"] = pa.array(self.nonnull[i][live], type=pa.int64())
-            for c, p in zip(_sum_columns(i, f.moments), self._powers(i)):
-                cols[c] = pa.array([str(int(x)) for x in p[live]], type=pa.string())
-        out = {self.GROUPS.name: pa.table(cols), self.FRAGMENTS.name: self.frags.snapshot()}
+        groups = self._groups_table(
+            self.groups.key_arrays(live), live, self.cnt[live],
+            [a[live] for a in self.nonnull],
+            [[p[live] for p in self._powers(i)] for i in range(len(self.funcs))])
+        out = {self.GROUPS.name: groups, self.FRAGMENTS.name: self.frags.snapshot()}
         live_ids = set(live.tolist())
         for i in self._minmax_ids():
             mm = self.minmax[i]

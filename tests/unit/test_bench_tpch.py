@@ -44,6 +44,7 @@ class _Coordinator:
         self.keys, self.key, self.fail_at, self.calls = keys, key, fail_at, 0
         self.feed = SimpleNamespace(forget=lambda t: None,
                                     stats=SimpleNamespace(pull_seconds=0.0))
+        self.diagnostics = SimpleNamespace(operator_stats=lambda name: [])
         self.tables: set[str] = set()
 
     def _rows(self, data):
@@ -73,9 +74,6 @@ class _Coordinator:
             raise RuntimeError("maintenance failed")
         return SimpleNamespace(versions={}, sketch=SimpleNamespace(fragments=[1, 2],
                                                                    partitions=None))
-
-    def operator_stats(self, name):
-        return []
 
     def info(self, name):
         return SimpleNamespace(state_bytes=1, probed_join_sides=())

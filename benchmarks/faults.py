@@ -66,6 +66,8 @@ class Stream:
     """Insert batches under fresh keys; remembers which were acknowledged."""
 
     def __init__(self, store_root: Path, batch: int, seed: int = 11):
+        # the service's ``apply_update`` (a client's or a coordinator's), set once it runs
+        self.apply: Callable[..., Any] = lambda *a, **k: None
         from imp_core.storage import DeltaStore
 
         self.template = DeltaStore(store_root).read(TABLE).slice(0, 5000)
@@ -83,11 +85,17 @@ class Stream:
         i = rows.schema.get_field_index("id")
         return rows.set_column(i, rows.schema.field(i), pa.array(keys, pa.int64())), keys
 
-    def send(self, apply: Callable[[pa.Table], Any]) -> bool:
-        """One batch through ``apply``; True when acknowledged."""
+    def send(self, times: int = 1) -> bool:
+        """``times`` batches through ``self.apply``; True when the last was acknowledged."""
+        ok = False
+        for _ in range(times):
+            ok = self._send_one()
+        return ok
+
+    def _send_one(self) -> bool:
         rows, keys = self.rows()
         try:
-            apply(rows)
+            self.apply(TABLE, inserts=rows)
         except Exception:  # refused or cut off: not acknowledged, so not counted
             self.refused += 1
             return False
@@ -141,59 +149,49 @@ def _serve(root: Path, port: int, backend: str, **env_extra: str) -> subprocess.
                             start_new_session=True)
 
 
-def _wait_serving(address: str, timeout: float) -> float:
-    """Seconds until ``address`` answers SERVING (``TimeoutError`` past ``timeout``)."""
+def _serving(address: str) -> bool:
+    """``address`` answers SERVING now (False: it does not answer, or says otherwise)."""
     from services.client import RemoteError, SketchClient
 
-    t0 = time.monotonic()
     with SketchClient(address, timeout=5, retries=0) as client:
-        while time.monotonic() - t0 < timeout:
-            try:
-                if client.health(timeout=2) == "SERVING":
-                    return time.monotonic() - t0
-            except RemoteError:
-                pass
-            time.sleep(0.2)
-    raise TimeoutError(f"{address} did not serve within {timeout:.0f} s")
+        try:
+            return client.health(timeout=2) == "SERVING"
+        except RemoteError:
+            return False
+
+
+def _wait_serving(address: str, timeout: float) -> float:
+    """Seconds until ``address`` answers SERVING."""
+    return _until(lambda: _serving(address), timeout, f"{address} did not serve")
 
 
 def _wait_not_serving(address: str, timeout: float) -> None:
     """Until ``address`` stops answering SERVING (it ended, or lost its runtime)."""
-    from services.client import RemoteError, SketchClient
+    _until(lambda: not _serving(address), timeout, f"{address} still serves after the fault")
 
+
+def _until(done: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until ``done()`` holds (tried every 0.2 s); ``TimeoutError`` naming
+    ``what`` past ``timeout``."""
     t0 = time.monotonic()
-    with SketchClient(address, timeout=5, retries=0) as client:
-        while time.monotonic() - t0 < timeout:
-            try:
-                if client.health(timeout=2) != "SERVING":
-                    return
-            except RemoteError:
-                return
-            time.sleep(0.05)
-    raise TimeoutError(f"{address} still serves {timeout:.0f} s after the fault")
+    while not done():
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"{what} within {timeout:.0f} s")
+        time.sleep(0.2)
+    return time.monotonic() - t0
 
 
-def _until_ok(call: Callable[[], Any], timeout: float) -> float:
-    """Seconds until ``call`` succeeds (retried every 0.2 s)."""
-    t0 = time.monotonic()
-    while True:
-        try:
-            call()
-            return time.monotonic() - t0
-        except Exception:
-            if time.monotonic() - t0 > timeout:
-                raise
-            time.sleep(0.2)
+def _succeeds(call: Callable[[], Any]) -> bool:
+    try:
+        call()
+    except Exception:  # refused or cut off: the service is not back yet
+        return False
+    return True
 
 
 def _all_sketches(client: Any) -> bool:
     """Every query's current sketch could be had (maintained first)."""
-    try:
-        for name in QUERIES:
-            client.sketch(name)
-    except Exception:
-        return False
-    return True
+    return _succeeds(lambda: [client.sketch(name) for name in QUERIES])
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -221,9 +219,9 @@ def raylet_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 
     try:
         _wait_serving(address, 300)
         with SketchClient(address, timeout=60, retries=0) as client:
+            stream.apply = client.apply_update
             _register(client)
-            for _ in range(batches // 2):
-                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            stream.send(batches // 2)
             client.sketch("lazy")
             raylets = [p for p in descendants(proc.pid)
                        if "raylet" in Path(f"/proc/{p}/cmdline").read_text()]
@@ -238,14 +236,10 @@ def raylet_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 
             # recovered once an update is taken and every sketch maintained over it (the
             # old server may still commit an update before it notices the loss: its
             # maintenance then fails, as its actors went with the raylet)
-            while not (stream.send(lambda r: client.apply_update(TABLE, inserts=r))
-                       and _all_sketches(client)):
-                if time.monotonic() - t0 > 300:
-                    raise TimeoutError("no server maintained the sketches within 300 s")
-                time.sleep(0.2)
+            _until(lambda: stream.send() and _all_sketches(client), 300,
+                   "no server maintained the sketches")
             recover = time.monotonic() - t0
-            for _ in range(batches // 2):
-                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            stream.send(batches // 2)
             exact = exact_over_grpc(client, root)
             restarts = client.stats()["coordinator"]["counters"]
     finally:
@@ -271,20 +265,16 @@ def failover_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int 
         time.sleep(1.0)  # the standby is up and waiting for the lease
         targets = ",".join(f"127.0.0.1:{p}" for p in ports)
         with SketchClient(targets, timeout=30, retries=0) as client:
+            stream.apply = client.apply_update
             _register(client)
-            for _ in range(batches // 2):
-                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            stream.send(batches // 2)
             log(progress, f"  failover: kill -9 the active server {active.pid}")
             t0 = time.monotonic()
             os.killpg(active.pid, signal.SIGKILL)
             active.wait(10)
-            while not stream.send(lambda r: client.apply_update(TABLE, inserts=r)):
-                if time.monotonic() - t0 > 120:
-                    raise TimeoutError("the standby took no update within 120 s")
-                time.sleep(0.2)
+            _until(stream.send, 120, "the standby took no update")
             recover = time.monotonic() - t0
-            for _ in range(batches // 2):
-                stream.send(lambda r: client.apply_update(TABLE, inserts=r))
+            stream.send(batches // 2)
             exact = exact_over_grpc(client, root)
             took_over = client.stats()["coordinator"]["counters"].get("lease_takeovers", 0)
             target = client.target
@@ -323,8 +313,8 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
     try:
         _register(_Embedded(c))
         c.scale("lazy", 3)
-        for _ in range(batches // 2):
-            stream.send(lambda r: c.apply_update(TABLE, inserts=r))
+        stream.apply = c.apply_update
+        stream.send(batches // 2)
         c.get_sketch("lazy")
         head = ray.get_runtime_context().get_node_id()
         placed = set(c.diagnostics.placement("lazy")) - {head}
@@ -334,15 +324,13 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
         cluster.remove_node(victim, allow_graceful=False)
         # until the cluster has marked the node dead its orphaned actor processes may
         # still answer; recovery counts from the fault, detection included
-        while any(n["NodeID"] == victim.node_id and n["Alive"] for n in ray.nodes()):
-            if time.monotonic() - t0 > 120:
-                raise TimeoutError("the removed node was not marked dead within 120 s")
-            time.sleep(0.2)
-        stream.send(lambda r: c.apply_update(TABLE, inserts=r))
-        _until_ok(lambda: c.get_sketch("lazy"), 300)
+        _until(lambda: not any(n["NodeID"] == victim.node_id and n["Alive"]
+                               for n in ray.nodes()), 120, "the removed node was not marked dead")
+        stream.send()
+        _until(lambda: _succeeds(lambda: c.get_sketch("lazy")), 300,
+               "the lost shards were not recovered")
         recover = time.monotonic() - t0
-        for _ in range(batches // 2 - 1):
-            stream.send(lambda r: c.apply_update(TABLE, inserts=r))
+        stream.send(batches // 2 - 1)
         exact = all(_exact_embedded(c, n) for n in QUERIES)
         moved = sorted(set(c.diagnostics.placement("lazy")))
         restarts = sum(m.restarts for m in c.metrics().queries)

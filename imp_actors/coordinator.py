@@ -49,7 +49,7 @@ from imp_actors.maintenance import Maintenance
 from imp_actors.metrics import query_load, runtime_metrics
 from imp_actors.registration import Registration, check_shards
 from imp_actors.registry import Registry
-from imp_actors.runtime_watch import RuntimeWatch
+from imp_actors.runtime_watch import RuntimeState, RuntimeWatch
 from imp_actors.shards import ShardManager
 from imp_actors.sketch_reuse import choose_sketch
 from imp_actors.spark_work import SparkWork
@@ -417,5 +417,5 @@ class Coordinator:
         """Per query and overall, what an operator watches (``imp_actors.metrics``): cheap,
         never waits for a query's maintenance or calls an actor (for scrapes)."""
         nodes = self.backend.known_nodes()
-        return replace(runtime_metrics(self.ctx), runtime_up=self.runtime.state.value == "up",
+        return replace(runtime_metrics(self.ctx), runtime_up=self.runtime.state is RuntimeState.UP,
                        nodes_alive=sum(1 for n in nodes if n["alive"]) if nodes else None)

@@ -82,7 +82,6 @@ class StoreLease:
         self.generation = 0  # 0: not held
         self.took_over: str | None = None  # the owner whose lease ``acquire`` took over
         self._lock = threading.Lock()
-        self._last_renew = 0.0
         self._beat_stop = threading.Event()
         self._beat: threading.Thread | None = None
 
@@ -128,7 +127,6 @@ class StoreLease:
                                      f"{confirmed.owner if confirmed else 'another'} "
                                      "while this coordinator started")
             self.generation = generation
-            self._last_renew = time.time()
             return generation
 
     def start_heartbeat(self) -> None:
@@ -144,7 +142,7 @@ class StoreLease:
     def _heartbeat(self) -> None:
         while not self._beat_stop.wait(self.ttl / 3):
             try:
-                self.renew_if_due()
+                self.renew()
             except OSError as exc:  # the store unreachable for now: the next beat retries
                 log.error("cannot renew the store lease %s: %s", self.blobs.path(LEASE), exc)
             if self.generation == 0:
@@ -157,11 +155,9 @@ class StoreLease:
         if beat is not None and beat is not threading.current_thread():
             beat.join(timeout=5)
 
-    def renew_if_due(self, now: float | None = None) -> None:
-        """Heartbeat (every ``ttl / 3``); a lease taken over meanwhile is lost for good."""
-        now = time.time() if now is None else now
-        if self.generation == 0 or now - self._last_renew < self.ttl / 3 - 0.05:
-            return
+    def renew(self) -> None:
+        """One heartbeat (the heartbeat thread's, every ``ttl / 3``); a lease taken over
+        meanwhile is lost for good."""
         with self._lock:
             if self.generation == 0:
                 return
@@ -171,7 +167,6 @@ class StoreLease:
                 self.generation = 0
                 return
             self._write(self.generation)
-            self._last_renew = now
 
     def check(self) -> None:
         """Fence: ``StoreBusyError`` unless the lease is still this coordinator's."""

@@ -34,6 +34,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from imp_actors.runtime_watch import RuntimeState
 from services.auth import TokenAuth
 from services.config import ServerConfig
 from services.exporter import MetricsEndpoint, RuntimeCollector, ServiceCollector
@@ -185,17 +186,18 @@ class SketchServer:
         self.server.start()
         self.serving = True
         runtime = getattr(self.coordinator, "runtime", None)
-        self._set_health(runtime is None or runtime.state.value == "up")
+        self._set_health(runtime is None or runtime.state is RuntimeState.UP)
         log.info("SketchService listening on %s (%s%s)", self.address,
                  "TLS" if self.config.tls else "plaintext",
                  ", token auth" if self.config.auth_token_file else "")
         return self
 
-    def _on_runtime(self, state: Any, reason: str) -> None:
+    def _on_runtime(self, state: RuntimeState, reason: str) -> None:
         """The actor runtime went down or came back: so does the health status."""
         if self.serving and not self.stopping.is_set():
-            self._set_health(state.value == "up")
-            log.warning("health: %s%s", "SERVING" if state.value == "up" else "NOT_SERVING",
+            up = state is RuntimeState.UP
+            self._set_health(up)
+            log.warning("health: %s%s", "SERVING" if up else "NOT_SERVING",
                         f" ({reason})" if reason else "")
 
     def _set_health(self, up: bool) -> None:
@@ -258,7 +260,6 @@ def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:
     """``imp serve``: run the coordinator and the server until SIGINT/SIGTERM; returns
     ``RESTART_EXIT`` when the server's own local Ray is lost (its supervisor starts a
     new server)."""
-    from imp_actors.runtime_watch import RuntimeState
     from services.supervisor import RESTART_EXIT, bind_to_parent
 
     bind_to_parent()

@@ -4,7 +4,7 @@ Decided once at registration (``place``) and kept in the registry record as the 
 its ``OperatorPath``s, with the fingerprint of the plan it was decided on. A restarted
 coordinator plans the SQL again with the current planner; ``stale`` tells when the kept
 placement does not fit that plan (the plan's fingerprint changed, or a path names no side
-of it) and ``replace`` decides it again the way registration does without an estimate,
+of it) and ``replace`` decides it again by the driver's rule without an estimate,
 so that no wiring ever looks up a side the plan does not have.
 
 Invariants: a record's ``placement`` names only sides ``placeable`` in the plan its
@@ -14,13 +14,13 @@ Invariants: a record's ``placement`` names only sides ``placeable`` in the plan 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
 
 from imp_actors.context import RuntimeContext
 from imp_actors.registry import QueryRecord
 from imp_core.data_layer import DataLayer, JoinPlacement, placeable
 from imp_core.plan.nodes import QueryPlan
 from imp_core.prepare import PreparedQuery
+from imp_core.query.driver import place_sides
 from imp_core.sketch.partition import PartitionSet
 
 
@@ -30,25 +30,15 @@ def as_text(placement: JoinPlacement) -> tuple[str, ...]:
 
 
 def place(prepared: PreparedQuery, shards: int, ctx: RuntimeContext) -> tuple[str, ...]:
-    """The join sides of a new query to probe in the data layer: those beyond the actor's
-    state budget, for a query that never has more than one shard (``shards``: the most it
-    may have; a shard's sides hold only its routed rows, which the files alone cannot
-    tell). The sides are sized by the registration's memory
-    estimate (rows after selections and aggregations, ``imp_core.estimate``), the one the
-    memory check used; without one (the check is off), by the tables' Parquet footers."""
-    budget = ctx.config.join_state_budget_bytes
-    if shards != 1 or budget is None:
-        return ()
-    if prepared.estimate is not None:
-        return as_text(prepared.estimate.probed)
-    return by_footers(prepared.plan, prepared.partitions, prepared.versions, budget, ctx)
-
-
-def by_footers(plan: QueryPlan, pset: PartitionSet, versions: Mapping[str, int],
-               budget: int, ctx: RuntimeContext) -> tuple[str, ...]:
-    """The sides to probe so that the rest fits ``budget``, sized by the Parquet footers
-    of the tables at ``versions`` (every table of ``plan``)."""
-    return as_text(DataLayer(ctx.store).place(plan, pset, versions, budget))
+    """The join sides of a new query to probe in the data layer, by the driver's rule
+    (``imp_core.query.driver.place_sides``; ``shards``: the most it may ever have), sized
+    by the registration's memory estimate (the one the memory check used) or, without
+    one (the check is off), by the tables' Parquet footers."""
+    estimated = prepared.estimate.probed if prepared.estimate is not None else None
+    return as_text(place_sides(prepared.plan, prepared.partitions, prepared.versions,
+                               DataLayer(ctx.store), shards=shards,
+                               budget_bytes=ctx.config.join_state_budget_bytes,
+                               estimated=estimated))
 
 
 def most_shards(record: QueryRecord) -> int:
@@ -82,14 +72,13 @@ def replace(record: QueryRecord, plan: QueryPlan, pset: PartitionSet,
     latest versions) and stamped with its fingerprint, in a new generation (the
     checkpoints of the old placement hold state of other operators and are never
     read)."""
-    budget = ctx.config.join_state_budget_bytes
-    placement: tuple[str, ...] = ()
-    if most_shards(record) == 1 and budget is not None:
-        versions = {t: ctx.probe.latest(t) for t in sorted(plan.root.tables())}
-        placement = by_footers(plan, pset, versions, budget, ctx)
+    versions = {t: ctx.probe.latest(t) for t in sorted(plan.root.tables())}
+    placement = as_text(place_sides(plan, pset, versions, DataLayer(ctx.store),
+                                    shards=most_shards(record),
+                                    budget_bytes=ctx.config.join_state_budget_bytes))
     return dataclasses.replace(record, placement=placement,
                                plan_fingerprint=plan.fingerprint(),
                                generation=record.generation + 1)
 
 
-__all__ = ["as_text", "by_footers", "most_shards", "place", "replace", "stale"]
+__all__ = ["as_text", "most_shards", "place", "replace", "stale"]

@@ -2,7 +2,8 @@
 
 A shard's worker is started (or taken from the warm pool), then loaded from its newest
 readable checkpoint, or built from the tables (on Spark, or by feeding the rows through
-the engine). Invariants:
+the engine), by the rules of ``imp_core.query.driver`` (the bootstrap choice and the
+first-state feed every front uses). Invariants:
 - a worker is loaded with the ``WorkerSpec`` made by ``spec`` (the one place it is
   built), for the query's current record (shard count and checkpoint generation);
 - ``start_shards`` starts all shards or none: on failure every worker it started is
@@ -23,10 +24,9 @@ from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.registry import QueryRecord
 from imp_actors.sharding import route_rows
 from imp_actors.worker import WorkerSpec, WorkerStatus
-from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import SnapshotError, WorkerLostError
-from imp_core.plan.arrow_filter import scan_filter
-from imp_core.scan_spec import restrict_delta
+from imp_core.query.driver import bootstrap_mode, first_changes
+from imp_core.query.driver import read_columns as spec_columns
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +181,8 @@ class ShardManager:
             states = self.spark_states(q, versions)
             return h.load(self.spec(q, shard), state=(states[shard], versions)).result()
         h.load(self.spec(q, shard)).result()
-        changes = {}
-        for t in q.tables:
-            spec = q.specs.get(t)
-            where = None if spec is None else \
-                scan_filter(spec.predicate, self.ctx.feed.schema(t))
-            rows = self.ctx.store.read(t, versions[t], columns=self.read_columns(q, t),
-                                       row_filter=where)
-            mine = restrict_delta(TableDelta.inserts(rows), spec)
-            changes[t] = route_rows(t, mine, q.key, q.shards)[shard]
+        whole = first_changes(self.ctx.store, {t: versions[t] for t in q.tables}, q.specs)
+        changes = {t: route_rows(t, rows, q.key, q.shards)[shard] for t, rows in whole.items()}
         h.apply(changes, {}, versions).result()
         return h.status().result()
 
@@ -197,31 +190,24 @@ class ShardManager:
     def read_columns(self, q: QueryRuntime, table: str) -> list[str] | None:
         """The columns of ``table`` that ``q`` reads (its scan spec's and its pushed-down
         selection's), in table order; None (all) when it has no spec."""
-        spec = q.specs.get(table)
-        if spec is None:
-            return None
-        wanted = set(spec.columns)
-        if spec.predicate is not None:
-            wanted |= spec.predicate.columns()
-        names = self.ctx.feed.schema(table).names
-        if not wanted <= set(names):  # names the spec holds but the table lacks: read all
-            return None
-        return [c for c in names if c in wanted]
+        return spec_columns(q.specs.get(table), self.ctx.feed.schema(table))
 
     def spark_bootstrap(self, q: QueryRuntime, versions: Mapping[str, int]) -> bool:
         """Whether ``q``'s first state is computed on Spark: by configuration, or (auto)
         when the bytes of the columns it reads exceed ``spark_bootstrap_min_bytes``."""
-        cfg = self.ctx.config
-        if cfg.bootstrap != "auto":
-            return cfg.bootstrap == "spark"
-        limit = cfg.spark_bootstrap_min_bytes
-        size = 0
-        for t, v in versions.items():
-            size += self.ctx.store.column_bytes(t, v, self.read_columns(q, t),
-                                                limit - size + 1)
-            if size > limit:
-                return True
-        return False
+        def read_bytes(limit: int) -> int:
+            size = 0
+            for t, v in versions.items():
+                size += self.ctx.store.column_bytes(t, v, self.read_columns(q, t),
+                                                    limit - size + 1)
+                if size > limit:
+                    break
+            return size
+
+        # the service always has Spark at hand (started on first use)
+        return bootstrap_mode(self.ctx.config.bootstrap, spark_at_hand=True,
+                              min_bytes=self.ctx.config.spark_bootstrap_min_bytes,
+                              read_bytes=read_bytes) == "spark"
 
     def spark_states(self, q: QueryRuntime, versions: Mapping[str, int]) -> list[dict]:
         """Every shard's first state computed on Spark (imp_core.spark.bootstrap): the

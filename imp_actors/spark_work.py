@@ -18,6 +18,7 @@ from imp_actors.types import QueryResult
 from imp_core.data_layer import DataLayer, JoinPlacement
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.plan.nodes import QueryPlan
+from imp_core.query.driver import QueryDriver
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
@@ -100,14 +101,10 @@ class SparkWork:
         """Every operator's state at ``versions`` computed on Spark (state tables), in the
         layout of the pipeline wired with ``placement`` (a probed side's state is its
         Bloom filter and versions, whichever data layer later answers its probes)."""
-        from imp_core.spark.bootstrap import bootstrap_tables
-
         with self._lock:
-            wiring = DataLayer(self.store, self.session).wire(plan, partitions, options,
-                                                              placement)
-            wiring.context.begin(None, versions)
-            tables, _ = bootstrap_tables(self.session(), self.store, wiring.pipeline, versions)
-        return tables
+            driver = QueryDriver.start(plan, partitions, options,
+                                       DataLayer(self.store, self.session), placement)
+            return driver.spark_state(self.session(), self.store, versions)
 
     def _table_views(self, spark: Any, versions: Mapping[str, int],
                      sketch: Sketch | None = None) -> dict[str, int]:

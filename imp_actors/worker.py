@@ -2,10 +2,10 @@
 
 A ``QueryWorker`` hosts at most one shard of one registered query at a time: its
 ``IncrementalQuery`` (operator state and sketch) and the table versions that state is
-exact for. The pipeline is wired by ``imp_core.data_layer`` as everywhere else: join
-sides the query's placement names are probed from the table store's files (no rows in
-the actor), and exhausted bounded min/max / top-k buffers are refilled from them, both
-at the batch's versions and cut to this shard's rows. Invariants:
+exact for, run by the ``imp_core.query.driver.QueryDriver`` every front uses: join sides
+the query's placement names are probed from the table store's files (no rows in the
+actor), and exhausted bounded min/max / top-k buffers are refilled from them, both at the
+batch's versions and cut to this shard's rows. Invariants:
 - ``versions`` changes only together with the state: ``apply`` moves both from
   ``from_versions`` to ``to_versions`` or, on any error, neither;
 - a batch whose ``from_versions`` are not the worker's versions is refused, and one the
@@ -28,13 +28,13 @@ from pyroaring import BitMap
 from imp_actors.checkpoints import CheckpointStore
 from imp_actors.sharding import route_rows, shard_key
 from imp_actors.types import CheckpointInfo
-from imp_core.data_layer import DataLayer, JoinPlacement, Wiring
+from imp_core.data_layer import DataLayer, JoinPlacement
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
-from imp_core.engine.probed_side import VersionContext
 from imp_core.errors import SnapshotError, VersionError
 from imp_core.memory_release import release_free_memory
 from imp_core.plan.nodes import QueryPlan
+from imp_core.query.driver import QueryDriver
 from imp_core.sketch.partition import PartitionSet
 
 
@@ -60,11 +60,10 @@ class WorkerSpec:
         return f"{self.query}[{self.shard}/{self.shards}]"
 
 
-def wire(spec: WorkerSpec) -> Wiring:
-    """The shard's pipeline (empty state) wired to its data layer."""
+def drive(spec: WorkerSpec) -> QueryDriver:
+    """The shard's driver (empty state), wired to its data layer when it needs one."""
     if spec.tables_root is None or not (spec.placement or spec.options.bounded):
-        return Wiring(IncrementalQuery(spec.plan, spec.partitions, spec.options),
-                      VersionContext())
+        return QueryDriver.start(spec.plan, spec.partitions, spec.options)
     from imp_core.storage import DeltaStore
 
     row_filter = None
@@ -77,7 +76,7 @@ def wire(spec: WorkerSpec) -> Wiring:
             return route_rows(table, TableDelta.inserts(rows), key, spec.shards)[spec.shard].rows
 
     data = DataLayer(DeltaStore(spec.tables_root), spark=None, row_filter=row_filter)
-    return data.wire(spec.plan, spec.partitions, spec.options, spec.placement)
+    return QueryDriver.start(spec.plan, spec.partitions, spec.options, data, spec.placement)
 
 
 @dataclass(frozen=True)
@@ -108,10 +107,17 @@ class WorkerStatus:
 class QueryWorker:
     def __init__(self) -> None:
         self.spec: WorkerSpec | None = None
-        self.pipeline: IncrementalQuery | None = None
-        self.context = VersionContext()
-        self.versions: dict[str, int] = {}
+        self.driver: QueryDriver | None = None
         self._store: CheckpointStore | None = None
+
+    @property
+    def pipeline(self) -> IncrementalQuery | None:
+        return self.driver.pipeline if self.driver is not None else None
+
+    @property
+    def versions(self) -> dict[str, int]:
+        """The table versions the hosted state is exact for ({} when hosting none)."""
+        return self.driver.versions if self.driver is not None else {}
 
     # -- hosting ------------------------------------------------------------------------
     def load(self, spec: WorkerSpec, checkpoint: str | None = None,
@@ -122,79 +128,70 @@ class QueryWorker:
         for). A damaged or foreign checkpoint raises ``SnapshotError`` and leaves the
         worker empty."""
         self.unload()
-        wiring = wire(spec)
-        pipeline = wiring.pipeline
+        driver = drive(spec)
         store = CheckpointStore(spec.checkpoint_root)
-        versions: dict[str, int] = {}
         if state is not None:
             tables, at = state
-            pipeline.load_state(tables)
-            versions = {str(k): int(v) for k, v in at.items()}
+            driver.load_state(tables, at)
         elif checkpoint is not None:
             try:
                 blob = store.read(checkpoint)
             except OSError as exc:
                 raise SnapshotError(f"checkpoint {checkpoint} cannot be read: {exc}") from None
-            meta = pipeline.restore(blob)
+            meta = driver.restore(blob)
             if meta.get("shard") != spec.shard or meta.get("shards") != spec.shards:
                 raise SnapshotError(f"checkpoint {checkpoint} holds shard "
                                     f"{meta.get('shard')}/{meta.get('shards')}, not "
                                     f"{spec.shard}/{spec.shards}")
-            versions = {str(k): int(v) for k, v in dict(meta["versions"]).items()}
-        self.spec, self.pipeline, self.versions, self._store = spec, pipeline, versions, store
-        self.context = wiring.context
+        self.spec, self.driver, self._store = spec, driver, store
         # building the state (a bootstrap's tables, a checkpoint's blob) peaks well above
         # the state itself; give the difference back before the next query needs it
         release_free_memory()
         return self.status()
 
     def unload(self) -> None:
-        self.spec, self.pipeline, self.versions, self._store = None, None, {}, None
+        self.spec, self.driver, self._store = None, None, None
 
-    def _hosted(self) -> IncrementalQuery:
-        if self.pipeline is None:
+    def _hosted(self) -> QueryDriver:
+        if self.driver is None:
             raise VersionError("this worker hosts no query")
-        return self.pipeline
+        return self.driver
 
     # -- maintenance --------------------------------------------------------------------
     def apply(self, changes: Mapping[str, TableDelta], from_versions: Mapping[str, int],
               to_versions: Mapping[str, int]) -> ApplyResult:
         """Apply one batch (the tables' changes from ``from_versions`` to ``to_versions``);
         ``from_versions`` empty means the bootstrap batch of an empty worker."""
-        pipeline = self._hosted()
+        driver = self._hosted()
         t0 = time.perf_counter()
         if dict(to_versions) == self.versions and self.versions:
             return self._result(t0, 0, 0, applied=False)
         if dict(from_versions) != self.versions:
             raise VersionError(f"{self.spec.label}: state is at versions {self.versions}, "
                                f"the batch starts at {dict(from_versions)}")
-        # probed join sides and refills read the tables at the batch's versions
-        self.context.begin(dict(from_versions) or None, to_versions)
-        delta = pipeline.apply(changes)
-        self.versions = dict(to_versions)
+        delta = driver.step(from_versions, to_versions, changes)
         return self._result(t0, len(delta.added), len(delta.removed), applied=True)
 
     def _result(self, t0: float, added: int, removed: int, applied: bool) -> ApplyResult:
-        pipeline = self._hosted()
+        pipeline = self._hosted().pipeline
         return ApplyResult(dict(self.versions), pipeline.merge.sketch().serialize(), added,
                            removed, time.perf_counter() - t0, pipeline.state_bytes(), applied)
 
     def sketch(self) -> bytes:
-        return self._hosted().merge.sketch().serialize()
+        return self._hosted().pipeline.merge.sketch().serialize()
 
     # -- state --------------------------------------------------------------------------
     def checkpoint(self) -> CheckpointInfo:
-        pipeline = self._hosted()
+        driver = self._hosted()
         spec = self.spec
         assert spec is not None and self._store is not None
-        blob = pipeline.snapshot({"versions": self.versions, "query": spec.query,
-                                  "shard": spec.shard, "shards": spec.shards,
-                                  "generation": spec.generation})
+        blob = driver.snapshot({"query": spec.query, "shard": spec.shard,
+                                "shards": spec.shards, "generation": spec.generation})
         return self._store.write(spec.query, spec.generation, spec.shard, blob, self.versions)
 
     def state(self) -> tuple[dict[str, pa.Table], dict[str, int]]:
         """The state tables and the versions they are exact for (for re-splitting)."""
-        return self._hosted().state_tables(), dict(self.versions)
+        return self._hosted().pipeline.state_tables(), dict(self.versions)
 
     def status(self) -> WorkerStatus:
         spec, p = self.spec, self.pipeline
@@ -213,4 +210,4 @@ class QueryWorker:
 
     def stats(self) -> list[dict]:
         """Per operator of the hosted pipeline: its counters and state size."""
-        return self._hosted().stats()
+        return self._hosted().pipeline.stats()

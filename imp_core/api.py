@@ -36,6 +36,7 @@ from imp_core.memtable import MemTable
 from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.prepare import DEFAULT_FRAGMENTS
+from imp_core.query.driver import QueryDriver
 from imp_core.reference import ReferenceResult, reference_capture, reference_evaluate
 from imp_core.sketch.partition import (
     PartitionSet,
@@ -50,16 +51,20 @@ class RegisteredQuery:
     """A query whose sketch the engine keeps fresh."""
 
     def __init__(self, engine: Engine, name: str, plan: QueryPlan, partitions: PartitionSet,
-                 pipeline: IncrementalQuery, verdicts: list, advice: Any = None):
+                 driver: QueryDriver, verdicts: list, advice: Any = None):
         self.engine = engine
         # the attributes considered and why these were chosen (``imp_core.advisor``)
         self.advice = advice
         self.name = name
         self.plan = plan
         self.partitions = partitions
-        self.pipeline = pipeline
+        self.driver = driver
         self.verdicts = verdicts
         self.history: list[SketchDelta] = []
+
+    @property
+    def pipeline(self) -> IncrementalQuery:
+        return self.driver.pipeline
 
     @property
     def sql(self) -> str:
@@ -178,10 +183,11 @@ class Engine:
         qname = name or f"q{len(self._queries) + 1}"
         if qname in self._queries:
             raise SchemaMismatchError(f"a query named {qname} is already registered")
-        pipeline = IncrementalQuery(plan, pset, self.options, source=self._source(pset))
-        tables = plan.root.tables()
-        pipeline.apply({t: TableDelta.inserts(self._get(t).data) for t in tables})
-        q = RegisteredQuery(self, qname, plan, pset, pipeline, verdicts, prepared.advice)
+        # in-memory tables have no versions: every step is from {} to {}
+        driver = QueryDriver.start(plan, pset, self.options, refill=self._source(pset))
+        driver.step(None, {}, {t: TableDelta.inserts(self._get(t).data)
+                               for t in plan.root.tables()})
+        q = RegisteredQuery(self, qname, plan, pset, driver, verdicts, prepared.advice)
         self._queries[qname] = q
         return q
 
@@ -250,7 +256,7 @@ class Engine:
         out = {}
         for q in self._queries.values():
             if t.name in q.plan.root.tables():
-                d = q.pipeline.apply({t.name: delta})
+                d = q.driver.step({}, {}, {t.name: delta})
                 q.history.append(d)
                 out[q.name] = d
         return out

@@ -359,6 +359,19 @@ class DataLayer:
                 8 * self._rows(table, version) * len(columns))
         return self._footer_bytes[key]
 
+    def side_rows(self, node: PlanNode, partitions: PartitionSet,
+                  versions: Mapping[str, int], limit: int) -> int:
+        """A join input's filtered, projected row count as far as ``limit`` needs it: an
+        upper bound from its tables' Parquet footers when that is within the limit,
+        otherwise the exact count by Spark; without Spark the bound itself (so a side
+        that would have fit may be probed, never the other way round)."""
+        bound = row_bound(node, {t: self._rows(t, versions[t]) for t in node.tables()})
+        if bound <= limit or not self.has_spark:
+            return bound
+        from imp_core.spark.joins import subtree_rows
+
+        return subtree_rows(self.spark(), self.store, node, partitions, versions)
+
     def place(self, plan: QueryPlan, partitions: PartitionSet, versions: Mapping[str, int],
               budget_bytes: int | None) -> JoinPlacement:
         """``place_join_sides`` with this store's size estimates at ``versions``, the

@@ -180,6 +180,12 @@ class PlanTooLargeError(ImpError):
         self.budget = budget
 
 
+class BootstrapModeError(ImpError):
+    """An unknown way to bootstrap a query's state."""
+
+    code = "INVALID_ARGUMENT"
+
+
 def human_bytes(n: float) -> str:
     """``n`` bytes as a short text with a binary unit (``1.5 GiB``)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

@@ -1,10 +1,10 @@
 """Sketches over versioned (Delta) tables, maintained in this process from pulled deltas.
 
 The ``Maintainer`` is the embedded front of the shared path: queries are prepared by
-``imp_core.prepare.prepare_query``, their pipelines wired by ``imp_core.data_layer``
-(join sides probed in the data layer, refills of bounded buffers) exactly as the
-service's query actors wire theirs, and deltas read by the one delta-source policy
-(``imp_core.storage.ChangeReader``).
+``imp_core.prepare.prepare_query`` and run by a ``imp_core.query.driver.QueryDriver``
+(placement of join sides, the bootstrap choice, the first-state feed and every step),
+exactly as the service's query actors run theirs, and deltas are read by the one
+delta-source policy (``imp_core.storage.ChangeReader``).
 
 A ``MaintainedQuery`` records, per input table, the table version its state reflects.
 Invariant: its pipeline's state is exactly the query's annotated state at those
@@ -20,15 +20,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
-from imp_core.data_layer import DataLayer, JoinPlacement, join_sides, row_bound
+from imp_core.data_layer import DataLayer, JoinPlacement
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.engine.probed_side import VersionContext
-from imp_core.errors import ImpError, UnknownQueryError, UnknownTableError
-from imp_core.plan.nodes import PlanNode, QueryPlan
+from imp_core.errors import UnknownQueryError, UnknownTableError
+from imp_core.plan.nodes import QueryPlan
 from imp_core.prepare import DEFAULT_FRAGMENTS, StoreTables, prepare_query
+from imp_core.query.driver import (
+    QueryDriver,
+    bootstrap_mode,
+    check_mode,
+    first_changes,
+    place_sides,
+)
 from imp_core.reference import reference_capture
 from imp_core.scan_spec import ScanSpec, restrict_delta
 from imp_core.sketch.adaptive import OVERFLOW, FragmentCounts, rebalanced
@@ -40,36 +46,39 @@ from imp_core.storage.row_groups import StoreLayout
 if TYPE_CHECKING:  # pragma: no cover
     from imp_core.spark.bootstrap import BootstrapRun
 
-BOOTSTRAP_MODES = ("auto", "spark", "engine")
-
-
-class BootstrapModeError(ImpError):
-    """An unknown way to bootstrap a query's state."""
-
-    code = "INVALID_ARGUMENT"
-
-
 @dataclass
 class MaintainedQuery:
     name: str
     plan: QueryPlan
     partitions: PartitionSet
-    pipeline: IncrementalQuery
-    versions: dict[str, int]
+    driver: QueryDriver  # the pipeline, its placement, and the versions it is exact for
     specs: dict[str, ScanSpec] = field(default_factory=dict)
     history: list[SketchDelta] = field(default_factory=list)
-    # the batch's versions: probed join sides and min/max / top-k refills read the
-    # tables at them
-    context: VersionContext | None = None
     bootstrap: str = "engine"  # how the state was first built: "spark" or "engine"
     bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
-    placement: JoinPlacement = frozenset()  # the join sides probed in the data layer
     advice: Any = None  # the attributes considered and the choice (``imp_core.advisor``)
     force: bool = False  # registered with its safety check overridden
     # rows per fragment of each sketched table, kept from the changes (adaptive ranges)
     counts: dict[str, FragmentCounts] = field(default_factory=dict)
     # each re-partition: {"versions", "table", "reason", "fragments"}
     repartitions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pipeline(self) -> IncrementalQuery:
+        return self.driver.pipeline
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return self.driver.versions
+
+    @property
+    def context(self) -> VersionContext:
+        return self.driver.context
+
+    @property
+    def placement(self) -> JoinPlacement:
+        """The join sides probed in the data layer."""
+        return self.driver.placement
 
     @property
     def sketch(self) -> Sketch:
@@ -128,7 +137,7 @@ class Maintainer:
                  join_memory_rows: int | None = None, spark: Any = None,
                  bootstrap: str = "auto", adaptive: bool = True,
                  overflow: float = OVERFLOW):
-        _check_mode(bootstrap)
+        check_mode(bootstrap)
         self.adaptive = adaptive
         self.overflow = overflow  # a fragment beyond this many times the mean is split
         self.store = store
@@ -166,24 +175,20 @@ class Maintainer:
     def _start(self, name: str, prepared: Any, mode: str, force: bool) -> MaintainedQuery:
         """The prepared query's pipeline wired and bootstrapped at its versions."""
         versions = dict(prepared.versions)
-        placement: JoinPlacement = frozenset()
-        if self.join_memory_rows is not None:
-            placement = frozenset(
-                sid for sid, _, _, child in join_sides(prepared.plan.root)
-                if self.side_rows(child, prepared.partitions, versions) > self.join_memory_rows)
-        wiring = self.data.wire(prepared.plan, prepared.partitions, self.options, placement)
-        wiring.context.begin(None, versions)  # the bootstrap batch: from empty to versions
-        pipeline, specs = wiring.pipeline, dict(prepared.specs)
+        placement = place_sides(prepared.plan, prepared.partitions, versions, self.data,
+                                memory_rows=self.join_memory_rows)
+        driver = QueryDriver.start(prepared.plan, prepared.partitions, self.options, self.data,
+                                   placement)
+        specs = dict(prepared.specs)
         run = None
         if mode == "spark":
-            from imp_core.spark.bootstrap import bootstrap as spark_bootstrap
-
-            run = spark_bootstrap(self.spark(), self.store, pipeline, versions)
+            run = driver.bootstrap_on_spark(self.spark(), self.store, versions)
         else:
-            pipeline.apply({t: self._initial(t, v, specs.get(t)) for t, v in versions.items()})
-        q = MaintainedQuery(name, prepared.plan, prepared.partitions, pipeline, versions, specs,
-                            context=wiring.context, bootstrap=mode, bootstrap_run=run,
-                            placement=placement, advice=prepared.advice, force=force)
+            snapshot = getattr(self.source, "snapshot", None)
+            driver.step(None, versions, first_changes(self.store, versions, specs, snapshot))
+        q = MaintainedQuery(name, prepared.plan, prepared.partitions, driver, specs,
+                            bootstrap=mode, bootstrap_run=run, advice=prepared.advice,
+                            force=force)
         if self.adaptive:
             q.counts = {p.table: FragmentCounts.of(p, self._column(p, versions[p.table]))
                         for p in q.partitions.partitions}
@@ -244,10 +249,7 @@ class Maintainer:
 
     # -- Spark ----------------------------------------------------------------------------
     def _mode(self, requested: str | None) -> str:
-        mode = _check_mode(requested or self.bootstrap)
-        if mode == "auto":
-            return "spark" if self.uses_spark() else "engine"
-        return mode
+        return bootstrap_mode(requested or self.bootstrap, spark_at_hand=self.uses_spark())
 
     def uses_spark(self) -> bool:
         """Whether this maintainer works with Spark anyway (so using it costs no start)."""
@@ -262,31 +264,6 @@ class Maintainer:
 
             self._spark = get_spark()
         return self._spark
-
-    def side_rows(self, node: PlanNode, pset: PartitionSet,
-                  versions: Mapping[str, int]) -> int:
-        """A join input's filtered, projected row count as far as the limit needs it: an
-        upper bound from the tables' Parquet footers when that is within the limit,
-        otherwise the exact count by Spark."""
-        assert self.join_memory_rows is not None
-        rows = {}
-        for t in node.tables():
-            files = self.store.file_uris(t, versions[t])
-            rows[t] = ds.dataset(files, format="parquet").count_rows() if files else 0
-        bound = row_bound(node, rows)
-        if bound <= self.join_memory_rows:
-            return bound
-        from imp_core.spark.joins import subtree_rows
-
-        return subtree_rows(self.spark(), self.store, node, pset, versions)
-
-    def _initial(self, table: str, version: int, spec: ScanSpec | None) -> TableDelta:
-        """The table at ``version`` as insertions, through the delta source when it can
-        read snapshots (Spark: filtered, projected and annotated there)."""
-        snapshot = getattr(self.source, "snapshot", None)
-        if snapshot is not None:
-            return snapshot(table, version, spec)
-        return TableDelta.inserts(self.store.read(table, version))
 
     # -- maintenance ----------------------------------------------------------------------
     def query(self, name: str) -> MaintainedQuery:
@@ -303,10 +280,7 @@ class Maintainer:
         changes = {t: self._changes(q, t, v) for t, v in target.items() if v > q.versions[t]}
         if not changes:
             return SketchDelta(type(q.sketch.fragments)(), type(q.sketch.fragments)(), 0.0)
-        if q.context is not None:
-            q.context.begin(q.versions, target)
-        delta = q.pipeline.apply(changes)
-        q.versions = target
+        delta = q.driver.step(q.versions, target, changes)
         delta = SketchDelta(delta.added, delta.removed, time.perf_counter() - t0)
         q.history.append(delta)
         if q.counts:
@@ -331,13 +305,6 @@ class Maintainer:
         q = self.query(name)
         tables = {t: self.store.read(t, v) for t, v in q.versions.items()}
         return reference_capture(q.plan, tables, q.partitions).sketch
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in BOOTSTRAP_MODES:
-        raise BootstrapModeError(f"unknown bootstrap mode {mode!r}; use one of "
-                                 f"{', '.join(BOOTSTRAP_MODES)}")
-    return mode
 
 
 def _source_session(source: Any) -> Any:

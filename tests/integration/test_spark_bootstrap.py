@@ -20,8 +20,8 @@ from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.state import state_key
-from imp_core.errors import SnapshotError
-from imp_core.maintenance import BootstrapModeError, Maintainer
+from imp_core.errors import BootstrapModeError, SnapshotError
+from imp_core.maintenance import Maintainer
 from imp_core.reference import reference_capture
 from imp_core.spark.bootstrap import _Bootstrap, _output_from_state, bootstrap_tables
 from imp_core.storage import DeltaStore

@@ -19,6 +19,7 @@ from imp_core.engine.probed_side import is_probed
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.plan.lineage import trace_column
 from imp_core.prepare import StoreTables, prepare_query
+from imp_core.query.driver import QueryDriver
 from imp_core.reference import reference_capture
 from imp_core.sql import plan_sql
 from imp_core.storage import ChangeReader, DeltaStore
@@ -64,27 +65,32 @@ class _Run:
         self.placement = place(plan.root) if place is not None else frozenset(
             s for s, *_ in join_sides(plan.root)) if probe_all else frozenset()
         self.layer = DataLayer(store)
-        self.wiring = self.layer.wire(plan, self.prepared.partitions, options,
-                                      self.placement)
-        self.versions = dict(self.prepared.versions)
+        self.driver = QueryDriver.start(plan, self.prepared.partitions, options, self.layer,
+                                        self.placement)
         self.reader = ChangeReader(store)
-        self.wiring.context.begin(None, self.versions)
-        self.wiring.pipeline.apply({t: TableDelta.inserts(store.read(t, v))
-                                    for t, v in self.versions.items()})
+        versions = dict(self.prepared.versions)
+        self.driver.step(None, versions, {t: TableDelta.inserts(store.read(t, v))
+                                          for t, v in versions.items()})
+
+    @property
+    def wiring(self):
+        return self.driver.wiring
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return self.driver.versions
 
     def maintain(self) -> None:
         target = {t: self.store.version(t) for t in self.versions}
         changes = {t: self.reader.changes(t, self.versions[t], v,
                                           self.prepared.specs.get(t))
                    for t, v in target.items() if v > self.versions[t]}
-        self.wiring.context.begin(self.versions, target)
-        self.wiring.pipeline.apply(changes)
-        self.versions = target
+        self.driver.step(self.versions, target, changes)
 
     def check(self) -> None:
         tables = {t: self.store.read(t, v) for t, v in self.versions.items()}
         ref = reference_capture(self.prepared.plan, tables, self.prepared.partitions)
-        assert self.wiring.pipeline.sketch() == ref.sketch
+        assert self.driver.sketch() == ref.sketch
         assert self.wiring.pipeline.result().to_counter() == ref.bag.items
 
 
@@ -254,12 +260,13 @@ def test_probed_sides_snapshot_to_their_declared_layout_and_restore(tmp_path):
     for op in joins:
         for name, table in op.snapshot().items():
             assert table.schema == op.state_schemas()[name]
-    blob = run.wiring.pipeline.snapshot()
-    fresh = DataLayer(store).wire(run.prepared.plan, run.prepared.partitions,
-                                  EngineOptions(), frozenset(
-                                      s for s, *_ in join_sides(run.prepared.plan.root)))
-    fresh.pipeline.restore(blob)
-    run.wiring = fresh  # continue from the restored state
+    blob = run.driver.snapshot({})
+    fresh = QueryDriver.start(run.prepared.plan, run.prepared.partitions, EngineOptions(),
+                              DataLayer(store), frozenset(
+                                  s for s, *_ in join_sides(run.prepared.plan.root)))
+    fresh.restore(blob)
+    assert fresh.versions == run.versions
+    run.driver = fresh  # continue from the restored state
     for step in range(2):
         _random_change(store, rng, 31_000 + 100 * step)
         run.maintain()

@@ -1,0 +1,1 @@
+"""A registered query from SQL to a running pipeline: the driver every front uses."""

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.paper_cli import add_paper_suites
-from imp_core.stdout import json_out
+from imp_core.process.stdout import json_out
 
 
 def _ints(text: str) -> list[int]:

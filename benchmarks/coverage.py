@@ -2,7 +2,7 @@
 the others are refused, grouped by construct.
 
 Each file (``-- sketch: table.column`` header first, as the workload files) is
-registered through the embedded API (``imp_core.api.Engine``, no Spark, no Ray) over
+registered through the embedded API (``imp_core.embedded.api.Engine``, no Spark, no Ray) over
 small TPC-H data (SF ``sf``, 0.01 by default, generated offline by ``tpchgen-cli`` and
 cached under ``<data_root>/data/tpch-sf{SF}``), with the sketch attribute(s) of its own
 header and ``fragments`` ranges each, never forced. Per file:
@@ -82,7 +82,7 @@ def tpch_tables(sf: float = DEFAULT_SF, data_root: str | Path = ".imp",
 
 def make_engine(tables: Mapping[str, pa.Table]):
     """An embedded ``Engine`` holding ``tables`` with their workload keys and domains."""
-    from imp_core.api import Engine
+    from imp_core.embedded.api import Engine
     from imp_core.workloads.schemas import TABLES
 
     engine = Engine()

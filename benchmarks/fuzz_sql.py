@@ -190,7 +190,7 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
     """Register ``sql`` over fresh random tables and check it over ``batches`` batches."""
     import duckdb
 
-    from imp_core.api import Engine
+    from imp_core.embedded.api import Engine
     from imp_core.errors import ImpError
     from imp_core.reference import reference_capture
 

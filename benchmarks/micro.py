@@ -261,7 +261,7 @@ def run_buffers(rows: int = 50_000, updates: int = 500, per_update: int = 20,
                 progress: bool = True, sample_every: int = 10) -> list[dict[str, Any]]:
     """Top-k (``q_topk``, k = 10, buffer l) and min/max (``MINMAX_SQL``, buffer m) under
     deletion strategies; engine only (refills read the in-memory tables)."""
-    from imp_core.api import Engine
+    from imp_core.embedded.api import Engine
     from imp_core.engine.pipeline import EngineOptions
     from imp_core.workloads.synthetic import generate_groups_table
 

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from imp_core.stdout import json_out
+from imp_core.process.stdout import json_out
 
 
 def _ints(text: str) -> list[int]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from imp_core.stdout import json_out
+from imp_core.process.stdout import json_out
 
 CASES = (("q03", "orders", "o_shippriority"), ("q05", "orders", "o_comment"),
          ("q07", "supplier", "s_acctbal"), ("q09", "supplier", "s_acctbal"))

@@ -3,7 +3,7 @@ never cost time? RunQuery with and without it, on the same layout.
 
 For each workload query over TPC-H (scale factor SF; the TPC-H store of ``imp bench
 tpch``), the sketch attributes are chosen by the attribute advisor (``attributes``
-"auto", ``imp_core.advisor``: safe candidates captured on Spark and measured against the
+"auto", ``imp_core.advice.attributes``: safe candidates captured on Spark and measured against the
 tables' pages) or taken from the query's header ("header"), with ``fragments``
 equi-depth ranges; the accurate sketch is captured on Spark, then the query runs through
 the service's own RunQuery path (``imp_actors.spark_work.SparkWork.run``: the sketch
@@ -34,7 +34,7 @@ ATTRIBUTES = ("auto", "header")
 def prepare(work: Any, store: Any, qname: str, fragments: int, attributes: str,
             progress: bool) -> Any:
     """The query prepared on the store's latest versions with its attributes chosen."""
-    from imp_core.prepare import StoreTables, prepare_query
+    from imp_core.query.prepare import StoreTables, prepare_query
     from imp_core.storage.row_groups import StoreLayout
     from imp_core.workloads.queries import load_query
 
@@ -140,7 +140,7 @@ def lay_out(work: Any, store: Any, names: list[str], fragments: int, attributes:
             progress: bool) -> dict[str, Any]:
     """Each query's sketch captured on its chosen attributes, then every sketched table
     laid out in the order the layout advice recommends for all of them."""
-    from imp_core.layout_advice import advise_layout
+    from imp_core.advice.layouts import advise_layout
     from imp_core.storage.clustering import cluster_column
 
     by_table: dict[str, dict[str, Any]] = {}

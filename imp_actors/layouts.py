@@ -1,7 +1,7 @@
 """Table layouts for the registered workload: advice, rewrites and the opt-in policy.
 
 ``Layouts.advise(table)`` weighs the orders the registered queries' sketches on the
-table suggest (``imp_core.layout_advice``) on the table's latest version;
+table suggest (``imp_core.advice.layouts``) on the table's latest version;
 ``Layouts.apply`` rewrites the table in the order given or recommended
 (``DeltaStore.layout``: one commit that changes no data, so no query has anything to
 maintain and every sketch stays exact; the service's own commits wait for it). With
@@ -23,7 +23,7 @@ from imp_actors.context import RuntimeContext
 from imp_actors.lifecycle import QueryRuntime
 from imp_actors.table_writes import TableWriter
 from imp_actors.types import SketchVersion
-from imp_core.layout_advice import LayoutAdvice, advise_layout
+from imp_core.advice.layouts import LayoutAdvice, advise_layout
 from imp_core.storage.clustering import cluster_column
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,10 @@ class Layouts:
         self.writer = writer
 
     def explain(self, q: QueryRuntime, sv: SketchVersion) -> dict[str, Any]:
-        """Why ``q`` is sketched on its attributes (``imp_core.advisor.explanation`` of
+        """Why ``q`` is sketched on its attributes (``imp_core.advice.attributes.explanation`` of
         its registration's advice and ``sv``), with the share of each sketched table
         its filter reads under the layout now (``read_share_now``)."""
-        from imp_core.advisor import Advice, explanation
+        from imp_core.advice.attributes import Advice, explanation
         from imp_core.spark.compile import MAX_PREDICATE_RANGES
         from imp_core.storage.row_groups import fit_to_layout
 

@@ -1,7 +1,7 @@
 """Registering and dropping queries: from a ``QuerySpec`` to a live, routed query.
 
 Invariants:
-- ``imp_core.prepare.prepare_query`` (shared with the embedded paths) is the one place
+- ``imp_core.query.prepare.prepare_query`` (shared with the embedded paths) is the one place
   that turns SQL into a plan and partitions and checks the sketch is safe; nothing is
   registered unless it passes;
 - the join sides probed in the data layer (the placement) are decided once, here, and
@@ -48,7 +48,7 @@ from imp_core.errors import (
     UnknownQueryError,
 )
 from imp_core.plan.nodes import QueryPlan
-from imp_core.prepare import PreparedQuery, StoreTables, prepare_query
+from imp_core.query.prepare import PreparedQuery, StoreTables, prepare_query
 from imp_core.scan_spec import scan_specs
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -60,7 +60,7 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
 def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuery:
-    """``spec`` prepared by the one shared path (``imp_core.prepare``) on the tables'
+    """``spec`` prepared by the one shared path (``imp_core.query.prepare``) on the tables'
     latest versions, with the fragments of the SQL header defaulting to the runtime's."""
     tables = StoreTables(ctx.store, latest=ctx.probe.latest, catalog=catalog)
     # join sides beyond the actor's budget are probed in the data layer (single-shard

@@ -82,7 +82,7 @@ class QueryRecord:
     # ``config.Autoscaling.to_json()`` of an autoscaled query; None: its shard count
     # changes only when asked (ScaleQuery)
     autoscaling: dict[str, Any] | None = None
-    # ``imp_core.advisor.Advice.to_json()``: the attributes considered at registration
+    # ``imp_core.advice.attributes.Advice.to_json()``: the attributes considered at registration
     # and why these were chosen (None: named by the user)
     advice: dict[str, Any] | None = None
     # ``QueryPlan.fingerprint()`` of the plan the placement was decided on; None: not

@@ -1,7 +1,7 @@
 """Sketches over versioned (Delta) tables, maintained in this process from pulled deltas.
 
 The ``Maintainer`` is the embedded front of the shared path: queries are prepared by
-``imp_core.prepare.prepare_query`` and run by a ``imp_core.query.driver.QueryDriver``
+``imp_core.query.prepare.prepare_query`` and run by a ``imp_core.query.driver.QueryDriver``
 (placement of join sides, the bootstrap choice, the first-state feed and every step),
 exactly as the service's query actors run theirs, and deltas are read by the one
 delta-source policy (``imp_core.storage.ChangeReader``).
@@ -27,7 +27,6 @@ from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelt
 from imp_core.engine.probed_side import VersionContext
 from imp_core.errors import UnknownQueryError, UnknownTableError
 from imp_core.plan.nodes import QueryPlan
-from imp_core.prepare import DEFAULT_FRAGMENTS, StoreTables, prepare_query
 from imp_core.query.driver import (
     QueryDriver,
     bootstrap_mode,
@@ -35,6 +34,7 @@ from imp_core.query.driver import (
     first_changes,
     place_sides,
 )
+from imp_core.query.prepare import DEFAULT_FRAGMENTS, StoreTables, prepare_query
 from imp_core.reference import reference_capture
 from imp_core.scan_spec import ScanSpec, restrict_delta
 from imp_core.sketch.adaptive import OVERFLOW, FragmentCounts, rebalanced
@@ -56,7 +56,7 @@ class MaintainedQuery:
     history: list[SketchDelta] = field(default_factory=list)
     bootstrap: str = "engine"  # how the state was first built: "spark" or "engine"
     bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
-    advice: Any = None  # the attributes considered and the choice (``imp_core.advisor``)
+    advice: Any = None  # the attributes considered and the choice (``imp_core.advice.attributes``)
     force: bool = False  # registered with its safety check overridden
     # rows per fragment of each sketched table, kept from the changes (adaptive ranges)
     counts: dict[str, FragmentCounts] = field(default_factory=dict)
@@ -86,8 +86,8 @@ class MaintainedQuery:
 
     def explain(self) -> dict[str, Any]:
         """``Advice.to_json`` of the registration with the current sketch's size and
-        coverage line (``imp_core.advisor.explanation``)."""
-        from imp_core.advisor import explanation
+        coverage line (``imp_core.advice.attributes.explanation``)."""
+        from imp_core.advice.attributes import explanation
 
         return explanation(self.advice, self.plan, self.sketch)
 

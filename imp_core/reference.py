@@ -251,7 +251,7 @@ def _join_pairs(node: Join | SemiJoin | OuterJoin, left: Bag,
     nl, nr = len(left), len(right)
     lk, rk, _ = node.equi_keys()
     if not lk:
-        from imp_core.estimate import check_cross_product  # refuses pairs beyond memory
+        from imp_core.estimate.memory import check_cross_product  # refuses pairs beyond memory
 
         check_cross_product(node, nl, nr, left.data.nbytes, right.data.nbytes)
         return (np.repeat(np.arange(nl, dtype=np.int64), nr),

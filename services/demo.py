@@ -10,8 +10,8 @@ without its sketch, and ends with a summary. Every maintained sketch is checked 
 the recapture; the demo fails (exit status 1) if one differs.
 
 Its report is the only thing on standard output: Ray's and Spark's own messages (the
-JVM's warnings, worker logs) go to standard error (``imp_core.stdout``), and progress
-is one line per step when standard error is not a terminal (``imp_core.progress``).
+JVM's warnings, worker logs) go to standard error (``imp_core.process.stdout``), and progress
+is one line per step when standard error is not a terminal (``imp_core.process.progress``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from imp_core.stdout import json_only_stdout, json_out
+from imp_core.process.stdout import json_only_stdout, json_out
 
 # query name -> (workload query, fragments, eager batch size or None for lazy, attributes
 # chosen by the advisor (True) or the query's header)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from imp_core.api import Engine, RegisteredQuery
+from imp_core.embedded.api import Engine, RegisteredQuery
 from imp_core.reference import reference_capture
 from imp_core.workloads.queries import load_query
 from imp_core.workloads.schemas import TABLES

@@ -193,7 +193,7 @@ def write_source(entry: TableEntry, schema: pa.Schema, batches: Iterable[pa.Reco
 def with_progress(batches: Iterable[Any], total: int, desc: str) -> Iterator[Any]:
     """``batches``, driving a tqdm bar (rows) on stderr as they are consumed (a line per
     tenth of the rows when stderr is not a terminal)."""
-    from imp_core.progress import progress_bar
+    from imp_core.process.progress import progress_bar
 
     with progress_bar(total, desc, every=0.1) as bar:
         for batch in batches:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from imp_core.progress import LineProgress, progress_bar
+from imp_core.process.progress import LineProgress, progress_bar
 from imp_core.workloads.schemas import TABLES, TPCH_TABLES
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def generate_tpch(
 
     Tables already in ``out_dir`` are kept as they are (whatever scale made them).
     ``progress`` shows a tqdm bar (in rows) on stderr, or a line per table when stderr
-    is not a terminal (``imp_core.progress``).
+    is not a terminal (``imp_core.process.progress``).
     """
     if not scale > 0:
         raise ValueError(f"scale factor must be > 0, got {scale}")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from imp_core.stdout import json_out
+from imp_core.process.stdout import json_out
 
 # where the tables of each suite come from
 _SUITE_DATA = {"tpch22": "imp data tpch", "tpch": "imp data tpch",
@@ -91,8 +91,7 @@ def _data(args: argparse.Namespace) -> int:
 
 def _run_data(args: argparse.Namespace) -> int:
     from imp_actors.config import RuntimeConfig
-    from imp_core import datasets
-    from imp_core.storage import DeltaStore
+    from imp_core.storage import DeltaStore, datasets
 
     root = args.root or RuntimeConfig.from_env().tables_dir
     store = DeltaStore(root)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from imp_core.stdout import json_out
+from imp_core.process.stdout import json_out
 from services.cli.catalog_commands import workload_sql
 from services.cli.output import (
     EXIT_REFUSED,
@@ -237,7 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
     import logging
 
     from imp_actors.lease import StoreBusyError
-    from imp_core.estimate import memory_budget
+    from imp_core.estimate.memory import memory_budget
     from services.config import ServerConfig
     from services.server import preflight, serve
 
@@ -246,7 +246,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = ServerConfig.from_args(args)
         config.runtime_config()  # the runtime's IMP_* settings are refused here, not later
-        memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate)
+        memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate.memory)
         preflight(config)  # token and TLS files, the address: before Ray or Spark start
         if supervised(config):
             from services.server import SHUTDOWN_SECONDS

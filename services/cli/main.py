@@ -21,7 +21,7 @@ import os
 import sys
 
 from imp_core.errors import ImpError
-from imp_core.stdout import json_only_stdout
+from imp_core.process.stdout import json_only_stdout
 from services.cli.catalog_commands import add_catalog_commands
 from services.cli.commands import add_client_commands
 

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from imp_core.stdout import json_out
+from imp_core.process.stdout import json_out
 
 EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_OTHER = 2, 3, 4, 1
 # on stderr before ``imp query`` (readable output): the first query of a server starts

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from imp_core.advisor import Advice, Candidate, candidate_attributes, coverage_line
-from imp_core.api import Engine
+from imp_core.advice.attributes import Advice, Candidate, candidate_attributes, coverage_line
+from imp_core.embedded.api import Engine
 from imp_core.errors import PartitionError, UnsafeSketchError
-from imp_core.prepare import prepare_query
+from imp_core.query.prepare import prepare_query
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.sql import plan_sql

@@ -1,4 +1,4 @@
-"""The embedded API (``imp_core.api.Engine``) as a user drives it.
+"""The embedded API (``imp_core.embedded.api.Engine``) as a user drives it.
 
 - Table contents equal a plain multiset model after random insert/delete sequences,
   keyed and keyless, with duplicate rows, including when compaction runs often; a failed
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imp_core import memtable
-from imp_core.api import Engine
+from imp_core.embedded import memtable
+from imp_core.embedded.api import Engine
 from imp_core.errors import PartitionError, SchemaMismatchError
 from imp_core.sketch.partition import RangePartition
 

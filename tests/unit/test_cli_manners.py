@@ -18,7 +18,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from imp_core.progress import LineProgress, progress_bar
+from imp_core.process.progress import LineProgress, progress_bar
 from imp_core.storage.declared import with_declared
 from services.cli import commands
 from services.cli.main import EXIT_BROKEN_PIPE, build_parser, main

@@ -18,8 +18,8 @@ from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.probed_side import is_probed
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.plan.lineage import trace_column
-from imp_core.prepare import StoreTables, prepare_query
 from imp_core.query.driver import QueryDriver
+from imp_core.query.prepare import StoreTables, prepare_query
 from imp_core.reference import reference_capture
 from imp_core.sql import plan_sql
 from imp_core.storage import ChangeReader, DeltaStore

@@ -1,4 +1,4 @@
-"""The registration memory guard (``imp_core.estimate``, wired in ``prepare_query``).
+"""The registration memory guard (``imp_core.estimate.memory``, wired in ``prepare_query``).
 
 - The estimate of hand-built plans follows the documented rules: selections, equi-joins
   (with and without statistics), cross products (every pair materialized), semi- and
@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from imp_core.api import Engine
+from imp_core.embedded.api import Engine
 from imp_core.errors import PlanTooLargeError
-from imp_core.estimate import (
+from imp_core.estimate.memory import (
     ENV_BUDGET,
     PAIR_BYTES,
     SIDE_INDEX_BYTES,
@@ -59,7 +59,7 @@ from imp_core.plan.nodes import (
     TopK,
 )
 from imp_core.plan.paths import OperatorPath
-from imp_core.prepare import prepare_query, table_statistics
+from imp_core.query.prepare import prepare_query, table_statistics
 from imp_core.reference import reference_evaluate
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sql import plan_sql
@@ -514,7 +514,7 @@ def test_serve_refuses_a_bad_budget_in_one_line(monkeypatch, capsys):
 
 # -- a Delta store as the source -----------------------------------------------------------
 def test_store_statistics_come_from_the_delta_log_and_the_guard_refuses_there(tmp_path):
-    from imp_core.prepare import StoreTables
+    from imp_core.query.prepare import StoreTables
     from imp_core.storage import DeltaStore
 
     store = DeltaStore(tmp_path)

@@ -10,7 +10,7 @@ import sys
 
 SCRIPT = """
 import os, subprocess, sys
-from imp_core.stdout import json_only_stdout, json_out
+from imp_core.process.stdout import json_only_stdout, json_out
 print("before")
 with json_only_stdout():
     print("library chatter")

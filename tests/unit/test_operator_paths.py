@@ -11,11 +11,11 @@ import pytest
 import imp_core.plan.paths
 from imp_core.data_layer import join_sides, placeable, probable_groups
 from imp_core.engine.pipeline import IncrementalQuery
-from imp_core.estimate import estimate_plan
+from imp_core.estimate.memory import estimate_plan
+from imp_core.estimate.table_stats import TableStats
 from imp_core.plan.paths import OperatorPath, operator_paths, parse_paths
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sql import plan_sql
-from imp_core.table_stats import TableStats
 
 CATALOG = {"f": pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64())]),
            "d": pa.schema([("dk", pa.int64()), ("w", pa.int64())])}

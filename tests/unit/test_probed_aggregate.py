@@ -23,9 +23,10 @@ from imp_core.data_layer import (
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.probed_side import ProbedSideError
-from imp_core.estimate import estimate_plan
+from imp_core.estimate.memory import estimate_plan
 from imp_core.plan.nodes import Aggregate
-from imp_core.prepare import table_statistics
+from imp_core.query.driver import QueryDriver
+from imp_core.query.prepare import table_statistics
 from imp_core.sql import plan_sql
 
 QUERIES = {
@@ -55,10 +56,10 @@ class _Run(_DataLayerRun):
 
     def restart(self) -> None:
         """A new wiring restored from this one's state tables (a checkpoint)."""
-        tables = self.wiring.pipeline.state_tables()
-        self.wiring = self.layer.wire(self.prepared.plan, self.prepared.partitions,
-                                      EngineOptions(), self.placement)
-        self.wiring.pipeline.load_state(tables, batches=1)
+        tables, versions = self.wiring.pipeline.state_tables(), self.versions
+        self.driver = QueryDriver.start(self.prepared.plan, self.prepared.partitions,
+                                        EngineOptions(), self.layer, self.placement)
+        self.driver.load_state(tables, versions, batches=1)
 
 
 @settings(max_examples=16, deadline=None,

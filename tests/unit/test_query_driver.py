@@ -14,13 +14,13 @@ import pytest
 from imp_core.data_layer import DataLayer, join_sides
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
-from imp_core.prepare import StoreTables, prepare_query
 from imp_core.query.driver import (
     QueryDriver,
     first_changes,
     place_sides,
     read_columns,
 )
+from imp_core.query.prepare import StoreTables, prepare_query
 from imp_core.reference import reference_capture
 from imp_core.scan_spec import restrict_delta
 from imp_core.storage import DeltaStore

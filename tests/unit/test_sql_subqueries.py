@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imp_core.api import Engine
+from imp_core.embedded.api import Engine
 from imp_core.reference import reference_capture
 
 SMALL = st.one_of(st.none(), st.integers(0, 4))

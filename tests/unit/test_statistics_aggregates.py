@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import SEEDS
 
-from imp_core.api import Engine
+from imp_core.embedded.api import Engine
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.plan.aggregates import registry
 from imp_core.plan.aggregates.base import GroupState

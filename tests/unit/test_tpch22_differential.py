@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pytest
 from workload_data import tpch_full_tables, tpch_tables
 
-from imp_core.api import Engine
+from imp_core.embedded.api import Engine
 from imp_core.reference import reference_capture
 from imp_core.workloads.queries import list_queries
 from imp_core.workloads.schemas import TABLES

@@ -3,7 +3,7 @@
 A sketch's fragments cost memory in every annotation and in μ's counts, and choosing
 them (equi-depth) costs time per fragment, so a request for billions of fragments or
 hundreds of thousands of split points is refused up front, with the limit's name, by
-the one path every registration takes (``imp_core.prepare.prepare_query``). Limits come
+the one path every registration takes (``imp_core.query.prepare.prepare_query``). Limits come
 from the environment (``IMP_MAX_FRAGMENTS``) or the defaults here.
 """
 

@@ -28,7 +28,7 @@ the data layer instead of held.
 Rules (textbook defaults; the point is to catch orders of magnitude, e.g. a cross
 product of two large inputs, not precision):
 
-- selectivity (``imp_core.selectivity``): ``col = literal`` 1/distinct(col), else 0.1;
+- selectivity (``imp_core.estimate.selectivity``): ``col = literal`` 1/distinct(col), else 0.1;
   ``<>`` the complement; ranges over a column with a known min/max interpolate (all
   range conjuncts on one column together), else 1/3 each; ``IN`` n·(equality); ``LIKE``
   0.1; ``IS NULL`` 0.05; ``col = col`` 1/max(distinct), else 0.1; AND multiplies, OR
@@ -67,13 +67,30 @@ from typing import Any, Collection, Mapping
 import pyarrow as pa
 
 from imp_core.errors import PlanTooLargeError, human_bytes
-from imp_core.memory_budget import (  # noqa: F401 - re-exported
+from imp_core.estimate.budget import (  # noqa: F401 - re-exported
     AUTO,
     ENV_BUDGET,
     available_memory_bytes,
     default_memory_budget,
     memory_budget,
     parse_budget,
+)
+from imp_core.estimate.selectivity import (  # noqa: F401 - the rule constants are re-exported
+    EQ_SEL,
+    LIKE_SEL,
+    MIN_RANGE_SEL,
+    NULL_SEL,
+    RANGE_SEL,
+    selectivity,
+)
+from imp_core.estimate.selectivity import ColumnEstimate as _Col
+from imp_core.estimate.selectivity import RelationEstimate as _Rel
+from imp_core.estimate.selectivity import number as _number
+from imp_core.estimate.table_stats import (  # noqa: F401 - ColumnStats etc. are re-exported
+    ColumnStats,
+    TableStats,
+    column_stats,
+    int_like,
 )
 from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
@@ -96,23 +113,6 @@ from imp_core.plan.nodes import (
     scalar_filter_parts,
 )
 from imp_core.plan.paths import OperatorPath
-from imp_core.selectivity import (  # noqa: F401 - the rule constants are re-exported
-    EQ_SEL,
-    LIKE_SEL,
-    MIN_RANGE_SEL,
-    NULL_SEL,
-    RANGE_SEL,
-    selectivity,
-)
-from imp_core.selectivity import ColumnEstimate as _Col
-from imp_core.selectivity import RelationEstimate as _Rel
-from imp_core.selectivity import number as _number
-from imp_core.table_stats import (  # noqa: F401 - ColumnStats etc. are re-exported
-    ColumnStats,
-    TableStats,
-    column_stats,
-    int_like,
-)
 
 # -- the rules' constants ---------------------------------------------------------------
 SEMI_SEL = 0.5

@@ -1,4 +1,4 @@
-"""Selectivity rules of the memory estimate (``imp_core.estimate``): the fraction of a
+"""Selectivity rules of the memory estimate (``imp_core.estimate.memory``): the fraction of a
 relation's rows a predicate keeps, from the per-column estimates the estimator carries.
 
 The rules (textbook defaults, never below ``MIN_RANGE_SEL`` for an interpolated range):

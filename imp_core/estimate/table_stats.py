@@ -1,7 +1,7 @@
 """What registration knows of a table's contents: its row count and, per column, the
 number of distinct values and the smallest and largest (each None when unknown), from
 Delta or Parquet statistics, declared domains, or a column at hand (``column_stats``).
-``imp_core.estimate`` sizes plans with them.
+``imp_core.estimate.memory`` sizes plans with them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The one way a query is prepared for maintenance: SQL → plan → partitions → safety.
 
 ``prepare_query`` is the register path shared by the embedded ``Engine``
-(``imp_core.api``), the versioned-store ``Maintainer`` (``imp_core.maintenance``) and the
+(``imp_core.embedded.api``), the versioned-store ``Maintainer`` (``imp_core.maintenance``) and the
 service's coordinator (``imp_actors``): it plans the SQL over the tables' schemas, takes
 the partitions given or the SQL's ``-- sketch: table.column`` header, estimates the
 memory the plan's operators would need from the tables' statistics and refuses a plan
-beyond the registration memory budget (``imp_core.estimate``), builds the range
+beyond the registration memory budget (``imp_core.estimate.memory``), builds the range
 partitions on the tables' current contents, checks every sketch attribute's safety
 (refusing unsafe ones unless forced) and derives the per-table scan specs. The pipeline
 that maintains the prepared query is built by ``imp_core.data_layer``.
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import PartitionError
-from imp_core.estimate import (
+from imp_core.estimate.memory import (
     AUTO,
     SIDE_INDEX_BYTES,
     ColumnStats,
@@ -37,8 +37,8 @@ from imp_core.estimate import (
     estimate_plan,
     memory_budget,
 )
-from imp_core.limits import check_fragments, requested_fragments
 from imp_core.plan.nodes import Aggregate, PlanNode, QueryPlan, Scan
+from imp_core.query.limits import check_fragments, requested_fragments
 from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import (
     PartitionSet,
@@ -47,7 +47,7 @@ from imp_core.sketch.partition import (
 )
 
 DEFAULT_FRAGMENTS = 64
-# partitions="auto": the attribute advisor (``imp_core.advisor``) chooses them
+# partitions="auto": the attribute advisor (``imp_core.advice.attributes``) chooses them
 AUTO_PARTITIONS = "auto"
 
 # (plan, partitions, table versions) -> the accurate sketch (a capture on Spark, or the
@@ -61,7 +61,7 @@ class TableSource(Protocol):
     """What preparing a query reads of the tables: schemas, one column's current values
     (equi-depth partitions), declared value domains, and the current versions.
 
-    A source may also offer ``statistics(table) -> imp_core.estimate.TableStats`` (row
+    A source may also offer ``statistics(table) -> imp_core.estimate.memory.TableStats`` (row
     count, per-column min/max or distinct counts, read cheaply: ``StoreTables`` reads
     the Delta log); without it the row count and the statistics of the integer-like
     columns the plan reads are taken from ``column`` (cheap for in-memory tables such as
@@ -90,7 +90,7 @@ class PreparedQuery:
     versions: Mapping[str, int] = field(default_factory=dict)
     # the memory estimate the registration guard checked (None: no statistics taken)
     estimate: PlanEstimate | None = None
-    # the attributes considered and why these were chosen (``imp_core.advisor.Advice``)
+    # the attributes considered and why these were chosen (``imp_core.advice.attributes.Advice``)
     advice: Any = None
 
     @property
@@ -132,13 +132,13 @@ def prepare_query(sql: str, source: TableSource,
     memory, unsafe attribute).
 
     ``partitions`` "auto" (or none given and no SQL header): the attribute advisor
-    (``imp_core.advisor.advise``) chooses them, capturing candidates with ``capture``
+    (``imp_core.advice.attributes.advise``) chooses them, capturing candidates with ``capture``
     and estimating their reads from ``layout``; the choice is checked as any other.
 
     ``pushdown=False`` keeps every selection above its scan (the scan specs carry no
     predicate): deltas then reach the pipeline unfiltered.
     ``memory_budget_bytes``: the most memory one operator of the plan may need (its
-    state and largest batch, see ``imp_core.estimate``), a byte count, None (no check)
+    state and largest batch, see ``imp_core.estimate.memory``), a byte count, None (no check)
     or ``"auto"``: ``IMP_REGISTRATION_MEMORY_BYTES``, else half the memory available
     now; a plan beyond it raises ``PlanTooLargeError`` before partitions are built.
     ``join_state_budget_bytes``: the caller will probe the largest equi-join sides in
@@ -186,7 +186,7 @@ def prepare_query(sql: str, source: TableSource,
                             domains=domains, force=force,
                             table_columns={t: s.names for t, s in catalog.items()})
     if advice is None:
-        from imp_core.advisor import given_advice
+        from imp_core.advice.attributes import given_advice
 
         advice = given_advice(verdicts, pset)
     scans = scan_specs(plan.root, pset)
@@ -201,8 +201,8 @@ def _advise(plan: QueryPlan, source: TableSource, catalog: Mapping[str, pa.Schem
             domains: Mapping[str, Mapping[str, Any]], fragments: int,
             capture: Capture | None, layout: LayoutOf | None,
             progress: Callable[[str], None] | None) -> Any:
-    """``imp_core.advisor.advise`` over ``source`` at ``versions``."""
-    from imp_core.advisor import advise
+    """``imp_core.advice.attributes.advise`` over ``source`` at ``versions``."""
+    from imp_core.advice.attributes import advise
 
     if capture is None:
         raise PartitionError("no sketch attribute given (no partitions, no "
@@ -226,7 +226,7 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
                     join_state_budget_bytes: int | None = None,
                     clustered: Callable[[str, str], bool] | None = None,
                     not_null: Callable[[str, str], bool] | None = None) -> PlanEstimate:
-    """``imp_core.estimate.estimate_plan`` of ``root`` for the partitions ``specs``
+    """``imp_core.estimate.memory.estimate_plan`` of ``root`` for the partitions ``specs``
     ("table.column" to a spec), with the equi-join sides that ``place_join_sides``
     would probe under ``join_state_budget_bytes`` keeping no state."""
     specs = specs or {}

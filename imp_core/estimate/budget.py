@@ -1,5 +1,5 @@
 """The registration memory budget: how much memory one operator of a registered plan may
-need (``imp_core.estimate`` checks plans against it).
+need (``imp_core.estimate.memory`` checks plans against it).
 
 A budget is a byte count or None (no limit). By default it is ``BUDGET_FRACTION`` of the
 memory available when the query is registered (the system's available memory, lowered

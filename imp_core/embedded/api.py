@@ -11,7 +11,7 @@ Usable with no Spark and no Ray::
 
 Invariants: a table's rows and every registered query's state change together or not
 at all; a failed call (bad schema, unknown row, bad SQL) changes nothing. A deletion
-costs about the rows it deletes, with or without a key (``imp_core.memtable``).
+costs about the rows it deletes, with or without a key (``imp_core.embedded.memtable``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from imp_core.embedded.memtable import MemTable
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.engine.zset import DeltaBatch
@@ -32,11 +33,10 @@ from imp_core.errors import (
     UnknownQueryError,
     UnknownTableError,
 )
-from imp_core.memtable import MemTable
 from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.nodes import PlanNode, QueryPlan
-from imp_core.prepare import DEFAULT_FRAGMENTS
 from imp_core.query.driver import QueryDriver
+from imp_core.query.prepare import DEFAULT_FRAGMENTS
 from imp_core.reference import ReferenceResult, reference_capture, reference_evaluate
 from imp_core.sketch.partition import (
     PartitionSet,
@@ -53,7 +53,7 @@ class RegisteredQuery:
     def __init__(self, engine: Engine, name: str, plan: QueryPlan, partitions: PartitionSet,
                  driver: QueryDriver, verdicts: list, advice: Any = None):
         self.engine = engine
-        # the attributes considered and why these were chosen (``imp_core.advisor``)
+        # the attributes considered and why these were chosen (``imp_core.advice.attributes``)
         self.advice = advice
         self.name = name
         self.plan = plan
@@ -80,7 +80,7 @@ class RegisteredQuery:
     def explain(self) -> dict[str, Any]:
         """The advice of the registration (``Advice.to_json``) with the current sketch's
         size and, for a sketch covering all or none of a table, why (``coverage``)."""
-        from imp_core.advisor import explanation
+        from imp_core.advice.attributes import explanation
 
         return explanation(self.advice, self.plan, self.sketch)
 
@@ -173,9 +173,9 @@ class Engine:
         ``partitions`` maps "table.column" to a fragment count (equi-depth on current
         data), explicit split points, or a ``RangePartition``; by default the query's
         ``-- sketch: table.column`` header is used with ``fragments`` fragments; "auto"
-        (or neither given) lets the advisor choose (``imp_core.advisor``).
+        (or neither given) lets the advisor choose (``imp_core.advice.attributes``).
         """
-        from imp_core.prepare import prepare_query
+        from imp_core.query.prepare import prepare_query
 
         prepared = prepare_query(sql, self, partitions, fragments, force,
                                  capture=self._capture)
@@ -191,7 +191,7 @@ class Engine:
         self._queries[qname] = q
         return q
 
-    # -- what preparing a query reads (``imp_core.prepare.TableSource``) -----------------
+    # -- what preparing a query reads (``imp_core.query.prepare.TableSource``) -----------------
     def column(self, table: str, column: str) -> pa.ChunkedArray:
         return self.table(table).column(column)
 

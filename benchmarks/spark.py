@@ -133,7 +133,7 @@ def measure_deltas(store, spark, maintainer, sizes: Iterable[int], repeats: int 
         if table not in store.tables():
             continue
         q = maintainer.queries.get(qname)
-        spec = q.specs.get(table) if q is not None else None
+        spec = q.scan_specs.get(table) if q is not None else None
         for size in sizes:
             ins, dels = _modified_batch(store, table, column, size, rng, spark)
             v0 = store.version(table)

@@ -70,7 +70,7 @@ JoinPlacement = frozenset[OperatorPath]
 AnyJoin = Join | SemiJoin | OuterJoin
 
 
-def probable(node: PlanNode) -> bool:
+def can_probe(node: PlanNode) -> bool:
     """Whether ``node`` is a join whose inputs may be probed in the data layer: an inner,
     semi-, anti- or outer join with equi keys, but not a NOT IN (whose output depends on
     whether the whole right side is empty or holds a NULL key)."""
@@ -81,15 +81,15 @@ def probable(node: PlanNode) -> bool:
 
 def join_sides(root: PlanNode) -> Iterator[tuple[OperatorPath, AnyJoin, str, PlanNode]]:
     """``(side path, join, "left" | "right", input)`` of every join in ``root`` whose
-    inputs may be probed in the data layer (``probable``), paths by ``operator_paths``."""
+    inputs may be probed in the data layer (``can_probe``), paths by ``operator_paths``."""
     for path, node in operator_paths(root):
-        if probable(node):
+        if can_probe(node):
             assert isinstance(node, (Join, SemiJoin, OuterJoin))
             yield path.at("left"), node, "left", node.left
             yield path.at("right"), node, "right", node.right
 
 
-def probable_groups(root: PlanNode) -> Iterator[tuple[OperatorPath, Aggregate]]:
+def groups_to_probe(root: PlanNode) -> Iterator[tuple[OperatorPath, Aggregate]]:
     """``(path, aggregation)`` of every grouped aggregation in ``root`` whose groups may
     be held by the data layer (``ProbedAggregateOp``), paths ``"<operator path>:groups"``."""
     for path, node in operator_paths(root):
@@ -98,8 +98,8 @@ def probable_groups(root: PlanNode) -> Iterator[tuple[OperatorPath, Aggregate]]:
 
 
 def placeable(root: PlanNode) -> frozenset[OperatorPath]:
-    """Every side of ``root`` a placement may name (``join_sides``, ``probable_groups``)."""
-    return frozenset([s for s, *_ in join_sides(root)] + [g for g, _ in probable_groups(root)])
+    """Every side of ``root`` a placement may name (``join_sides``, ``groups_to_probe``)."""
+    return frozenset([s for s, *_ in join_sides(root)] + [g for g, _ in groups_to_probe(root)])
 
 
 def groups_lookup(node: Aggregate, clustered: Callable[[str, str], bool],
@@ -119,7 +119,7 @@ def keyed_join_inputs(root: PlanNode) -> Iterator[PlanNode]:
     """The inputs of every semi-, anti- and outer join in ``root`` that are always held in
     memory (NOT IN, no equi keys)."""
     for node in root.walk():
-        if isinstance(node, (SemiJoin, OuterJoin)) and not probable(node):
+        if isinstance(node, (SemiJoin, OuterJoin)) and not can_probe(node):
             yield from node.children()
 
 
@@ -202,7 +202,7 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
                      clustered: Callable[[str, str], bool] | None = None,
                      not_null: Callable[[str, str], bool] | None = None) -> JoinPlacement:
     """The join sides to probe in the data layer so that the sides kept in memory fit
-    ``budget_bytes`` (None: keep every side in memory; 0: probe every probable side). The
+    ``budget_bytes`` (None: keep every side in memory; 0: probe every side that can be probed). The
     inputs of joins that cannot be probed (``keyed_join_inputs``) count against the
     budget.
 
@@ -249,7 +249,7 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
         cheap += [(s[0], s[1]) for s in sides if s not in cold and clustered is not None
                   and clustered_lookup(s[4], keys(s), clustered)]
         if clustered is not None and not_null is not None:
-            groups = [(side_bytes(agg), gid) for gid, agg in probable_groups(root)
+            groups = [(side_bytes(agg), gid) for gid, agg in groups_to_probe(root)
                       if groups_lookup(agg, clustered, not_null)]
             cheap += groups
             total += sum(size for size, _ in groups)
@@ -389,7 +389,7 @@ class DataLayer:
         """The query's pipeline (empty state) with its probed sides and refill source."""
         context = VersionContext()
         paths = {id(join): sid.operator for sid, join, _, _ in join_sides(plan.root)}
-        paths.update((id(agg), gid.operator) for gid, agg in probable_groups(plan.root))
+        paths.update((id(agg), gid.operator) for gid, agg in groups_to_probe(plan.root))
 
         def choose(node: AnyJoin | Aggregate, which: str) -> JoinSide | None:
             path = paths.get(id(node))

@@ -186,6 +186,22 @@ class BootstrapModeError(ImpError):
     code = "INVALID_ARGUMENT"
 
 
+class ProbedSideError(ImpError):
+    """A probed join side was asked for something only an in-memory side has."""
+
+
+class SparkCompileError(ImpError):
+    """A plan or value that has no Spark SQL translation."""
+
+    code = "UNIMPLEMENTED"
+
+
+class SparkUnavailableError(ImpError):
+    """Spark cannot start (no Java, or the session failed to come up)."""
+
+    code = "UNAVAILABLE"
+
+
 def human_bytes(n: float) -> str:
     """``n`` bytes as a short text with a binary unit (``1.5 GiB``)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

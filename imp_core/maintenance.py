@@ -52,7 +52,7 @@ class MaintainedQuery:
     plan: QueryPlan
     partitions: PartitionSet
     driver: QueryDriver  # the pipeline, its placement, and the versions it is exact for
-    specs: dict[str, ScanSpec] = field(default_factory=dict)
+    scan_specs: dict[str, ScanSpec] = field(default_factory=dict)
     history: list[SketchDelta] = field(default_factory=list)
     bootstrap: str = "engine"  # how the state was first built: "spark" or "engine"
     bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
@@ -179,14 +179,14 @@ class Maintainer:
                                 memory_rows=self.join_memory_rows)
         driver = QueryDriver.start(prepared.plan, prepared.partitions, self.options, self.data,
                                    placement)
-        specs = dict(prepared.specs)
+        scans = dict(prepared.scan_specs)
         run = None
         if mode == "spark":
             run = driver.bootstrap_on_spark(self.spark(), self.store, versions)
         else:
             snapshot = getattr(self.source, "snapshot", None)
-            driver.step(None, versions, first_changes(self.store, versions, specs, snapshot))
-        q = MaintainedQuery(name, prepared.plan, prepared.partitions, driver, specs,
+            driver.step(None, versions, first_changes(self.store, versions, scans, snapshot))
+        q = MaintainedQuery(name, prepared.plan, prepared.partitions, driver, scans,
                             bootstrap=mode, bootstrap_run=run, advice=prepared.advice,
                             force=force)
         if self.adaptive:
@@ -203,7 +203,8 @@ class Maintainer:
         underflow (``imp_core.sketch.adaptive``), with the query's state and sketch built
         anew on them at its versions; returns what was re-partitioned."""
         q = self.query(name)
-        specs: dict[str, Any] = {f"{p.table}.{p.column}": p for p in q.partitions.partitions}
+        partitioning: dict[str, Any] = {f"{p.table}.{p.column}": p
+                                        for p in q.partitions.partitions}
         done = []
         for table, counts in q.counts.items():
             reason = counts.skew(self.overflow)
@@ -214,12 +215,13 @@ class Maintainer:
             new = rebalanced(part, values)
             if not counts.worth(FragmentCounts.of(new, values)):
                 continue
-            specs[f"{table}.{part.column}"] = new
+            partitioning[f"{table}.{part.column}"] = new
             done.append({"versions": dict(q.versions), "table": table, "reason": reason,
                          "fragments": new.size})
         if not done:
             return []
-        prepared = prepare_query(q.plan.sql, StoreTables(self.store), specs, force=q.force)
+        prepared = prepare_query(q.plan.sql, StoreTables(self.store), partitioning,
+                                 force=q.force)
         fresh = self._start(name, prepared, q.bootstrap, q.force)
         fresh.history, fresh.advice = q.history, q.advice
         fresh.repartitions = q.repartitions + done
@@ -292,10 +294,11 @@ class Maintainer:
         sketched table's are first counted per fragment whole (adaptive ranges)."""
         counts = q.counts.get(table)
         if counts is None:
-            return self.source.changes(table, q.versions[table], version, q.specs.get(table))
+            return self.source.changes(table, q.versions[table], version,
+                                       q.scan_specs.get(table))
         whole = self.source.changes(table, q.versions[table], version, None)
         counts.apply(whole.rows.column(counts.partition.column), whole.weights)
-        return restrict_delta(whole, q.specs.get(table))
+        return restrict_delta(whole, q.scan_specs.get(table))
 
     def maintain_all(self) -> dict[str, SketchDelta]:
         return {name: self.maintain(name) for name in self.queries}

@@ -154,7 +154,7 @@ class Advice:
         by = {c.attribute: c for c in self.candidates}
         return [by[a] for a in self.chosen if a in by]
 
-    def specs(self) -> dict[str, RangePartition]:
+    def partition_specs(self) -> dict[str, RangePartition]:
         """The chosen attributes as partition specs (the partitions evaluated)."""
         out = {}
         for c in self.chosen_candidates():

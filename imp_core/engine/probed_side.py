@@ -32,14 +32,10 @@ import pyarrow.compute as pc
 from imp_core.engine.bloom import BloomFilter
 from imp_core.engine.join_index import SideIndex, key_hashes
 from imp_core.engine.zset import DeltaBatch
-from imp_core.errors import ImpError
+from imp_core.errors import ProbedSideError
 from imp_core.plan.nodes import PlanNode, arrow_schema
 
 PROBE_KEY = "__imp_k"  # prefix of the probe-key columns handed to ``lookup``
-
-
-class ProbedSideError(ImpError):
-    """A probed join side was asked for something only an in-memory side has."""
 
 
 @dataclass

@@ -300,7 +300,7 @@ class _Context:
             both.ids = left.ids
         state = 0.0
         for side, rel, nbytes in (("left", left, lbytes), ("right", right, rbytes)):
-            if path.at(side) not in self.probed:  # only probable sides are ever listed
+            if path.at(side) not in self.probed:  # only sides that can be probed are ever listed
                 state += rel.rows * (nbytes + SIDE_INDEX_BYTES)
         if isinstance(node, SemiJoin):
             if lk:

@@ -85,7 +85,7 @@ class PreparedQuery:
     plan: QueryPlan
     partitions: PartitionSet
     verdicts: tuple[Any, ...]
-    specs: Mapping[str, ScanSpec] = field(default_factory=dict)
+    scan_specs: Mapping[str, ScanSpec] = field(default_factory=dict)
     # the table versions the partitions were built on ({} for unversioned tables)
     versions: Mapping[str, int] = field(default_factory=dict)
     # the memory estimate the registration guard checked (None: no statistics taken)
@@ -156,19 +156,19 @@ def prepare_query(sql: str, source: TableSource,
     budget = memory_budget(memory_budget_bytes)  # a bad setting is refused first
     catalog = source.catalog()
     plan = plan_sql(sql, catalog)
-    specs = partition_specs(sql, partitions, fragments)
+    wanted = partition_specs(sql, partitions, fragments)
     tables = sorted(plan.root.tables())
-    auto = specs == AUTO_PARTITIONS
+    auto = wanted == AUTO_PARTITIONS
     if auto:  # the memory check assumes every table sketched: the advisor may do so
-        specs = {f"{t}.*": fragments for t in tables}
-    check_fragments(specs)  # before any value is read or any range chosen
+        wanted = {f"{t}.*": fragments for t in tables}
+    check_fragments(wanted)  # before any value is read or any range chosen
     versions = source.versions(tables)
     reads = _ColumnReads(source)
     estimate = None
     if budget is not None:
-        sketch_columns = reads.prefetch(specs, catalog, tables)
+        sketch_columns = reads.prefetch(wanted, catalog, tables)
         estimate = estimate_memory(
-            plan.root, table_statistics(source, plan.root, sketch_columns), specs,
+            plan.root, table_statistics(source, plan.root, sketch_columns), wanted,
             fragments, join_state_budget_bytes,
             None if clustered is None else lambda t, c: clustered(t, versions[t], c),
             not_null)
@@ -179,8 +179,8 @@ def prepare_query(sql: str, source: TableSource,
         reads.clear()
         advice = _advise(plan, source, catalog, tables, versions, domains, fragments,
                          capture, layout, progress)
-        specs = advice.specs()
-    pset = build_partition_set(specs, lambda t: _schema(catalog, t), reads.column)
+        wanted = advice.partition_specs()
+    pset = build_partition_set(wanted, lambda t: _schema(catalog, t), reads.column)
     reads.clear()
     verdicts = require_safe(plan, [(p.table, p.column) for p in pset.partitions],
                             domains=domains, force=force,

@@ -11,7 +11,6 @@ Importing this package does not import pyspark; the functions do when called.
 """
 
 from imp_core.spark.compile import (
-    SparkCompileError,
     annotated_sql,
     capture_sql,
     plain_sql,
@@ -31,7 +30,6 @@ from imp_core.spark.run import (
 )
 from imp_core.spark.session import (
     SparkConfig,
-    SparkUnavailableError,
     get_spark,
     java_version,
     stop_spark,
@@ -41,9 +39,7 @@ from imp_core.spark.tables import register_tables, write_parquet
 __all__ = [
     "CaptureRun",
     "QueryRun",
-    "SparkCompileError",
     "SparkConfig",
-    "SparkUnavailableError",
     "annotated_result",
     "annotated_sql",
     "capture",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 from typing import Literal as TypingLiteral
 
+from imp_core.errors import SparkCompileError
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -56,7 +57,6 @@ from imp_core.spark.sql_text import (
     EMPTY_ANNOTATION,
     AnnColumn,
     Relation,
-    SparkCompileError,
     ann_aggregate,
     ann_union,
     quote,
@@ -69,7 +69,7 @@ from imp_core.spark.sql_text import (
 # re-exported: the SQL text helpers other modules take from here
 __all__ = [
     "ANNOTATION_COLUMN", "ANN_PREFIX", "EMPTY_ANNOTATION", "FID_COLUMN", "FRAGMENTS_COLUMN",
-    "MAX_PREDICATE_RANGES", "AnnotatedRelation", "FragmentIds", "SparkCompileError",
+    "MAX_PREDICATE_RANGES", "AnnotatedRelation", "FragmentIds",
     "annotated_relation", "annotated_sql", "bounds_array_sql", "capture_sql",
     "fragment_case", "fragment_view_name", "plain_sql", "predicate_ranges", "quote",
     "sketch_predicate", "spark_type", "sql_literal", "string_literal", "total_order_sql",

@@ -33,12 +33,12 @@ unqualified), as every plan's joins do; other inputs raise ``SparkCompileError``
 
 from __future__ import annotations
 
+from imp_core.errors import SparkCompileError
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, UnaryOp
 from imp_core.plan.nodes import OuterJoin, PlanNode, SemiJoin, arrow_schema
 from imp_core.spark.sql_text import (
     AnnColumn,
     Relation,
-    SparkCompileError,
     ann_aggregate,
     ann_union_padded,
     quote,

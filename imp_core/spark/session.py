@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from imp_core.errors import ImpError
+from imp_core.errors import SparkUnavailableError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -47,12 +47,6 @@ logger.hadoop.level = error
 
 # PySpark logs every SQL error through these Python loggers before raising it
 _PY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
-
-
-class SparkUnavailableError(ImpError):
-    """Spark cannot start (no Java, or the session failed to come up)."""
-
-    code = "UNAVAILABLE"
 
 
 @dataclass(frozen=True)

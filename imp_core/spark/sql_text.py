@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from imp_core.errors import ImpError
+from imp_core.errors import SparkCompileError
 from imp_core.plan.evaluate import infer_type, literal_type
 from imp_core.plan.expr import (
     BinaryOp,
@@ -38,12 +38,6 @@ from imp_core.plan.expr import (
 )
 
 EMPTY_ANNOTATION = "CAST(array() AS ARRAY<INT>)"
-
-
-class SparkCompileError(ImpError):
-    """A plan or value that has no Spark SQL translation."""
-
-    code = "UNIMPLEMENTED"
 
 
 # -- names and literals ---------------------------------------------------------------------

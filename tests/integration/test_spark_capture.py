@@ -293,7 +293,7 @@ def test_sketch_reads_fewer_rows_from_clustered_parquet(spark, tables, tmp_path,
 
 # -- session configuration (no Spark needed) ---------------------------------------------------
 def test_missing_java_is_a_clear_error(monkeypatch):
-    from imp_core.spark import SparkUnavailableError
+    from imp_core.errors import SparkUnavailableError
     from imp_core.spark.session import _check_java
 
     monkeypatch.setenv("JAVA_HOME", "/nonexistent-java-home")

@@ -72,7 +72,7 @@ def _run_all(spark, store, versions: dict[str, int], delta_range: tuple[int, int
     register_tables(spark, {t: store.file_uris(t, v) for t, v in versions.items()})
     plain = run_query(spark, q.plan)
     used = run_query(spark, q.plan, q.sketch)
-    delta = SparkDeltaSource(store, spark).changes("t5000g", *delta_range, q.specs["t5000g"])
+    delta = SparkDeltaSource(store, spark).changes("t5000g", *delta_range, q.scan_specs["t5000g"])
     rows = zip(*[c.to_pylist() for c in delta.rows.columns])
     return {"maintainer": m, "query": q, "sketch": q.sketch,
             "capture": capture(spark, q.plan, q.partitions),

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from workload_data import workload_stores
 
-from imp_core.data_layer import DataLayer, probable_groups
+from imp_core.data_layer import DataLayer, groups_to_probe
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.query.prepare import StoreTables, prepare_query
@@ -69,7 +69,7 @@ def _change_lineitem(store, rng) -> None:
 @pytest.mark.parametrize("name", list(QUERIES))
 def test_probed_groups_bootstrapped_by_spark_equal_the_recapture(spark, store, name):
     prepared = prepare_query(QUERIES[name], StoreTables(store), {"lineitem.l_orderkey": 6})
-    placement = frozenset(g for g, _ in probable_groups(prepared.plan.root))
+    placement = frozenset(g for g, _ in groups_to_probe(prepared.plan.root))
     assert placement, "the grouping on l_orderkey can be probed"
     wiring = DataLayer(store).wire(prepared.plan, prepared.partitions, EngineOptions(),
                                    placement)
@@ -85,7 +85,7 @@ def test_probed_groups_bootstrapped_by_spark_equal_the_recapture(spark, store, n
     for _ in range(2):
         _change_lineitem(store, rng)
         target = {t: store.version(t) for t in versions}
-        changes = {t: reader.changes(t, versions[t], v, prepared.specs.get(t))
+        changes = {t: reader.changes(t, versions[t], v, prepared.scan_specs.get(t))
                    for t, v in target.items() if v > versions[t]}
         wiring.context.begin(versions, target)
         wiring.pipeline.apply(changes)

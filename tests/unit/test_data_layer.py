@@ -83,7 +83,7 @@ class _Run:
     def maintain(self) -> None:
         target = {t: self.store.version(t) for t in self.versions}
         changes = {t: self.reader.changes(t, self.versions[t], v,
-                                          self.prepared.specs.get(t))
+                                          self.prepared.scan_specs.get(t))
                    for t, v in target.items() if v > self.versions[t]}
         self.driver.step(self.versions, target, changes)
 

@@ -37,7 +37,7 @@ from imp_core.data_layer import (
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import is_probed
-from imp_core.errors import UnshardableQueryError
+from imp_core.errors import SparkCompileError, UnshardableQueryError
 from imp_core.plan.expr import BinaryOp
 from imp_core.plan.lineage import trace_column
 from imp_core.plan.nodes import (
@@ -58,7 +58,7 @@ from imp_core.plan.paths import OperatorPath, parse_paths
 from imp_core.reference import reference_capture
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.spark.bootstrap import has_stateful
-from imp_core.spark.compile import SparkCompileError, annotated_sql, plain_sql
+from imp_core.spark.compile import annotated_sql, plain_sql
 from imp_core.storage import ChangeReader
 
 R = ("a", "b", "c", "f", "m")
@@ -199,7 +199,7 @@ def test_row_bounds_of_semi_and_outer_joins():
 
 class _PlanRun:
     """A hand-built plan maintained through the data layer, every inner join side probed
-    from the files (with ``probe_keyed`` every probable side of semi-, anti- and outer
+    from the files (with ``probe_keyed`` every side that can be probed of semi-, anti- and outer
     joins too), from the store's change feed."""
 
     def __init__(self, store, root: PlanNode, probe_keyed: bool = False):

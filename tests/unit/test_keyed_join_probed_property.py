@@ -1,6 +1,6 @@
 """Property tests of semi-, anti- and outer joins whose sides are probed, not held.
 
-Every probable join side of the plan (inner joins included) is a ``ProbedSide`` answered
+Every join side that can be probed of the plan (inner joins included) is a ``ProbedSide`` answered
 by the reference evaluator over the tables *at the side's versions* (``MirrorSide``): the
 world keeps each table state a batch started from, and the batch context tells the side
 which one it stands at, as the Delta versions do for a side read from files. After every
@@ -73,7 +73,8 @@ class MirrorSide(ProbedSide):
 
 
 class ProbedWorld(World):
-    """A ``World`` whose pipeline probes every probable join side through ``MirrorSide``."""
+    """A ``World`` whose pipeline probes, through ``MirrorSide``, every join side that
+    can be probed."""
 
     def __init__(self, plan, partitions, tables):
         self.history: list[dict[str, pa.Table]] = []

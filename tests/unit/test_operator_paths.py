@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import imp_core.plan.paths
-from imp_core.data_layer import join_sides, placeable, probable_groups
+from imp_core.data_layer import groups_to_probe, join_sides, placeable
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.estimate.memory import estimate_plan
 from imp_core.estimate.table_stats import TableStats
@@ -51,7 +51,7 @@ def test_one_numbering_in_pipeline_estimate_and_placement():
     stats = {"f": TableStats(100), "d": TableStats(10)}
     estimated = {o.op_id: o.node for o in estimate_plan(plan.root, stats).operators}
     assert estimated == paths
-    sides = list(join_sides(plan.root)) + list(probable_groups(plan.root))
+    sides = list(join_sides(plan.root)) + list(groups_to_probe(plan.root))
     assert sides and all(paths[str(s[0].operator)] is s[1] for s in sides)
     assert placeable(plan.root) == {s[0] for s in sides}
 

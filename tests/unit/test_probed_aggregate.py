@@ -16,13 +16,13 @@ from test_data_layer import _Run as _DataLayerRun
 
 from imp_core.data_layer import (
     groups_lookup,
+    groups_to_probe,
     join_sides,
     place_join_sides,
-    probable_groups,
 )
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
-from imp_core.engine.probed_side import ProbedSideError
+from imp_core.errors import ProbedSideError
 from imp_core.estimate.memory import estimate_plan
 from imp_core.plan.nodes import Aggregate
 from imp_core.query.driver import QueryDriver
@@ -46,7 +46,7 @@ class _Run(_DataLayerRun):
 
     def __init__(self, store, sql: str, joins: bool = False):
         def place(root):
-            return frozenset(g for g, _ in probable_groups(root)) | (
+            return frozenset(g for g, _ in groups_to_probe(root)) | (
                 frozenset(s for s, *_ in join_sides(root)) if joins else frozenset())
 
         super().__init__(store, sql, EngineOptions(), place=place)
@@ -114,7 +114,7 @@ def test_placement_and_estimate_of_probed_groups():
     plan = plan_sql("SELECT id, v FROM facts WHERE k IN "
                     "(SELECT k FROM facts GROUP BY k HAVING sum(v) > 30)", catalog)
     root = plan.root
-    ((gid, agg),) = list(probable_groups(root))
+    ((gid, agg),) = list(groups_to_probe(root))
     assert isinstance(agg, Aggregate) and gid.side == "groups"
 
     def size(node):

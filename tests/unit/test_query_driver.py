@@ -52,14 +52,14 @@ def _prepared(store: DeltaStore):
 
 def test_first_changes_are_the_tables_cut_to_the_scan_spec(store):
     prepared = _prepared(store)
-    fed = first_changes(store, prepared.versions, prepared.specs)
+    fed = first_changes(store, prepared.versions, prepared.scan_specs)
     for t, v in prepared.versions.items():
-        spec = prepared.specs.get(t)
+        spec = prepared.scan_specs.get(t)
         whole = restrict_delta(TableDelta.inserts(store.read(t, v)), spec)
         assert fed[t].rows.equals(whole.rows), t
         assert np.array_equal(fed[t].weights, whole.weights)
     # the selection v > 3 was applied while reading, and "note" never read
-    facts = prepared.specs["facts"]
+    facts = prepared.scan_specs["facts"]
     assert read_columns(facts, FACTS) is not None and "note" not in read_columns(facts, FACTS)
     assert fed["facts"].rows.num_rows == sum(1 for v in store.read("facts")["v"].to_pylist()
                                              if v > 3)
@@ -71,7 +71,7 @@ def test_a_driven_bootstrap_and_steps_equal_the_reference(store):
                                DataLayer(store))
     assert driver.versions == {}
     driver.step(None, prepared.versions, first_changes(store, prepared.versions,
-                                                       prepared.specs))
+                                                       prepared.scan_specs))
     assert driver.versions == prepared.versions
     store.apply("facts", inserts=pa.table({"id": [500, 501], "k": [3, 3], "v": [9, 9],
                                            "note": ["a", "b"]}, schema=FACTS))
@@ -79,7 +79,7 @@ def test_a_driven_bootstrap_and_steps_equal_the_reference(store):
     from imp_core.storage import ChangeReader
 
     reader = ChangeReader(store)
-    changes = {t: reader.changes(t, driver.versions[t], v, prepared.specs.get(t))
+    changes = {t: reader.changes(t, driver.versions[t], v, prepared.scan_specs.get(t))
                for t, v in target.items() if v > driver.versions[t]}
     driver.step(driver.versions, target, changes)
     assert driver.context.before == prepared.versions and driver.context.after == target
@@ -92,7 +92,7 @@ def test_a_failed_step_moves_neither_state_nor_versions(store):
     prepared = _prepared(store)
     driver = QueryDriver.start(prepared.plan, prepared.partitions, EngineOptions())
     driver.step(None, prepared.versions, first_changes(store, prepared.versions,
-                                                       prepared.specs))
+                                                       prepared.scan_specs))
     before_sketch, before = driver.sketch(), dict(driver.versions)
     bad = {"facts": TableDelta(pa.table({"nope": [1]}), np.ones(1, np.int64))}
     with pytest.raises(Exception):  # noqa: B017 - any error: what matters is what stays
@@ -103,7 +103,7 @@ def test_a_failed_step_moves_neither_state_nor_versions(store):
 def test_snapshot_and_restore_carry_the_versions(store):
     prepared = _prepared(store)
     a = QueryDriver.start(prepared.plan, prepared.partitions, EngineOptions())
-    a.step(None, prepared.versions, first_changes(store, prepared.versions, prepared.specs))
+    a.step(None, prepared.versions, first_changes(store, prepared.versions, prepared.scan_specs))
     blob = a.snapshot({"query": "q"})
     b = QueryDriver.start(prepared.plan, prepared.partitions, EngineOptions())
     meta = b.restore(blob)

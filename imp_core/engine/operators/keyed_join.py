@@ -79,9 +79,9 @@ class KeyedJoinOp(TwoSidedOp):
             self.kind = "outer_join"
         # the Bloom filter only helps probes from deltas; here every probe asks for keys
         # the delta itself holds, so most succeed
-        probable = bool(self.left_keys) and self.mode != "nai"
-        left = choose_side(node, "left") if choose_side and probable else None
-        right = choose_side(node, "right") if choose_side and probable else None
+        can_probe = bool(self.left_keys) and self.mode != "nai"
+        left = choose_side(node, "left") if choose_side and can_probe else None
+        right = choose_side(node, "right") if choose_side and can_probe else None
         self.left = left if left is not None else \
             SideIndex(self.left_schema, self.left_keys, use_bloom=False)
         # semi-, anti-joins read their right rows for membership only

@@ -28,8 +28,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from imp_core.engine.operators.aggregate import AggregateOp
-from imp_core.engine.probed_side import PROBE_KEY, ProbedSide, ProbedSideError
+from imp_core.engine.probed_side import PROBE_KEY, ProbedSide
 from imp_core.engine.zset import DeltaBatch
+from imp_core.errors import ProbedSideError
 from imp_core.plan.nodes import Aggregate
 
 # what a side chooser (``IncrementalQuery(join_sides=...)``) is asked for an aggregation's

@@ -98,7 +98,7 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
     _log(progress, f"generating t5000g ({rows:,} rows) ...")
     c = Coordinator(config)
     info = TABLES["t5000g"]
-    c.store.create_table("t5000g", generate_groups_table(5000, rows, seed=3), key=info.key,
+    c.ctx.store.create_table("t5000g", generate_groups_table(5000, rows, seed=3), key=info.key,
                          domains=info.domains, cluster_by=("a",))
     _log(progress, "starting Ray and the coordinator ...")
     c.start()
@@ -122,17 +122,17 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
         for path in ("spark", "direct", "own"):
             times = []
             for rep in range(4):
-                ins, dels = _update(c.store, rng, 1000, 0)
+                ins, dels = _update(c.ctx.store, rng, 1000, 0)
                 if path == "own":
                     c.apply_update("t5000g", inserts=ins, deletes=dels)
                 else:
-                    c.feed.path = path
-                    c.store.apply("t5000g", inserts=ins, deletes=dels)  # another writer
+                    c.ctx.feed.path = path
+                    c.ctx.store.apply("t5000g", inserts=ins, deletes=dels)  # another writer
                 t0 = time.perf_counter()
                 sv = c.get_sketch("having2", fresh=True)
                 if rep:  # the first pull of a path warms it (Spark: schema of the files)
                     times.append(1000 * (time.perf_counter() - t0))
-            c.feed.path = "auto"
+            c.ctx.feed.path = "auto"
             key = "maintain_ms_delta1000" + ("" if path == "spark" else f"_{path}")
             results[key] = round(float(np.median(times)), 2)
             _log(progress, f"{key}: {results[key]} ms")
@@ -145,7 +145,7 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
         restores = []
         for _ in range(3):
             c.evict("groups5000")
-            ins, dels = _update(c.store, rng, 100, 0)
+            ins, dels = _update(c.ctx.store, rng, 100, 0)
             c.apply_update("t5000g", inserts=ins, deletes=dels)
             time.sleep(1.0)  # the warm pool refills in the background
             t0 = time.perf_counter()
@@ -166,7 +166,7 @@ def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 
                 _log(progress, f"registered {i + 1}/{queries} "
                                f"(live actors {c.stats()['live_actors']})")
         results["register_s_per_query"] = round((time.perf_counter() - t0) / queries, 3)
-        ins, dels = _update(c.store, rng, 200, 0)
+        ins, dels = _update(c.ctx.store, rng, 200, 0)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         exact = True
         for i in range(queries):
@@ -212,7 +212,7 @@ def _chaos(c, config, rng: np.random.Generator, steps: int, progress: bool):
         spec = _spec(n, template, 256, Eager(batch_tuples=batch) if batch else None)
         c.register(replace(spec, shards=shards))
     for step in range(steps):
-        ins, dels = _update(c.store, rng, int(rng.integers(10, 200)), 0)
+        ins, dels = _update(c.ctx.store, rng, int(rng.integers(10, 200)), 0)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         if step % 3 == 1:
             name = list(names)[int(rng.integers(0, len(names)))]

@@ -362,8 +362,8 @@ def _exact_embedded(c: Any, name: str) -> bool:
     from imp_core.reference import reference_capture
 
     sv = c.get_sketch(name)
-    tables = {t: c.store.read(t, v) for t, v in sv.versions.items()}
-    return reference_capture(c._get(name).plan, tables, sv.sketch.partitions).sketch \
+    tables = {t: c.ctx.store.read(t, v) for t, v in sv.versions.items()}
+    return reference_capture(c.ctx.queries.get(name).plan, tables, sv.sketch.partitions).sketch \
         == sv.sketch
 
 

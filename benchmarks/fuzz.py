@@ -32,7 +32,7 @@ def service_state(coordinator: Any) -> tuple:
     shards, fragments) and the table versions."""
     queries = tuple((q.name, q.sketch_seq, tuple(sorted(q.versions.items())), q.shards,
                      q.sketch_fragments) for q in coordinator.queries())
-    tables = tuple((t, coordinator.store.version(t)) for t in sorted(coordinator.tables()))
+    tables = tuple((t, coordinator.ctx.store.version(t)) for t in sorted(coordinator.tables()))
     return queries, tables
 
 
@@ -68,7 +68,7 @@ def run_request_part(requests: int, seed: int, progress: bool) -> dict[str, Any]
                             client.register("groups", QUERY_SQL, partitions={"t1000g.a": 8})
 
                 ensure()
-                base = base_requests(coordinator.store.read("t1000g"), "groups", QUERY_SQL)
+                base = base_requests(coordinator.ctx.store.read("t1000g"), "groups", QUERY_SQL)
                 _log(progress, f"request fuzz: {requests} mutated requests to "
                                f"{server.address}")
                 report = run_request_fuzz(server.address, token,

@@ -99,14 +99,14 @@ def run_workload(coordinator, store, spark, ratio_name: str, delta: int, operati
             parts["imp_use"] += t3 - t2
             totals["imp"] += t3 - t1
             # FM: recapture when stale, then use
-            versions = {"t5000g": coordinator.probe.latest("t5000g")}
+            versions = {"t5000g": coordinator.ctx.probe.latest("t5000g")}
             t1 = time.perf_counter()
             if fm_versions != versions:
                 fm_sketch, _ = coordinator.recapture(name, versions)
                 fm_versions = versions
                 counts["fm_recaptures"] += 1
             t2 = time.perf_counter()
-            fm = coordinator.spark.run(plan, versions, fm_sketch)  # as IMP's use runs
+            fm = coordinator.ctx.spark.run(plan, versions, fm_sketch)  # as IMP's use runs
             t3 = time.perf_counter()
             parts["fm_capture"] += t2 - t1
             parts["fm_use"] += t3 - t2

@@ -285,9 +285,9 @@ def timed_maintenance(coordinator, name: str, forget_feed: Iterable[str] = ()
     ``forget_feed`` the coordinator first drops its cached changes of those tables, so the
     delta is read back from the Delta change files."""
     for t in forget_feed:
-        coordinator.feed.forget(t)
+        coordinator.ctx.feed.forget(t)
     before = op_seconds(coordinator.diagnostics.operator_stats(name))
-    pull0 = coordinator.feed.stats.pull_seconds
+    pull0 = coordinator.ctx.feed.stats.pull_seconds
     t0 = time.perf_counter()
     coordinator.get_sketch(name)
     total = time.perf_counter() - t0
@@ -295,7 +295,7 @@ def timed_maintenance(coordinator, name: str, forget_feed: Iterable[str] = ()
     diff = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     ops = sum(diff.values())
     return {"total": total, "join": diff.get("join", 0.0), "ops": ops,
-            "pull": coordinator.feed.stats.pull_seconds - pull0,
+            "pull": coordinator.ctx.feed.stats.pull_seconds - pull0,
             "other": max(total - ops, 0.0)}
 
 

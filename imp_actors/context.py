@@ -11,6 +11,7 @@ query's own lock.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,8 @@ from imp_actors.config import RuntimeConfig
 from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.handles import Backend
 from imp_actors.lease import StoreLease
-from imp_actors.lifecycle import QueryRuntime
+from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.reconcile import Targets
 from imp_actors.registry import Registry
 from imp_actors.spark_work import SparkWork
 from imp_core.engine.pipeline import EngineOptions
@@ -96,6 +98,29 @@ class QueryDirectory:
         fp = plan.fingerprint()
         return next((q for q in self.all() if q.plan.fingerprint() == fp), None)
 
+    def select(self, names: list[str] | None, tables: list[str] | None) -> list[QueryRuntime]:
+        """The queries named or reading any of ``tables`` (all without either), by name."""
+        if not names and not tables:
+            return self.all_by_name()
+        chosen = {n: self.get(n) for n in names or ()}
+        chosen.update((q.name, q) for q in self.reading([t.lower() for t in tables or ()]))
+        return [chosen[n] for n in sorted(chosen)]
+
+    def all_by_name(self) -> list[QueryRuntime]:
+        with self.lock:
+            return [self._queries[n] for n in sorted(self._queries)]
+
+    @staticmethod
+    def wait_idle(queries: list[QueryRuntime], timeout: float) -> bool:
+        """True once none of ``queries`` has maintenance scheduled or running (False when
+        ``timeout`` seconds pass first)."""
+        deadline = time.monotonic() + timeout
+        while any(q.scheduled or q.state is QueryState.MAINTAINING for q in queries):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.0005)
+        return True
+
     def reading(self, tables: list[str]) -> list[QueryRuntime]:
         """The routed queries that read any of ``tables``, by name."""
         with self.lock:
@@ -118,6 +143,7 @@ class RuntimeContext:
     feed: DeltaFeed
     queries: QueryDirectory = field(default_factory=QueryDirectory)
     lease: StoreLease | None = None  # this coordinator's hold on the store (``lease.py``)
+    targets: Targets = field(default_factory=Targets)  # what each query should be
     counters: Counter = field(default_factory=Counter)
     timings: dict[str, list[float]] = field(
         default_factory=lambda: {"maintain_s": [], "restore_s": []})

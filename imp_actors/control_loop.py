@@ -2,18 +2,26 @@
 
 Every tick (50 ms) it looks for table versions committed by other writers (every
 ``poll_seconds``), schedules eager queries whose pending changes are old enough, keeps
-the warm pool full, evicts idle queries and (every ``autoscale_every_s``) weighs the load
-of autoscaled queries (``autoscaler.py``) and (every ``recluster_every_s``, when set)
-re-clusters tables other writers left out of order (``reclustering.py``). Eager
-maintenance runs on a small thread pool, rescales the autoscaler asks for on a thread of
-their own (so they never hold up another query's maintenance), re-clustering on another.
+the warm pool full, sets the target of idle queries the eviction policy picks to
+evicted, (every ``autoscale_every_s``) weighs the load of autoscaled queries
+(``autoscaler.py``) and sets their target shard counts, then reconciles every query's
+target with its actual state (``reconcile.Reconciler``: evictions, rescales, restores,
+liveness probes and recoveries of dead shards), and (every ``recluster_every_s``, when
+set) re-clusters tables other writers left out of order (``reclustering.py``). Eager
+maintenance runs on a small thread pool, the reconciler's slow steps on a pool of their
+own (so they never hold up another query's maintenance), re-clustering on another.
 Invariants:
 - a query has at most one maintenance job queued or running (``QueryRuntime.scheduled``)
-  and at most one autoscaling rescale (``Trend.RESCALING`` until it ends);
-- the autoscaler acts only on live queries (a rescale never restores an evicted one);
+  and at most one step of the reconciler; the autoscaler asks for one shard count at a
+  time (``Trend.RESCALING`` until it is reached or given up);
+- the autoscaler acts only on live queries (a rescale never restores an evicted one; an
+  evicted query's target keeps the shards it has);
 - each table version is accounted to the eager queries reading it once
   (``_seen_versions`` only grows);
 - one step's failure is logged and counted, never stops the loop or another query.
+
+Locks: the tick's thread holds no query's lock while it calls anything; the steps it
+starts take the lock of their own query only (``state_manager``'s lock order).
 """
 
 from __future__ import annotations
@@ -24,23 +32,25 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Callable
 
-from imp_actors.autoscaler import Autoscaler, ceiling
+from imp_actors.autoscaler import Autoscaler, Trend, ceiling
 from imp_actors.config import Eager
 from imp_actors.context import RuntimeContext
 from imp_actors.feed import count_changes
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.metrics import query_load
 from imp_actors.reclustering import Reclustering
+from imp_actors.reconcile import Action, Reconciler, Step, Target, Want
 from imp_actors.registration import check_shards
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
-from imp_core.errors import ImpError, UnknownQueryError
+from imp_core.errors import ImpError, PartitionError, UnknownQueryError
 
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.05
+AUTOSCALER = "autoscaler"  # ``Target.by`` of the shard counts the autoscaler sets
 
 
 class ControlLoop:
@@ -52,8 +62,10 @@ class ControlLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._scaler: ThreadPoolExecutor | None = None  # autoscaling rescales, one at a time
+        self._steps: ThreadPoolExecutor | None = None  # the reconciler's slow steps
         self.autoscaler = Autoscaler()
+        self.reconciler = Reconciler(ctx.targets, state, ctx.counters,
+                                     submit=self._submit_step, done=self._step_done)
         self.reclustering = Reclustering(ctx, layouts)
         self._last_poll = 0.0
         self._last_autoscale = 0.0
@@ -82,7 +94,7 @@ class ControlLoop:
     # -- running ------------------------------------------------------------------------
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imp-maintain")
-        self._scaler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imp-autoscale")
+        self._steps = ThreadPoolExecutor(max_workers=2, thread_name_prefix="imp-reconcile")
         self.reclustering.start()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="imp-coordinator",
@@ -94,7 +106,7 @@ class ControlLoop:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        for pool in (self._pool, self._scaler):
+        for pool in (self._pool, self._steps):
             if pool is not None:
                 if wait:
                     pool.shutdown(wait=True)
@@ -124,10 +136,12 @@ class ControlLoop:
                 self.schedule(q)
         if self.ctx.config.warm_actors > 0:
             self.shards.keep_warm()
-        self.state.evict_idle(now)
+        for q in self.state.idle_victims(now):
+            self.ctx.targets.set(q, want=Want.EVICTED, by="idle policy", at=now)
         if now - self._last_autoscale >= self.ctx.config.autoscale_every_s:
             self._last_autoscale = now
             self.autoscale()
+        self.reconciler.tick(self.ctx.queries.all(), now)
         self.reclustering.tick(now)
 
     # -- new versions -------------------------------------------------------------------
@@ -222,19 +236,34 @@ class ControlLoop:
             q.scheduled = False
 
     # -- autoscaling ------------------------------------------------------------------------
+    def scale(self, q: QueryRuntime, shards: int) -> None:
+        """``ScaleQuery``: ``q``'s target shard count, reached now (a failure is raised;
+        ``StateManager.rescale``). An autoscaled query accepts a count within its bounds
+        only; its autoscaler goes on from there."""
+        check_shards(shards, self.ctx.config)
+        policy = q.autoscaling
+        if policy is not None and policy.clamp(shards) != shards:
+            raise PartitionError(f"query {q.name!r} is autoscaled between "
+                                 f"{policy.min_shards} and {policy.max_shards} shards; "
+                                 f"{shards} is outside")
+        self.reconciler.converge(q, shards, by="scale")
+        if q.autoscaling is not None:
+            self.autoscaler.done(q.name)  # its next move waits a full delay from here
+
     def autoscale(self) -> None:
-        """Weigh every live autoscaled query's load and start the rescales the autoscaler
-        asks for (``autoscaler.decide``)."""
+        """Weigh every live autoscaled query's load and set the shard counts the
+        autoscaler asks for (``autoscaler.decide``) as their targets."""
         queries = self.ctx.queries.all()
         known = {q.name for q in queries}
         for name in self.autoscaler.names():
             if name not in known:
-                self.autoscaler.forget(name)  # dropped
+                self.autoscaler.done(name)  # dropped (with a rescale asked for, maybe)
+                self.autoscaler.forget(name)
         cfg = self.ctx.config
         live_actors = sum(len(q.handles or ()) for q in queries if q.live)
         for q in queries:
             policy = q.autoscaling
-            if policy is None or q.state is QueryState.RESCALING:
+            if policy is None or self._rescaling(q) or q.state is QueryState.RESCALING:
                 continue  # not autoscaled, or re-split right now (by ScaleQuery, or by us)
             if not q.live:
                 self.autoscaler.forget(q.name)  # unmeasured while evicted
@@ -244,33 +273,47 @@ class ControlLoop:
                           live_actors=live_actors, splittable=not q.record.placement)
             load = query_load(q)
             decision = self.autoscaler.decide(q.name, policy, q.shards, load, top)
-            if decision.target is not None:
-                self._submit_rescale(q, decision.target, load)
-
-    def _submit_rescale(self, q: QueryRuntime, target: int, load: float) -> None:
-        def job() -> None:
+            if decision.target is None:
+                continue
             try:
-                with q.lock:
-                    if not q.live or q.shards == target:
-                        return  # evicted, dropped or re-split meanwhile
-                    check_shards(target, self.ctx.config)
-                    log.info("autoscaling %s from %d to %d shards (load %.3f shard-s/s, "
-                             "target %.3f per shard)", q.name, q.shards, target, load,
-                             q.autoscaling.target_load if q.autoscaling else 0.0)
-                    self.state.rescale(q, target)
-                self.ctx.counters["autoscale_rescales"] += 1
-            except UnknownQueryError:
-                pass
-            except Exception as exc:  # one query's failure must not stop the others
-                log.error("autoscaling %s to %d shards failed: %s", q.name, target, exc)
+                check_shards(decision.target, cfg)
+            except ImpError as exc:
+                log.error("autoscaling %s to %d shards refused: %s", q.name, decision.target,
+                          exc)
                 self.ctx.counters["autoscale_errors"] += 1
-            finally:
                 self.autoscaler.done(q.name)
+                continue
+            log.info("autoscaling %s from %d to %d shards (load %.3f shard-s/s, target "
+                     "%.3f per shard)", q.name, q.shards, decision.target, load,
+                     policy.target_load)
+            self.ctx.targets.set(q, shards=decision.target, by=AUTOSCALER)
 
-        if self._scaler is None or self._stop.is_set():
-            self.autoscaler.done(q.name)
+    def _rescaling(self, q: QueryRuntime) -> bool:
+        """Whether a shard count the autoscaler asked for ``q`` is still to be reached;
+        one that is reached, given up, or dropped by an eviction ends its wait."""
+        state = self.autoscaler.state(q.name)
+        if state is None or state.trend is not Trend.RESCALING:
+            return False
+        target = self.ctx.targets.get(q.name)
+        if target is not None and target.shards != q.shards and not q.live:
+            target = self.ctx.targets.set(q, shards=q.shards, by=f"{AUTOSCALER} (evicted)")
+        if target is not None and target.shards != q.shards \
+                or self.reconciler.running(q.name):
+            return True
+        self.autoscaler.done(q.name)
+        return False
+
+    def _submit_step(self, job: Callable[[], None]) -> None:
+        if self._steps is None or self._stop.is_set():
+            raise RuntimeError("the control loop is stopped")
+        self._steps.submit(job)
+
+    def _step_done(self, q: QueryRuntime, step: Step, target: Target | None) -> None:
+        """The reconciler's step ended: a rescale (the autoscaler's) is counted, and once
+        reached or given up the autoscaler's next move waits a full delay from now."""
+        if step.action is not Action.RESCALE:
             return
-        try:
-            self._scaler.submit(job)
-        except RuntimeError:  # shutting down
+        failed = target is None or target.last is None or target.last.error is not None
+        self.ctx.counters["autoscale_errors" if failed else "autoscale_rescales"] += 1
+        if target is None or target.shards == q.shards:
             self.autoscaler.done(q.name)

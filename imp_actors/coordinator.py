@@ -6,11 +6,17 @@
   shard, start all shards of a query);
 - ``state_manager.StateManager``: checkpoint, evict, restore, rescale, make room;
 - ``maintenance.Maintenance``: advance shards, per-shard changes, publish versions;
-- ``control_loop.ControlLoop``: polling for other writers, eager scheduling, idle
-  eviction;
+- ``control_loop.ControlLoop``: polling for other writers, eager scheduling, and the
+  reconcile loop (``reconcile.Reconciler``): each query's target (live or evicted, its
+  shards) against its actual state, idle eviction, autoscaling, dead shards;
 - ``spark_work.SparkWork``: queries, recaptures and first states on Spark;
 - ``table_writes.TableWriter``: update batches committed through the service.
-Each query moves along an explicit lifecycle (``lifecycle.QueryState``).
+Each query moves along an explicit lifecycle (``lifecycle.QueryState``). The parts are
+reached as attributes (``ctx`` holds the stores and counters they share); the
+coordinator does not re-export them.
+
+Locks: the coordinator has no lock of its own; the query directory's lock guards the
+set of queries and each query's lock its runtime (lock order in ``state_manager``).
 
 Invariants:
 - A query's ``SketchVersion``s are exact for the table versions they name; a version is
@@ -44,10 +50,11 @@ from imp_actors.freshness import Freshness
 from imp_actors.handles import make_backend
 from imp_actors.layouts import Layouts
 from imp_actors.lease import StoreLease
-from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.lifecycle import QueryRuntime
 from imp_actors.maintenance import Maintenance
 from imp_actors.metrics import query_load, runtime_metrics
-from imp_actors.registration import Registration, check_shards
+from imp_actors.reconcile import Want
+from imp_actors.registration import Registration
 from imp_actors.registry import Registry
 from imp_actors.runtime_watch import RuntimeState, RuntimeWatch
 from imp_actors.shards import ShardManager
@@ -66,7 +73,7 @@ from imp_actors.types import (
     UpdateResult,
 )
 from imp_core.engine.pipeline import EngineOptions
-from imp_core.errors import ImpError, PartitionError, UnknownQueryError
+from imp_core.errors import PartitionError, UnknownQueryError
 from imp_core.scan_spec import ScanSpec
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -109,12 +116,6 @@ class Coordinator:
         self.runtime = RuntimeWatch(self.ctx.backend, self.ctx.counters,
                                     config.runtime_check_s)
         self._started = False
-        c = self.ctx  # the collaborators, under the names tools and tests use
-        self.store, self.options, self.backend, self.registry = \
-            c.store, c.options, c.backend, c.registry
-        self.checkpoints, self.probe, self.spark, self.feed = \
-            c.checkpoints, c.probe, c.spark, c.feed
-        self.counters, self.timings = c.counters, c.timings
 
     @property
     def config(self) -> RuntimeConfig:
@@ -124,11 +125,7 @@ class Coordinator:
     def embedded_ray(self) -> bool:
         """Its actors live on a local Ray it started (lost with it, never recovered
         in this process)."""
-        return bool(getattr(self.backend, "started_ray", False))
-
-    @config.setter
-    def config(self, value: RuntimeConfig) -> None:
-        self.ctx.config = value
+        return bool(getattr(self.ctx.backend, "started_ray", False))
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Coordinator:
@@ -137,11 +134,11 @@ class Coordinator:
             assert lease is not None
             lease.acquire()  # one coordinator per store, before anything starts
             if lease.took_over:  # a failover: the previous owner died or was cut off
-                self.counters["lease_takeovers"] += 1
+                self.ctx.counters["lease_takeovers"] += 1
             lease.start_heartbeat()
             try:
-                self.backend.start()
-                self._recover()
+                self.ctx.backend.start()
+                self.state.resume(self.registration.recover)
                 self.loop.start()
                 self.runtime.start()
                 self.loop.restore_eager()
@@ -165,7 +162,7 @@ class Coordinator:
         self.ranges.stop(wait=True)
         self.state.shutdown(checkpoint)
         self.shards.kill_warm()
-        self.backend.shutdown()
+        self.ctx.backend.shutdown()
         if self._started and self.ctx.lease is not None:
             self.ctx.lease.release()
         self._started = False
@@ -182,31 +179,12 @@ class Coordinator:
             q.history.close()
         self._started = False
 
-    def _recover(self) -> None:
-        """Rebuild the in-memory registry from the durable one and re-attach the actors
-        that outlived the previous coordinator (a query whose shards did not all survive
-        restarts from its checkpoints when it is next used)."""
-        for name, record in sorted(self.registry.records().items()):
-            try:
-                q = self.registration.recover(record)
-            except ImpError as exc:
-                log.error("registered query %s cannot be recovered: %s", name, exc)
-                continue
-            q.kept = self.checkpoints.read_kept(name)
-            self.ctx.queries.put(q)
-            self.ctx.queries.route(q)
-        for q in self.shards.reattach(self.ctx.queries.all()):
-            q.transition(QueryState.LIVE)
-            self.counters["reattached_queries"] += 1
-            if all(v == q.shard_versions[0] for v in q.shard_versions):
-                self.maintenance.publish(q, q.shard_versions[0], 0.0)
-
     # -- tables ---------------------------------------------------------------------------
     def tables(self) -> list[str]:
-        return self.store.tables()
+        return self.ctx.store.tables()
 
     def catalog(self) -> dict[str, pa.Schema]:
-        return {t: self.feed.schema(t) for t in self.store.tables()}
+        return {t: self.ctx.feed.schema(t) for t in self.ctx.store.tables()}
 
     def apply_update(self, table: str, inserts: pa.Table | None = None,
                      deletes: pa.Table | None = None,
@@ -221,10 +199,13 @@ class Coordinator:
 
     # -- registration ---------------------------------------------------------------------
     def register(self, spec: QuerySpec) -> QueryInfo:
-        return self.info(self.registration.register(spec).name)
+        q = self.registration.register(spec)
+        self.ctx.targets.set(q, want=Want.LIVE, shards=q.shards, by="register")
+        return self.info(q.name)
 
     def drop(self, name: str) -> None:
         self.registration.drop(self._get(name))
+        self.ctx.targets.forget(name)
 
     def layout(self, table: str, columns: tuple[str, ...] = (),
                rows_per_group: int | None = None, dry_run: bool = False) -> dict[str, Any]:
@@ -275,13 +256,12 @@ class Coordinator:
         latest = q.history.latest
         if not fresh:
             if latest is None:  # an evicted query after a restart: restore it
-                with q.lock:
-                    self.state.ensure_live(q)
+                self.state.restore(q)
                 latest = q.history.latest
             assert latest is not None
             return latest
         if latest is not None and self.freshness.current(q, latest):
-            self.counters["sketch_hits"] += 1
+            self.ctx.counters["sketch_hits"] += 1
             return latest
         if before_work is not None:
             before_work()
@@ -311,16 +291,8 @@ class Coordinator:
     # -- maintenance ------------------------------------------------------------------------
     def maintain(self, queries: list[str] | None = None, tables: list[str] | None = None
                  ) -> dict[str, SketchVersion]:
-        names = set(queries or [])
-        if tables:
-            names |= {q.name for q in self.ctx.queries.reading([t.lower() for t in tables])}
-        if not queries and not tables:
-            names = set(self.ctx.queries.names())
-        out = {}
-        for n in sorted(names):
-            q = self._get(n)
-            out[n] = self.state.maintain(q, self.ctx.latest_versions(q))
-        return out
+        return {q.name: self.state.maintain(q, self.ctx.latest_versions(q))
+                for q in self.ctx.queries.select(queries, tables)}
 
     def poll(self) -> dict[str, int]:
         """Look for versions committed by other writers; account them to eager queries."""
@@ -329,13 +301,7 @@ class Coordinator:
     def wait_idle(self, names: list[str], timeout: float = 60.0) -> bool:
         """True once none of ``names`` has maintenance scheduled or running (False when
         ``timeout`` seconds pass first)."""
-        deadline = time.monotonic() + timeout
-        queries = [self._get(n) for n in names]
-        while any(q.scheduled or q.state is QueryState.MAINTAINING for q in queries):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.0005)
-        return True
+        return self.ctx.queries.wait_idle([self._get(n) for n in names], timeout)
 
     # -- checkpoints, eviction, restore, scaling --------------------------------------------
     def checkpoint(self, name: str) -> list[CheckpointInfo]:
@@ -351,19 +317,8 @@ class Coordinator:
         return self.info(name)
 
     def scale(self, name: str, shards: int) -> QueryInfo:
-        """Split the query's state over ``shards`` actors (see ``StateManager.rescale``).
-        An autoscaled query accepts a count within its bounds only; its autoscaler goes
-        on from there."""
-        check_shards(shards, self.ctx.config)
-        q = self._get(name)
-        policy = q.autoscaling
-        if policy is not None and policy.clamp(shards) != shards:
-            raise PartitionError(f"query {name!r} is autoscaled between "
-                                 f"{policy.min_shards} and {policy.max_shards} shards; "
-                                 f"{shards} is outside")
-        self.state.rescale(q, shards)
-        if policy is not None:
-            self.loop.autoscaler.done(name)  # its next move waits a full delay from here
+        """Split the query's state over ``shards`` actors (``ControlLoop.scale``)."""
+        self.loop.scale(self._get(name), shards)
         return self.info(name)
 
     # -- queries on Spark -------------------------------------------------------------------
@@ -391,9 +346,9 @@ class Coordinator:
             version = self.get_sketch(registered.name, fresh=True)
         versions = dict(version.versions) if version else {}
         for t in sorted(plan.root.tables() - set(versions)):  # not sketched: the latest
-            versions[t] = self.probe.latest(t)
-        run = self.spark.run(plan, versions, version.sketch if version else None,
-                             self.config.sketch_max_read_share)
+            versions[t] = self.ctx.probe.latest(t)
+        run = self.ctx.spark.run(plan, versions, version.sketch if version else None,
+                                 self.config.sketch_max_read_share)
         return replace(run, sketch=version, reuse=reuse.rule if reuse else "",
                        reuse_reason=reuse.reason if reuse else "")
 
@@ -406,8 +361,8 @@ class Coordinator:
         if versions is None:
             latest = q.history.latest
             versions = dict(latest.versions) if latest else self.ctx.latest_versions(q)
-        self.counters["recaptures_fm"] += 1
-        return self.spark.recapture(q.plan, partitions or q.partitions, versions)
+        self.ctx.counters["recaptures_fm"] += 1
+        return self.ctx.spark.recapture(q.plan, partitions or q.partitions, versions)
 
     # -- statistics and tools ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -416,6 +371,6 @@ class Coordinator:
     def metrics(self) -> RuntimeMetrics:
         """Per query and overall, what an operator watches (``imp_actors.metrics``): cheap,
         never waits for a query's maintenance or calls an actor (for scrapes)."""
-        nodes = self.backend.known_nodes()
+        nodes = self.ctx.backend.known_nodes()
         return replace(runtime_metrics(self.ctx), runtime_up=self.runtime.state is RuntimeState.UP,
                        nodes_alive=sum(1 for n in nodes if n["alive"]) if nodes else None)

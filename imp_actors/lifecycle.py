@@ -12,7 +12,13 @@ Invariants:
   control loop reads without it (a stale read only delays a decision by one tick), and
   ``telemetry``, which has its own locks; metrics (``metrics.py``) read the state
   fields without the lock too, so a scrape never waits for a maintenance step (its
-  values may be one step old).
+  values may be one step old);
+- ``lock`` (a ``QueryLock``) is held only in a settled state (``LIVE``, ``EVICTED``,
+  ``REGISTERING``) when it is lent out (``QueryLock.released``) while other queries are
+  evicted to make room for this one; the holder checks the state again afterwards.
+  Lock order: the directory's lock (``context.QueryDirectory``) is never held while
+  waiting for a query's lock, and no thread waits for one query's lock while holding
+  another's.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import enum
 import functools
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -52,6 +60,7 @@ class QueryState(enum.Enum):
     LIVE = "live"                # actors hold its state; idle
     MAINTAINING = "maintaining"  # actors are applying a batch
     RESCALING = "rescaling"      # its state is being re-split over a new shard count
+    RECOVERING = "recovering"    # dead shards found by the control loop are replaced
     REPARTITIONING = "repartitioning"  # its state is being built anew on new ranges
     EVICTED = "evicted"          # checkpointed, no actors
     RESTORING = "restoring"      # actors are being started from checkpoints
@@ -68,22 +77,73 @@ class QueryState(enum.Enum):
 
 
 WITH_ACTORS = frozenset({QueryState.LIVE, QueryState.MAINTAINING, QueryState.RESCALING,
-                         QueryState.REPARTITIONING})
+                         QueryState.REPARTITIONING, QueryState.RECOVERING})
 BUSY = frozenset({QueryState.REGISTERING, QueryState.MAINTAINING, QueryState.RESCALING,
-                  QueryState.REPARTITIONING, QueryState.RESTORING})
+                  QueryState.REPARTITIONING, QueryState.RESTORING, QueryState.RECOVERING})
 
 TRANSITIONS: dict[QueryState, frozenset[QueryState]] = {
     QueryState.REGISTERING: frozenset({QueryState.LIVE, QueryState.DROPPED}),
     QueryState.LIVE: frozenset({QueryState.MAINTAINING, QueryState.RESCALING,
-                                QueryState.REPARTITIONING, QueryState.EVICTED,
-                                QueryState.DROPPED}),
+                                QueryState.REPARTITIONING, QueryState.RECOVERING,
+                                QueryState.EVICTED, QueryState.DROPPED}),
     QueryState.MAINTAINING: frozenset({QueryState.LIVE}),
+    QueryState.RECOVERING: frozenset({QueryState.LIVE}),
     QueryState.RESCALING: frozenset({QueryState.LIVE}),
     QueryState.REPARTITIONING: frozenset({QueryState.LIVE}),
     QueryState.EVICTED: frozenset({QueryState.RESTORING, QueryState.DROPPED}),
     QueryState.RESTORING: frozenset({QueryState.LIVE, QueryState.EVICTED}),
     QueryState.DROPPED: frozenset(),
 }
+
+
+class QueryLock:
+    """A query's re-entrant lock whose holder can lend it out while it waits for other
+    queries (``released``), as ``threading.Condition.wait`` does with its lock.
+
+    Invariant: ``_owner`` and ``_depth`` change only under ``_lock``, by its holder.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> QueryLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._owner == threading.get_ident()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Inside, the calling thread does not hold the lock (whatever its depth); it holds
+        it again as before afterwards. Without a hold, nothing changes."""
+        depth = self._depth if self.held() else 0
+        for _ in range(depth):
+            self.release()
+        try:
+            yield
+        finally:
+            for _ in range(depth):
+                self.acquire()
 
 
 @dataclass
@@ -97,7 +157,7 @@ class QueryRuntime:
     key: ShardKey | None
     history: SketchHistory
     state: QueryState = QueryState.EVICTED
-    lock: threading.RLock = field(default_factory=threading.RLock)
+    lock: QueryLock = field(default_factory=QueryLock)
     handles: list[WorkerHandle] | None = None
     shard_versions: list[dict[str, int]] = field(default_factory=list)
     shard_sketches: list[BitMap] = field(default_factory=list)

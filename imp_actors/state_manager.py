@@ -9,7 +9,16 @@ it. Invariants:
   whatever fails;
 - a query is evicted only after all its shards were checkpointed;
 - a rescale commits the new shard count to the registry only after the new shards hold
-  the re-split state and were checkpointed under the new generation.
+  the re-split state and were checkpointed under the new generation;
+- an eviction and a restore record their outcome as the query's target
+  (``reconcile.Targets``) under the query's lock, so the control loop never undoes them.
+
+Locks: each step holds the lock of the query it changes (``QueryRuntime.lock``). Making
+room (``make_room``) evicts other queries without holding the incoming query's lock:
+a caller holding it lends it out meanwhile (``QueryLock.released``) and checks the
+query's state again afterwards, so no thread ever waits for a query's lock while holding
+another's (no lock-order cycle between queries). ``probe`` and the control loop's
+evictions never wait for a lock at all.
 """
 
 from __future__ import annotations
@@ -18,14 +27,15 @@ import hashlib
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from imp_actors.context import RuntimeContext
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.handles import gather
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.maintenance import Maintenance
-from imp_actors.registry import partitions_to_records
+from imp_actors.reconcile import Want
+from imp_actors.registry import QueryRecord, partitions_to_records
 from imp_actors.sharding import shard_key
 from imp_actors.shards import ShardManager
 from imp_actors.types import CheckpointInfo, SketchVersion
@@ -54,7 +64,9 @@ class StateManager:
     # -- first state ------------------------------------------------------------------------
     def bootstrap(self, q: QueryRuntime) -> None:
         """First state of a registering query, from the tables; leaves it ``LIVE``."""
-        self.make_room(q.name, q.shards)
+        self.make_room(q, q.shards)
+        if q.state is not QueryState.REGISTERING:  # dropped while its lock was lent out
+            raise UnknownQueryError(f"query {q.name!r} was dropped while registering")
         q.attach(*self.shards.start_shards(
             q, q.shards, lambda i, h: self.shards.rebuild_shard(q, i, h)))
         self.maintenance.publish(q, self.maintenance.align(q), 0.0)
@@ -136,26 +148,37 @@ class StateManager:
         if not q.lock.acquire(timeout=-1 if timeout is None else timeout):
             return False
         try:
-            if not q.live:
-                return True
-            self.checkpoint_locked(q)
-            self.shards.stop(q, QueryState.EVICTED)
-            self.ctx.counters["evictions"] += 1
-            release_free_memory()  # an in-process worker's state was just dropped
+            if q.live:
+                self.checkpoint_locked(q)
+                self.shards.stop(q, QueryState.EVICTED)
+                self.ctx.counters["evictions"] += 1
+                release_free_memory()  # an in-process worker's state was just dropped
+            if q.state is QueryState.EVICTED:
+                self.ctx.targets.set(q, want=Want.EVICTED, shards=q.shards, by="evict")
             return True
         finally:
             q.lock.release()
 
+    def restore(self, q: QueryRuntime) -> None:
+        """``q`` live (restored from its checkpoints when evicted)."""
+        with q.lock:
+            self.ensure_live(q)
+
     def ensure_live(self, q: QueryRuntime) -> None:
-        """Actors for every shard of ``q`` (caller holds ``q.lock``)."""
-        if q.live:
+        """Actors for every shard of ``q`` (caller holds ``q.lock``, which is lent out
+        while room is made; a query registering meanwhile is waited for)."""
+        while q.state is QueryState.REGISTERING:  # its registration lent its lock out
+            with q.lock.released():
+                time.sleep(0.005)
+        if not q.live:
+            self._check_not_dropped(q)
+            self.make_room(q, q.shards)
+        if q.live:  # live already, or made live by another thread while room was made
             return
-        if q.state is QueryState.DROPPED:
-            raise UnknownQueryError(f"no registered query {q.name!r}")
+        self._check_not_dropped(q)
         t0 = time.perf_counter()
         q.transition(QueryState.RESTORING)
         try:
-            self.make_room(q.name, q.shards)
             started = self.shards.start_shards(
                 q, q.shards, lambda i, h: self.shards.restore_shard(q, i, h))
         except BaseException:
@@ -163,39 +186,105 @@ class StateManager:
             raise
         q.attach(*started)
         q.transition(QueryState.LIVE)
+        self.ctx.targets.set(q, want=Want.LIVE, by="use")
         self.ctx.counters["restores"] += 1
         if q.history.latest is None:  # first restore after a coordinator restart
             self.maintenance.publish(q, self.maintenance.align(q), 0.0)
         self.ctx.time("restore_s", time.perf_counter() - t0)
 
-    def make_room(self, incoming: str, actors: int) -> None:
-        """Evict least recently used queries so that ``actors`` more actors of the query
-        ``incoming`` fit the limits. Busy queries are passed over at first; if that is not
-        enough, the last round waits (bounded) for them to finish their step."""
-        for final in (False, True):
-            live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
-                              q.busy and not final)
-                    for q in self.ctx.queries.all() if q.live]
-            victims = choose_victims(live, self.ctx.config.eviction, time.time(),
-                                     incoming_actors=actors, protect=[incoming])
-            if not victims:
-                return
-            for name in victims:
-                victim = self.ctx.queries.find(name)
-                if victim is not None:
-                    self.evict(victim, timeout=10.0 if final else 0.0)
+    @staticmethod
+    def _check_not_dropped(q: QueryRuntime) -> None:
+        if q.state is QueryState.DROPPED:
+            raise UnknownQueryError(f"no registered query {q.name!r}")
 
-    def evict_idle(self, now: float) -> None:
-        """Evict what the policy's idle time and memory budget say must go now."""
+    def make_room(self, incoming: QueryRuntime, actors: int) -> None:
+        """Evict least recently used queries so that ``actors`` more actors of
+        ``incoming`` fit the limits. Busy queries are passed over at first; if that is not
+        enough, the last round waits (bounded) for them to finish their step. Never under
+        ``incoming``'s lock: a caller holding it (in a settled state) lends it out
+        meanwhile and must check ``incoming``'s state again afterwards."""
+        choose = self.ctx.config.eviction
+        with incoming.lock.released():
+            for final in (False, True):
+                live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
+                                  q.busy and not final)
+                        for q in self.ctx.queries.all() if q.live]
+                victims = choose_victims(live, choose, time.time(), incoming_actors=actors,
+                                         protect=[incoming.name])
+                if not victims:
+                    return
+                for name in victims:
+                    victim = self.ctx.queries.find(name)
+                    if victim is not None:
+                        self.evict(victim, timeout=10.0 if final else 0.0)
+
+    def idle_victims(self, now: float) -> list[QueryRuntime]:
+        """The idle live queries the policy's idle time and memory budget say must go."""
         pol = self.ctx.config.eviction
         if pol.idle_seconds is None and pol.memory_budget_bytes is None:
-            return
-        live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
-                          q.busy or q.scheduled) for q in self.ctx.queries.all() if q.live]
-        for name in choose_victims(live, pol, now):
-            victim = self.ctx.queries.find(name)
-            if victim is not None:
-                self.evict(victim, timeout=0.0)
+            return []
+        live = {q.name: q for q in self.ctx.queries.all() if q.live}
+        return [live[n] for n in choose_victims(
+            [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
+                       q.busy or q.scheduled) for q in live.values()], pol, now)]
+
+    # -- found by the control loop ----------------------------------------------------------
+    def probe(self, q: QueryRuntime) -> tuple[int, ...] | None:
+        """The shards of the idle live query ``q`` whose worker does not answer a ping (one
+        per shard, sent together); None when ``q`` is busy (its lock is not waited for)
+        or not live."""
+        if not q.lock.acquire(blocking=False):
+            return None
+        try:
+            if q.state is not QueryState.LIVE or q.handles is None:
+                return None
+            pending = [h.ping() for h in q.handles]
+            dead = []
+            for i, p in enumerate(pending):
+                try:
+                    p.result()
+                except WorkerLostError:
+                    dead.append(i)
+            return tuple(dead)
+        finally:
+            q.lock.release()
+
+    def recover(self, q: QueryRuntime, dead: tuple[int, ...]) -> None:
+        """Replace the dead shards of the live query ``q`` (``ShardManager.recover_shard``)
+        and bring them to the other shards' versions; a query no longer idle and live is
+        left to its next step (which recovers a lost shard on its own)."""
+        with q.lock:
+            if q.state is not QueryState.LIVE:
+                return
+            q.transition(QueryState.RECOVERING)
+            try:
+                for i in dead:
+                    self.shards.recover_shard(q, i)
+                self.maintenance.align(q)
+            finally:
+                q.transition(QueryState.LIVE)
+
+    def resume(self, runtime_of: Callable[[QueryRecord], QueryRuntime]) -> None:
+        """Rebuild the in-memory registry from the durable one (``runtime_of`` plans each
+        record) and re-attach the actors that outlived the previous coordinator (a query
+        whose shards did not all survive restarts from its checkpoints when next used)."""
+        ctx = self.ctx
+        for name, record in sorted(ctx.registry.records().items()):
+            try:
+                q = runtime_of(record)
+            except ImpError as exc:
+                log.error("registered query %s cannot be recovered: %s", name, exc)
+                continue
+            q.kept = ctx.checkpoints.read_kept(name)
+            ctx.queries.put(q)
+            ctx.queries.route(q)
+        for q in self.shards.reattach(ctx.queries.all()):
+            q.transition(QueryState.LIVE)
+            ctx.counters["reattached_queries"] += 1
+            if all(v == q.shard_versions[0] for v in q.shard_versions):
+                self.maintenance.publish(q, q.shard_versions[0], 0.0)
+        for q in ctx.queries.all():
+            ctx.targets.set(q, by="recovery")  # as it is: live if reattached
 
     def shutdown(self, checkpoint: bool) -> None:
         """Checkpoint (optionally) and stop every live query's actors."""
@@ -254,15 +343,20 @@ class StateManager:
         from imp_actors.resharding import reshard
 
         ctx = self.ctx
+        if shards == q.shards:
+            return
+        key = shard_key(q.plan)  # raises with the reason when the plan cannot split
+        if q.record.placement and shards > 1:
+            raise UnshardableQueryError(
+                f"{q.name} probes join sides in the data layer "
+                f"({', '.join(q.record.placement)}), which hold no rows to split; "
+                "register it with the shards it needs instead")
+        # room for the new shards next to the old (and those, when evicted) first, as no
+        # other query is evicted under ``q``'s lock
+        self.make_room(q, shards + (0 if q.live else q.shards))
         with q.lock:
             if shards == q.shards:
                 return
-            key = shard_key(q.plan)  # raises with the reason when the plan cannot split
-            if q.record.placement and shards > 1:
-                raise UnshardableQueryError(
-                    f"{q.name} probes join sides in the data layer "
-                    f"({', '.join(q.record.placement)}), which hold no rows to split; "
-                    "register it with the shards it needs instead")
             self.ensure_live(q)
             q.transition(QueryState.RESCALING)
             try:
@@ -272,7 +366,6 @@ class StateManager:
                 states = [st for st, _ in gather([h.state() for h in q.handles])]
                 parts = reshard(states, q.plan, q.partitions, ctx.options, key, shards)
                 record = q.record.with_shards(shards)
-                self.make_room(q.name, shards)
                 started = self.shards.start_shards(q, shards, lambda i, h: h.load(
                     self.shards.spec(q, i, record), state=(parts[i], common)).result())
                 old = q.detach()

@@ -94,7 +94,7 @@ class SketchServicer(rpc.SketchServiceServicer):
             queries=[convert.query_info_to_proto(q) for q in self.c.queries()])
 
     def ListTables(self, request, context):
-        store = self.c.store
+        store = self.c.ctx.store
         return pb.ListTablesResponse(tables=[
             pb.TableInfo(name=t, version=store.version(t),
                          arrow_schema=convert.schema_to_bytes(store.declared_schema(t)))

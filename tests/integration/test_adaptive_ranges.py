@@ -136,7 +136,7 @@ def test_service_repartitions_skewed_tables_and_stays_exact(tmp_path):
         assert sv.sketch.partitions != first and sv.sketch == reference_sketch(c, "q", sv)
         q = c.ctx.queries.get("q")
         assert q.repartitions and "holds" in q.repartitions[0]["reason"]
-        assert c.registry.get("q").generation == q.record.generation > 1
+        assert c.ctx.registry.get("q").generation == q.record.generation > 1
         # the new ranges survive a restart (the registry holds them)
         c.apply_update("t", inserts=_rows(rng, 50, start))
         sv = c.get_sketch("q")

@@ -48,7 +48,7 @@ def test_shards_follow_the_load_and_the_sketch_stays_exact(tmp_path):
         deadline = time.monotonic() + 120
         step = 0
         while seen[-1] < policy.max_shards and time.monotonic() < deadline:
-            ins, dels = random_batch(svc.coordinator.store, "t5000g", rng, 12,
+            ins, dels = random_batch(svc.coordinator.ctx.store, "t5000g", rng, 12,
                                      salt=30_000_000 + 1000 * step)
             client.apply_update("t5000g", inserts=ins, deletes=dels)
             step += 1
@@ -76,7 +76,7 @@ def test_shards_follow_the_load_and_the_sketch_stays_exact(tmp_path):
         assert seen[-1] == policy.min_shards, seen
         assert min(seen) >= policy.min_shards and max(seen) <= policy.max_shards
         exact()
-        counters = svc.coordinator.counters
+        counters = svc.coordinator.ctx.counters
         assert counters["autoscale_rescales"] >= 2 and counters["autoscale_errors"] == 0
         # once idle at the minimum, it stays there (no flapping)
         rescales = counters["autoscale_rescales"]
@@ -113,7 +113,7 @@ def test_autoscaling_is_checked_kept_across_restarts_and_bounds_scale(tmp_path):
             c.register(workload_spec("wide", "q_having_2",
                                      autoscaling=Autoscaling(max_shards=5)))
         assert [i.name for i in c.queries()] == ["h"]
-        ins, dels = random_batch(c.store, "t5000g", rng, 15, 40_000_000)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 15, 40_000_000)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         sv = c.get_sketch("h")
         assert sv.sketch == reference_sketch(c, "h", sv)
@@ -137,7 +137,7 @@ def test_an_autoscaled_query_keeps_its_join_sides_so_it_can_be_resplit(tmp_path)
         assert c.scale("auto", 2).shards == 2
         with pytest.raises(UnshardableQueryError, match="probes join sides"):
             c.scale("fixed", 2)
-        ins, dels = random_batch(c.store, "tjoinhelp", rng=np.random.default_rng(5),
+        ins, dels = random_batch(c.ctx.store, "tjoinhelp", rng=np.random.default_rng(5),
                                  size=6, salt=0)
         c.apply_update("tjoinhelp", inserts=ins, deletes=dels)
         for name in ("fixed", "auto"):

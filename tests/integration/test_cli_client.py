@@ -70,13 +70,13 @@ def test_register_update_sketch_watch(svc, imp, tmp_path):
         "columns"]["a"] == "int64"
 
     before = _json(imp("sketch", "g1", "--json"))
-    inserts, deletes = random_batch(svc.coordinator.store, "t1000g",
+    inserts, deletes = random_batch(svc.coordinator.ctx.store, "t1000g",
                                     np.random.default_rng(1), 12, salt=40_000_000)
     pq.write_table(inserts, tmp_path / "ins.parquet")
     pacsv.write_csv(deletes, tmp_path / "del.csv")
     result = _json(imp("update", "t1000g", "--insert", str(tmp_path / "ins.parquet"),
                        "--delete", str(tmp_path / "del.csv"), "--json"))
-    assert result["table"] == "t1000g" and result["version"] == svc.coordinator.store.version(
+    assert result["table"] == "t1000g" and result["version"] == svc.coordinator.ctx.store.version(
         "t1000g")
     assert result["inserted"] == inserts.num_rows and result["deleted"] == deletes.num_rows
     assert "b1" in result["maintained"]
@@ -106,7 +106,7 @@ def test_register_update_sketch_watch(svc, imp, tmp_path):
     assert "nope: NOT_FOUND" in err
 
     # an update from JSON lines (old and new values of the same rows)
-    old = svc.coordinator.store.read("t1000g").slice(0, 3)
+    old = svc.coordinator.ctx.store.read("t1000g").slice(0, 3)
     new = old.set_column(3, "c", pa.array([1, 2, 3], pa.int64()))
     for name, table in (("old.json", old), ("new.json", new)):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))

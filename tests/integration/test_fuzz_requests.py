@@ -21,7 +21,7 @@ def test_mutated_requests_get_clear_statuses_and_change_nothing(tmp_path):
         client = svc.client()
         sql = load_query("q_groups_1000").sql
         client.register("groups", sql, partitions={"t1000g.a": 8})
-        base = base_requests(svc.coordinator.store.read("t1000g"), "groups", sql)
+        base = base_requests(svc.coordinator.ctx.store.read("t1000g"), "groups", sql)
         def ensure() -> None:  # a mutated DropQuery may have dropped it
             if "groups" not in {q.name for q in svc.coordinator.queries()}:
                 client.register("groups", sql, partitions={"t1000g.a": 8})
@@ -36,5 +36,5 @@ def test_mutated_requests_get_clear_statuses_and_change_nothing(tmp_path):
         # every registered query's sketch is still exact
         for q in client.queries():
             record = client.sketch(q.name, include_partitions=True)
-            query_sql = svc.coordinator._get(q.name).record.sql
+            query_sql = svc.coordinator.ctx.queries.get(q.name).record.sql
             assert record.sketch() == reference(svc.coordinator, query_sql, record)

@@ -30,7 +30,7 @@ def test_fifty_clients_mixing_reads_and_updates(tmp_path):
             (table, column), = load_query(wq).sketch
             admin.register(name, load_query(wq).sql, partitions={f"{table}.{column}": 16},
                            strategy=strategy)
-        source = {t: svc.coordinator.store.read(t) for t in ("t1000g", "t5000g")}
+        source = {t: svc.coordinator.ctx.store.read(t) for t in ("t1000g", "t5000g")}
         errors: list[BaseException] = []
         calls = {"GetSketch": 0, "ApplyUpdate": 0}
         lock = threading.Lock()
@@ -78,6 +78,6 @@ def test_fifty_clients_mixing_reads_and_updates(tmp_path):
         assert set(service["GetSketch"]["by_status"]) == {"OK"}
         for name, (wq, _) in QUERIES.items():
             sketch = admin.sketch(name, include_partitions=True)
-            assert sketch.versions == {t: svc.coordinator.store.version(t)
+            assert sketch.versions == {t: svc.coordinator.ctx.store.version(t)
                                        for t in sketch.versions}
             assert sketch.sketch() == reference(svc.coordinator, load_query(wq).sql, sketch)

@@ -53,7 +53,7 @@ class Scrape:
 
 def _update(svc, client, seed: int):
     rng = np.random.default_rng(seed)
-    ins, dels = random_batch(svc.coordinator.store, "t5000g", rng, 12,
+    ins, dels = random_batch(svc.coordinator.ctx.store, "t5000g", rng, 12,
                              salt=20_000_000 + 1000 * seed)
     return client.apply_update("t5000g", inserts=ins, deletes=dels)
 

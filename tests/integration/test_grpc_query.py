@@ -43,7 +43,7 @@ def svc(spark, tmp_path_factory):
         rng = np.random.default_rng(5)
         for step in range(2):
             for table in ("t1000g", "t5000g"):
-                inserts, deletes = random_batch(service.coordinator.store, table, rng, 20,
+                inserts, deletes = random_batch(service.coordinator.ctx.store, table, rng, 20,
                                                 salt=20_000_000 + 1000 * step)
                 client.apply_update(table, inserts=inserts, deletes=deletes)
         yield service
@@ -103,7 +103,7 @@ def test_the_sketch_is_used_only_where_it_reads_less(svc):
     # a table of many pages laid out by the sketched column: the selective sketch filters
     rng = np.random.default_rng(9)
     n = 60_000
-    svc.coordinator.store.create_table("wide", pa.table({
+    svc.coordinator.ctx.store.create_table("wide", pa.table({
         "id": np.arange(n), "a": rng.integers(0, 6000, n), "b": rng.integers(0, 100, n)}),
         key=("id",), domains={"b": (0, 99)})
     client.layout("wide", ["a"])
@@ -129,7 +129,7 @@ def test_sql_of_a_registered_query_uses_its_sketch(svc):
                              use_sketch=False)
     assert plain.sketch is None
     assert pc.sum(plain.rows.column("n")).as_py() == pc.sum(pc.less(
-        svc.coordinator.store.read("t1000g").column("a"), 10)).as_py()
+        svc.coordinator.ctx.store.read("t1000g").column("a"), 10)).as_py()
 
 
 def test_result_larger_than_a_message_is_refused(svc):
@@ -161,7 +161,7 @@ def test_cli_query_json(svc, capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     assert out["sketch"] is None and out["rows"] == f"written to {path}"
     assert pq.read_table(path).num_rows == pc.sum(pc.less(
-        svc.coordinator.store.read("t1000g").column("a"), 5)).as_py()
+        svc.coordinator.ctx.store.read("t1000g").column("a"), 5)).as_py()
     assert main(["query", "--query", "groups", *conn]) == 0
     text = capsys.readouterr().out
     assert "rows in" in text and "the sketch of groups" in text and "Spark read" in text
@@ -175,7 +175,7 @@ def test_run_query_reports_what_spark_read(svc):
         table = load_query(wq).sketch[0][0]
         used = client.run_query(query=name, use_sketch=True)
         plain = client.run_query(query=name, use_sketch=False)
-        rows = svc.coordinator.store.read(table).num_rows
+        rows = svc.coordinator.ctx.store.read(table).num_rows
         assert used.table_rows[table] == plain.table_rows[table] == rows
         # the plain query's own filters may skip pages too (q_join's b < 1000)
         assert 0 < used.rows_read_share()[table] <= plain.rows_read_share()[table] <= 1.0
@@ -258,7 +258,7 @@ def test_a_sketch_answers_other_sql_only_where_proven(svc, capsys):
 
     client, table = svc.client(), "t1000g"
     count = f"SELECT count(*) AS n FROM {table}"
-    rows = svc.coordinator.store.read(table)
+    rows = svc.coordinator.ctx.store.read(table)
     sketch = svc.coordinator.get_sketch("groups").sketch
     # what the sketch's rows would have answered: fewer than the table holds
     wrong = restrict_to_sketch({table: rows}, sketch)[table].num_rows

@@ -44,7 +44,7 @@ def test_service_on_ray_actors(tmp_path):
         rng = np.random.default_rng(3)
         for step in range(3):
             for table in ("t1000g", "t5000g"):
-                inserts, deletes = random_batch(svc.coordinator.store, table, rng, 15,
+                inserts, deletes = random_batch(svc.coordinator.ctx.store, table, rng, 15,
                                                 salt=30_000_000 + 1000 * step)
                 client.apply_update(table, inserts=inserts, deletes=deletes)
             for name, (wq, _) in QUERIES.items():
@@ -59,7 +59,7 @@ def test_service_on_ray_actors(tmp_path):
         assert client.info("groups").state == "evicted"
         assert client.restore("groups").state == "live"
         assert client.scale("groups", 2).shards == 2
-        inserts, deletes = random_batch(svc.coordinator.store, "t1000g", rng, 15,
+        inserts, deletes = random_batch(svc.coordinator.ctx.store, "t1000g", rng, 15,
                                         salt=31_000_000)
         client.apply_update("t1000g", inserts=inserts, deletes=deletes)
         sketch = client.sketch("groups", include_partitions=True)

@@ -63,7 +63,7 @@ def client(svc):
 
 def _update(svc, client, table: str, seed: int, size: int = 12):
     rng = np.random.default_rng(seed)
-    inserts, deletes = random_batch(svc.coordinator.store, table, rng, size,
+    inserts, deletes = random_batch(svc.coordinator.ctx.store, table, rng, size,
                                     salt=10_000_000 + 1000 * seed)
     return client.apply_update(table, inserts=inserts, deletes=deletes)
 
@@ -112,11 +112,11 @@ def test_probed_join_sides_are_reported(svc, client):
 
     c = svc.coordinator
     saved = c.config
-    c.config = replace(saved, join_state_budget_bytes=0)  # probe every equi-join input
+    c.ctx.config = replace(saved, join_state_budget_bytes=0)  # probe every equi-join input
     try:
         client.register("probed", load_query("q_joinsel").sql, partitions={"t5000g.a": 16})
     finally:
-        c.config = saved
+        c.ctx.config = saved
     try:
         info = {q.name: q for q in client.queries()}["probed"]
         assert len(info.probed_join_sides) == 2
@@ -131,12 +131,12 @@ def test_probed_join_sides_are_reported(svc, client):
 def test_updates_then_current_sketch_equals_recapture(svc, client):
     for step in range(3):
         for table in ("t1000g", "t5000g"):
-            before = svc.coordinator.store.version(table)
+            before = svc.coordinator.ctx.store.version(table)
             result = _update(svc, client, table, seed=100 + 10 * step + len(table))
             assert result.version == before + 1 and result.inserted > 0 and result.deleted > 0
         for name in QUERIES:
             sketch = client.sketch(name, include_partitions=True)
-            assert dict(sketch.versions) == {t: svc.coordinator.store.version(t)
+            assert dict(sketch.versions) == {t: svc.coordinator.ctx.store.version(t)
                                              for t in sketch.versions}
             assert sketch.sketch() == reference(svc.coordinator, _sql(name), sketch), name
             assert sketch.fragments == tuple(sketch.sketch().fragments)
@@ -254,7 +254,7 @@ def test_maintain_by_table_and_by_name(svc, client):
     _update(svc, client, "t1000g", seed=21)
     done = client.maintain(tables=["t1000g"])
     assert set(done) == {"groups", "selpd"}
-    version = svc.coordinator.store.version("t1000g")
+    version = svc.coordinator.ctx.store.version("t1000g")
     assert all(s.versions["t1000g"] == version for s in done.values())
     assert set(client.maintain(queries=["having"])) == {"having"}
 
@@ -316,7 +316,7 @@ def _ipc(table: pa.Table) -> bytes:
 
 
 def _rows(svc, table: str, n: int) -> pa.Table:
-    data = svc.coordinator.store.read(table)
+    data = svc.coordinator.ctx.store.read(table)
     return data.take(pa.array(np.arange(n) % data.num_rows))
 
 
@@ -435,10 +435,10 @@ def test_deletes_by_key_columns_only(svc, client):
     """The proto allows deletions that give only a keyed table's key columns (they were
     refused): the stored rows of those keys are deleted, and sketches stay exact."""
     rows = _rows(svc, "t1000g", 3)
-    before = svc.coordinator.store.read("t1000g").num_rows
+    before = svc.coordinator.ctx.store.read("t1000g").num_rows
     res = client.apply_update("t1000g", deletes=rows.select(["id"]))
     assert res.deleted == 3
-    assert svc.coordinator.store.read("t1000g").num_rows == before - 3
+    assert svc.coordinator.ctx.store.read("t1000g").num_rows == before - 3
     record = client.sketch("groups", include_partitions=True)
     assert record.sketch() == reference(svc.coordinator, _sql("groups"), record)
     client.apply_update("t1000g", inserts=rows)  # as it was, for the other tests

@@ -35,7 +35,7 @@ def _events(rows: int, first: int, seed: int) -> pa.Table:
 
 def test_statistics_maintained_through_grpc(tmp_path):
     with running_service(tmp_path, fill=False) as svc:
-        store = svc.coordinator.store
+        store = svc.coordinator.ctx.store
         store.create_table("events", _events(300, 1, 3), key=["id"])
         client = svc.client()
         client.register("spread", SQL, partitions={"events.city": ["Basel", "Chur", "Zug"]})

@@ -46,12 +46,12 @@ def test_all_22_register_and_stay_exact(svc):
     names = {q.name for q in client.queries()}
     assert {wq.name for wq in QUERIES} <= names
     rng = np.random.default_rng(7)
-    items = c.store.read("lineitem")
+    items = c.ctx.store.read("lineitem")
     orders = pc.unique(items.column("l_orderkey")).slice(0, 6)
     client.apply_update("lineitem", deletes=items.filter(
         pc.is_in(items.column("l_orderkey"), value_set=orders)))
     for step, table in enumerate(("lineitem", "orders", "lineitem", "customer")):
-        inserts, deletes = random_batch(c.store, table, rng, 12, salt=20_000_000 + 1000 * step)
+        inserts, deletes = random_batch(c.ctx.store, table, rng, 12, salt=20_000_000 + 1000 * step)
         client.apply_update(table, inserts=inserts, deletes=deletes)
     for wq in QUERIES:
         got = client.sketch(wq.name, include_partitions=True)

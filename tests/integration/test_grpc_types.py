@@ -68,7 +68,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory):
     with running_service(tmp_path_factory.mktemp("types"), fill=False) as service:
-        service.coordinator.store.create_table("events", _events(), key=["id"])
+        service.coordinator.ctx.store.create_table("events", _events(), key=["id"])
         yield service
 
 
@@ -83,7 +83,7 @@ def test_typed_partitions_through_grpc(svc, name):
         spec = _typed_bounds(client, attr, spec)  # as `imp register --bounds` sends them
     info = client.register(name, sql, partitions={attr: spec})
     column = attr.split(".")[1]
-    dtype = svc.coordinator.store.schema("events").field(column).type
+    dtype = svc.coordinator.ctx.store.schema("events").field(column).type
     bounds = client.sketch(name, include_partitions=True).tables[0].bounds
     if isinstance(spec, list):
         assert list(bounds) == spec

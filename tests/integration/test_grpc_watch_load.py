@@ -94,7 +94,7 @@ def test_watchers_of_a_large_sketch_do_not_starve_other_calls(tmp_path, monkeypa
             during_health: list[float] = []
             during_sketch: list[float] = []
             for step in range(VERSIONS):
-                ins, dels = random_batch(svc.coordinator.store, "t1000g", rng, 6,
+                ins, dels = random_batch(svc.coordinator.ctx.store, "t1000g", rng, 6,
                                          salt=70_000_000 + 100 * step)
                 client.apply_update("t1000g", inserts=ins, deletes=dels)
                 published.append(client.sketch("wide").seq)  # a new version to send

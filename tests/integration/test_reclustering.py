@@ -61,21 +61,21 @@ def test_decayed_tables_are_reclustered_and_sketches_stay_exact(tmp_path):
     c = Coordinator(config).start()
     try:
         c.register(QuerySpec("q", SQL, partitions={"t.k": 16}))
-        assert decayed(c.store, ["t", "u"]) == []
+        assert decayed(c.ctx.store, ["t", "u"]) == []
         for name in ("t", "u"):
-            _decay(c.store, name, rng)
-        assert decayed(c.store, ["t", "u"]) == ["t", "u"]
-        appended = c.store.version("t")
+            _decay(c.ctx.store, name, rng)
+        assert decayed(c.ctx.store, ["t", "u"]) == ["t", "u"]
+        appended = c.ctx.store.version("t")
         sv = c.get_sketch("q")
         assert sv.sketch == reference_sketch(c, "q", sv)
-        c.config = replace(c.config, recluster_every_s=0.2)
+        c.ctx.config = replace(c.config, recluster_every_s=0.2)
 
         _wait_for(lambda: c.ctx.counters["reclustered_tables"] >= 1)
-        rewritten = c.store.version("t")
+        rewritten = c.ctx.store.version("t")
         assert rewritten == appended + 1
-        assert c.store.version("u") == appended  # both had the same commits
-        assert c.store.changes("t", appended, rewritten).num_rows == 0
-        assert decayed(c.store, ["t", "u"]) == ["u"]  # no query reads u
+        assert c.ctx.store.version("u") == appended  # both had the same commits
+        assert c.ctx.store.changes("t", appended, rewritten).num_rows == 0
+        assert decayed(c.ctx.store, ["t", "u"]) == ["u"]  # no query reads u
         sv = c.get_sketch("q")
         assert sv.versions["t"] == rewritten
         assert sv.sketch == reference_sketch(c, "q", sv)
@@ -96,20 +96,20 @@ def test_a_failed_rewrite_is_counted_and_retried(tmp_path):
     c = Coordinator(config).start()
     try:
         c.register(QuerySpec("q", SQL, partitions={"t.k": 16}))
-        _decay(c.store, "t", np.random.default_rng(5))
-        before = c.store.version("t")
-        optimize = c.store.optimize
+        _decay(c.ctx.store, "t", np.random.default_rng(5))
+        before = c.ctx.store.version("t")
+        optimize = c.ctx.store.optimize
 
         def refuse(table: str) -> int:
             raise OSError("disk full")
 
-        c.store.optimize = refuse
+        c.ctx.store.optimize = refuse
         assert c.loop.reclustering.run() == []
         assert c.ctx.counters["recluster_errors"] == 1
-        assert c.store.version("t") == before  # nothing written
-        c.store.optimize = optimize
+        assert c.ctx.store.version("t") == before  # nothing written
+        c.ctx.store.optimize = optimize
         assert c.loop.reclustering.run() == [("t", before + 1)]
-        assert decayed(c.store, ["t"]) == []
+        assert decayed(c.ctx.store, ["t"]) == []
         sv = c.get_sketch("q")
         assert sv.sketch == reference_sketch(c, "q", sv)
     finally:
@@ -136,18 +136,18 @@ def test_layout_policy_lays_sketched_tables_out_for_their_sketches(tmp_path):
         advice = c.layout("t", dry_run=True)["advice"]
         assert advice["recommended"] == ["g"] and advice["current"] == ["k"]
         _wait_for(lambda: c.ctx.counters["layout_rewrites"] >= 1)
-        assert c.store.entry("t").sketch_columns == ("g",)
+        assert c.ctx.store.entry("t").sketch_columns == ("g",)
         sv = c.get_sketch("q")
         assert sv.sketch == reference_sketch(c, "q", sv)
         after = c.explain("q")["read_share_now"]["t"]
         assert before > 0.9 and after < 0.2
         # asked for by hand: a named order, refused columns change nothing
-        version = c.store.version("t")
+        version = c.ctx.store.version("t")
         with pytest.raises(Exception, match="no column"):
             c.layout("t", ("nope",))
-        assert c.store.version("t") == version
+        assert c.ctx.store.version("t") == version
         done = c.layout("t", ("g", "k"))["result"]
-        assert done.order == "z-order" and c.store.version("t") == version + 1
+        assert done.order == "z-order" and c.ctx.store.version("t") == version + 1
         sv = c.get_sketch("q")
         assert sv.sketch == reference_sketch(c, "q", sv)
     finally:

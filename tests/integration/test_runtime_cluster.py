@@ -54,13 +54,13 @@ def test_actors_spread_over_nodes_and_resharding_stays_exact(root, cluster):
         assert len(set(c.diagnostics.placement("g"))) > 1  # SPREAD puts the shards on several nodes
         for step, shards in enumerate([3, 3, 1, 1]):
             for t in ("t5000g", "tjoinhelp", "t1000g"):
-                ins, dels = random_batch(c.store, t, rng, 12, 10**7 + 1000 * step)
+                ins, dels = random_batch(c.ctx.store, t, rng, 12, 10**7 + 1000 * step)
                 c.apply_update(t, inserts=ins, deletes=dels)
             if c.info("j").shards != shards:
                 c.scale("j", shards)
                 assert c.info("j").shards == shards
             _exact(c, "j"), _exact(c, "g")
-        assert c.counters["rescales"] == 2
+        assert c.ctx.counters["rescales"] == 2
 
 
 def test_chaos_kills_actors_and_the_coordinator(root, cluster):
@@ -74,7 +74,7 @@ def test_chaos_kills_actors_and_the_coordinator(root, cluster):
     kills = 0
     for step in range(14):
         for t in ("t5000g", "t50g", "crimes"):
-            ins, dels = random_batch(c.store, t, rng, int(rng.integers(3, 15)),
+            ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(3, 15)),
                                      5 * 10**7 + 1000 * step)
             c.apply_update(t, inserts=ins, deletes=dels)
         if step % 3 == 1:  # kill a random live shard actor
@@ -85,7 +85,7 @@ def test_chaos_kills_actors_and_the_coordinator(root, cluster):
         if step == 7:  # the coordinator dies; a new one recovers registry and actors
             c.abandon()  # dead for good: a successor here takes its lease over at once
             c = Coordinator(cfg).start()
-            assert c.counters["reattached_queries"] >= 1
+            assert c.ctx.counters["reattached_queries"] >= 1
         if step % 2:
             for n in names:
                 c.get_sketch(f"chaos-{n}")
@@ -105,9 +105,9 @@ def test_eviction_and_restore_under_a_live_actor_cap(root, cluster):
             assert c.stats()["live_actors"] <= 2
         for step in range(4):
             for t in ("t5000g", "t50g", "crimes"):
-                ins, dels = random_batch(c.store, t, rng, 8, 7 * 10**7 + 1000 * step)
+                ins, dels = random_batch(c.ctx.store, t, rng, 8, 7 * 10**7 + 1000 * step)
                 c.apply_update(t, inserts=ins, deletes=dels)
             for n in names:
                 _exact(c, n)
                 assert c.stats()["live_actors"] <= 2
-        assert c.counters["evictions"] >= 5 and c.counters["restores"] >= 5
+        assert c.ctx.counters["evictions"] >= 5 and c.ctx.counters["restores"] >= 5

@@ -49,28 +49,50 @@ def test_random_update_batches_stay_exact_under_both_strategies(coordinator):
     tables = ["t5000g", "tjoinhelp", "crimes", "lineitem", "orders"]
     for step in range(6):
         t = tables[step % len(tables)]
-        ins, dels = random_batch(c.store, t, rng, int(rng.integers(5, 30)),
+        ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(5, 30)),
                                  2 * 10**7 + 1000 * step)
         c.apply_update(t, inserts=ins, deletes=dels)
         time.sleep(0.1)
         for q in QUERIES:
             assert_spark_exact(c, q)
-    assert c.counters["eager_batches"] > 0  # eager queries maintained in the background
+    assert c.ctx.counters["eager_batches"] > 0  # eager queries maintained in the background
     assert c.stats()["feed"]["pulls"] + c.stats()["feed"]["hits"] >= 0
 
 
 def test_killed_actor_is_restored_and_catches_up(coordinator):
     c = coordinator
     pids = set(c.diagnostics.worker_pids())
-    victim = c._get("q_having_2").handles[0]
+    victim = c.ctx.queries.get("q_having_2").handles[0]
     c.diagnostics.kill_shard("q_having_2", 0)
     rng = np.random.default_rng(3)
-    ins, dels = random_batch(c.store, "t5000g", rng, 20, 3 * 10**7)
+    ins, dels = random_batch(c.ctx.store, "t5000g", rng, 20, 3 * 10**7)
     c.apply_update("t5000g", inserts=ins, deletes=dels)
     assert_spark_exact(c, "q_having_2")
-    assert c.counters["actor_recoveries"] >= 1
-    assert c._get("q_having_2").handles[0] is not victim
+    assert c.ctx.counters["actor_recoveries"] >= 1
+    assert c.ctx.queries.get("q_having_2").handles[0] is not victim
     assert len(c.diagnostics.worker_pids()) >= len(pids) - 1  # the killed one is gone, not counted
+
+
+def test_the_control_loop_recovers_a_killed_actor_of_an_idle_query(coordinator):
+    """No call on the query: the reconcile loop's liveness probe finds the dead shard
+    and replaces it, and the sketch still equals a recapture."""
+    c = coordinator
+    c.loop.reconciler.probe_every_s = 0.2
+    try:
+        q = c.ctx.queries.get("cq1")  # lazy, two shards
+        assert_spark_exact(c, "cq1")
+        found = c.ctx.counters["dead_shards_found"]
+        victim, used = q.handles[1], q.last_used
+        c.diagnostics.kill_shard("cq1", 1)  # ray.kill of the shard's actor
+        deadline = time.monotonic() + 60
+        while q.handles is None or q.handles[1] is victim or q.state.value != "live":
+            assert time.monotonic() < deadline, "the dead shard was not recovered"
+            time.sleep(0.05)
+        assert c.ctx.counters["dead_shards_found"] == found + 1 and q.last_used == used
+        assert q.handles[1].ping().result() > 0
+        assert_spark_exact(c, "cq1")
+    finally:
+        c.loop.reconciler.probe_every_s = 5.0
 
 
 def test_spark_bootstrap_of_plain_and_sharded_queries(tmp_path):
@@ -84,10 +106,10 @@ def test_spark_bootstrap_of_plain_and_sharded_queries(tmp_path):
     with Coordinator(cfg) as c:
         for q, shards in (("q_joinsel", 3), ("q10", 1), ("cq2", 2)):
             c.register(workload_spec(q, q, shards=shards))
-        assert c.counters["spark_bootstraps"] == 3
+        assert c.ctx.counters["spark_bootstraps"] == 3
         for step in range(2):
             for t in ("t5000g", "lineitem", "crimes"):
-                ins, dels = random_batch(c.store, t, rng, 12, 4 * 10**7 + 1000 * step)
+                ins, dels = random_batch(c.ctx.store, t, rng, 12, 4 * 10**7 + 1000 * step)
                 c.apply_update(t, inserts=ins, deletes=dels)
             for q in ("q_joinsel", "q10", "cq2"):
                 assert_spark_exact(c, q)

@@ -57,21 +57,21 @@ def test_join_sides_beyond_the_budget_are_probed_and_stay_exact(coordinator):
     rng = np.random.default_rng(11)
     tables = ["lineitem", "orders", "customer", "t5000g", "tjoinhelp", "lineitem"]
     for step, t in enumerate(tables):
-        ins, dels = random_batch(c.store, t, rng, int(rng.integers(5, 25)),
+        ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(5, 25)),
                                  4 * 10**7 + 1000 * step)
         c.apply_update(t, inserts=ins, deletes=dels)
         for q in probed:
             assert_spark_exact(c, q)
     # restored from its checkpoint, the query is wired the same way and stays exact
     c.evict("q03")
-    ins, dels = random_batch(c.store, "lineitem", rng, 15, 5 * 10**7)
+    ins, dels = random_batch(c.ctx.store, "lineitem", rng, 15, 5 * 10**7)
     c.apply_update("lineitem", inserts=ins, deletes=dels)
     assert_spark_exact(c, "q03")
     assert c.info("q03").probed_join_sides == probed["q03"]
 
 
 def _delete_where(c: Coordinator, table: str, mask_of) -> int:
-    data = c.store.read(table)
+    data = c.ctx.store.read(table)
     rows = data.filter(mask_of(data))
     if rows.num_rows:
         c.apply_update(table, deletes=rows)
@@ -84,7 +84,7 @@ def test_bounded_minmax_buffers_are_refilled_after_deletes_empty_them(coordinato
     assert_spark_exact(c, "mm")
     groups = pa.array([1, 2, 3, 77, 4000], pa.int64())
     for _ in range(4):  # each round deletes more than the 2 kept values of each group
-        data = c.store.read("t5000g")
+        data = c.ctx.store.read("t5000g")
         mine = data.filter(pc.is_in(data.column("a"), groups))
         lows = set()
         for g in groups.to_pylist():
@@ -101,7 +101,7 @@ def test_bounded_topk_buffer_is_refilled_after_deletes_empty_it(coordinator):
     c.register(workload_spec("topk", "q_topk"))
     assert_spark_exact(c, "topk")
     for _ in range(3):  # each round deletes the 26 smallest groups: more than the buffer
-        data = c.store.read("t5000g")
+        data = c.ctx.store.read("t5000g")
         smallest = pc.unique(data.column("a")).sort()[:26]
         assert _delete_where(c, "t5000g", lambda d, keep=smallest: pc.is_in(d.column("a"), keep))
         assert_spark_exact(c, "topk")

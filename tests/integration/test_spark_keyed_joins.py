@@ -351,7 +351,7 @@ def test_sql_queries_through_the_coordinator_equal_spark_recaptures(spark, tmp_p
             assert kinds & {"semi_join", "anti_join", "outer_join"}, kinds
         rng = np.random.default_rng(5)
         for step, table in enumerate(("t5000g", "tjoinhelp")):
-            ins, dels = random_batch(c.store, table, rng, 30, 6 * 10**7 + 1000 * step)
+            ins, dels = random_batch(c.ctx.store, table, rng, 30, 6 * 10**7 + 1000 * step)
             c.apply_update(table, inserts=ins, deletes=dels)
         for name in SQL:
             assert_spark_exact(c, name)

@@ -49,7 +49,7 @@ class Service:
         c = self.coordinator
         queries = tuple((q.name, q.sketch_seq, tuple(sorted(q.versions.items())), q.shards,
                          q.sketch_fragments) for q in c.queries())
-        tables = tuple((t, c.store.version(t)) for t in sorted(c.tables()))
+        tables = tuple((t, c.ctx.store.version(t)) for t in sorted(c.tables()))
         return queries, tables
 
 
@@ -89,6 +89,6 @@ def running_service(root: Path, *, backend: str = "local", tokens: tuple[str, ..
 def reference(c: Coordinator, sql: str, record: SketchRecord) -> Sketch:
     """Recapture from scratch at ``record``'s table versions over its (wire) partitions."""
     sketch = record.sketch()
-    tables = {t: c.store.read(t, v) for t, v in record.versions.items()}
-    plan = plan_sql(sql, {t: c.store.schema(t) for t in c.tables()})
+    tables = {t: c.ctx.store.read(t, v) for t, v in record.versions.items()}
+    plan = plan_sql(sql, {t: c.ctx.store.schema(t) for t in c.tables()})
     return reference_capture(plan, tables, sketch.partitions).sketch

@@ -48,8 +48,8 @@ def workload_spec(name: str, query: str, fragments: int = 16, **kw) -> QuerySpec
 def reference_sketch(c: Coordinator, name: str, version: SketchVersion) -> Sketch:
     """The oracle: recapture from scratch at the version's table versions, on the
     version's own ranges (adaptive ranges may have given the query new ones since)."""
-    q = c._get(name)
-    tables = {t: c.store.read(t, v) for t, v in version.versions.items()}
+    q = c.ctx.queries.get(name)
+    tables = {t: c.ctx.store.read(t, v) for t, v in version.versions.items()}
     return reference_capture(q.plan, tables, version.sketch.partitions).sketch
 
 

@@ -42,8 +42,8 @@ class _Coordinator:
 
     def __init__(self, keys: Counter, key: tuple[str, ...], fail_at: int | None):
         self.keys, self.key, self.fail_at, self.calls = keys, key, fail_at, 0
-        self.feed = SimpleNamespace(forget=lambda t: None,
-                                    stats=SimpleNamespace(pull_seconds=0.0))
+        self.ctx = SimpleNamespace(feed=SimpleNamespace(
+            forget=lambda t: None, stats=SimpleNamespace(pull_seconds=0.0)))
         self.diagnostics = SimpleNamespace(operator_stats=lambda name: [])
         self.tables: set[str] = set()
 

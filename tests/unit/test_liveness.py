@@ -106,13 +106,13 @@ def test_restarted_queries_show_their_kept_version_and_eager_ones_are_restored(r
         c.register(workload_spec("lazy", "q_having_2"))
         c.register(workload_spec("eager", "q_endtoend", strategy=Eager(batch_tuples=1)))
         for step in range(2):
-            ins, dels = random_batch(c.store, "t5000g", rng, 10, 9 * 10**7 + 100 * step)
+            ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 9 * 10**7 + 100 * step)
             c.apply_update("t5000g", inserts=ins, deletes=dels)
             c.get_sketch("lazy")
         c.wait_idle(["eager", "lazy"])
         before = {n: c.info(n) for n in ("lazy", "eager")}
-    ins, dels = random_batch(c.store, "t5000g", rng, 10, 9 * 10**7 + 900)
-    c.store.apply("t5000g", inserts=ins, deletes=dels)  # committed while no server ran
+    ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 9 * 10**7 + 900)
+    c.ctx.store.apply("t5000g", inserts=ins, deletes=dels)  # committed while no server ran
     with Coordinator(cfg) as c2:
         lazy = c2.info("lazy")
         assert lazy.state == "evicted" and lazy.sketch_seq == before["lazy"].sketch_seq > 0
@@ -125,7 +125,7 @@ def test_restarted_queries_show_their_kept_version_and_eager_ones_are_restored(r
         while time.monotonic() < deadline:
             eager = c2.info("eager")
             if eager.state == "live" and eager.versions["t5000g"] == \
-                    c2.probe.latest("t5000g"):
+                    c2.ctx.probe.latest("t5000g"):
                 break
             time.sleep(0.05)
         assert eager.state == "live" and eager.sketch_seq > before["eager"].sketch_seq

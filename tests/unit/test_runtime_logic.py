@@ -245,14 +245,14 @@ def test_random_updates_keep_every_sketch_exact(root, strategy):
         tables = ["t5000g", "tjoinhelp", "crimes", "lineitem", "orders"]
         for step in range(8):
             t = tables[int(rng.integers(0, len(tables)))]
-            ins, dels = random_batch(c.store, t, rng, int(rng.integers(2, 20)),
+            ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(2, 20)),
                                      10**7 + 1000 * step)
             if step % 4 == 3:  # another writer, outside the service, with delta-rs
                 t = "t5000g"
-                loc = c.store.entry(t).location
-                gone = c.store.read(t).column("id").to_pylist()[5 * step:5 * step + 3]
+                loc = c.ctx.store.entry(t).location
+                gone = c.ctx.store.read(t).column("id").to_pylist()[5 * step:5 * step + 3]
                 DeltaTable(loc).delete(f"id IN ({', '.join(map(str, gone))})")
-                fresh = c.store.read(t).slice(0, 4)
+                fresh = c.ctx.store.read(t).slice(0, 4)
                 fresh = fresh.set_column(0, "id", pa.array(range(10**8 + 10 * step,
                                                                  10**8 + 10 * step + 4)))
                 write_deltalake(loc, fresh, mode="append")
@@ -263,7 +263,7 @@ def test_random_updates_keep_every_sketch_exact(root, strategy):
             for q in QUERIES:
                 _check(c, q)
         if isinstance(strategy, Eager):
-            assert c.counters["eager_batches"] > 0
+            assert c.ctx.counters["eager_batches"] > 0
 
 
 @pytest.mark.integration
@@ -285,17 +285,17 @@ def test_eviction_under_a_live_actor_cap_restores_transparently(root, monkeypatc
             c.register(workload_spec(n, "q_having_2" if n != "g4" else "q_joinsel"))
             assert c.stats()["live_actors"] <= 2
         for step in range(6):
-            ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100 * step)
+            ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 100 * step)
             c.apply_update("t5000g", inserts=ins, deletes=dels)
             for n in names[step % 2::2]:
                 _check(c, n)
                 assert c.stats()["live_actors"] <= 2
-        assert c.counters["evictions"] >= 4 and c.counters["restores"] >= 4
+        assert c.ctx.counters["evictions"] >= 4 and c.ctx.counters["restores"] >= 4
         assert [i.state for i in c.queries()].count("live") <= 2
         # freed memory goes back to the system after each registration, eviction and
         # restore (the workers run in this process)
-        assert released["evict_or_bootstrap"] >= len(names) + c.counters["evictions"]
-        assert released["load"] >= len(names) + c.counters["restores"]
+        assert released["evict_or_bootstrap"] >= len(names) + c.ctx.counters["evictions"]
+        assert released["load"] >= len(names) + c.ctx.counters["restores"]
 
 
 @pytest.mark.integration
@@ -303,7 +303,7 @@ def test_damaged_checkpoint_is_detected_and_the_query_recaptured(root, caplog):
     rng = np.random.default_rng(2)
     with Coordinator(make_config(root)) as c:
         c.register(workload_spec("h", "q_having_2"))
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         _check(c, "h")
         c.evict("h")
@@ -311,11 +311,11 @@ def test_damaged_checkpoint_is_detected_and_the_query_recaptured(root, caplog):
             data = bytearray(p.read_bytes())
             data[len(data) // 2] ^= 0x5A
             p.write_bytes(bytes(data))
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 100)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         with caplog.at_level(logging.WARNING, logger="imp_actors"):
             _check(c, "h")
-        assert c.counters["damaged_checkpoints"] >= 1 and c.counters["recaptures"] == 1
+        assert c.ctx.counters["damaged_checkpoints"] >= 1 and c.ctx.counters["recaptures"] == 1
         assert any("recapturing" in r.getMessage() for r in caplog.records)
 
 
@@ -327,12 +327,12 @@ def test_coordinator_restart_recovers_registry_and_state(root):
     c.register(workload_spec("h", "q_having_2", strategy=Eager(batch_tuples=1000)))
     c.register(workload_spec("j", "q_joinsel", shards=2))
     for step in range(3):
-        ins, dels = random_batch(c.store, "t5000g", rng, 12, 10**7 + 100 * step)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 12, 10**7 + 100 * step)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         _check(c, "h"), _check(c, "j")
     before = c.get_sketch("h")
     c.abandon()  # a crash: no checkpoint at shutdown, actors left as they are
-    ins, dels = random_batch(c.store, "t5000g", rng, 12, 10**7 + 900)
+    ins, dels = random_batch(c.ctx.store, "t5000g", rng, 12, 10**7 + 900)
     DeltaStore(root).apply("t5000g", inserts=ins, deletes=dels)  # committed while down
     with Coordinator(cfg) as c2:
         assert sorted(i.name for i in c2.queries()) == ["h", "j"]
@@ -349,9 +349,9 @@ def test_resharding_mid_stream_stays_exact(root):
     with Coordinator(make_config(root)) as c:
         c.register(workload_spec("j", "q_joinsel"))
         for step, shards in enumerate([3, 2, 1, 3]):
-            ins, dels = random_batch(c.store, "t5000g", rng, 15, 10**7 + 100 * step)
+            ins, dels = random_batch(c.ctx.store, "t5000g", rng, 15, 10**7 + 100 * step)
             c.apply_update("t5000g", inserts=ins, deletes=dels)
-            ins, dels = random_batch(c.store, "tjoinhelp", rng, 6, 0)
+            ins, dels = random_batch(c.ctx.store, "tjoinhelp", rng, 6, 0)
             c.apply_update("tjoinhelp", inserts=ins, deletes=dels)
             info = c.scale("j", shards)
             assert info.shards == shards
@@ -374,17 +374,17 @@ def test_bad_requests_change_nothing(root):
             c.register(QuerySpec("bad", "SELECT x FROM nowhere", partitions={"nowhere.x": 4}))
         with pytest.raises(UnknownQueryError):
             c.get_sketch("nope")
-        v = c.store.version("t5000g")
+        v = c.ctx.store.version("t5000g")
         with pytest.raises(SchemaMismatchError):
             c.apply_update("t5000g", inserts=pa.table({"id": [1], "zzz": [2]}))
-        assert c.store.version("t5000g") == v
+        assert c.ctx.store.version("t5000g") == v
         with pytest.raises(UnshardableQueryError):
             c.register(workload_spec("h6", "q06", shards=2))
         assert [i.name for i in c.queries()] == ["h"]
         assert isinstance(UnshardableQueryError("x"), ImpError)
         c.drop("h")
         assert c.queries() == [] and not (root / "checkpoints" / "h").exists()
-        assert DeltaTable(c.store.entry("t5000g").location).version() == v
+        assert DeltaTable(c.ctx.store.entry("t5000g").location).version() == v
 
 
 @pytest.mark.parametrize("query", ["q_joinsel", "cq2", "q_groups_1000"])
@@ -443,14 +443,14 @@ def test_auto_bootstrap_weighs_only_the_columns_a_query_reads(root):
 
     with Coordinator(make_config(root, bootstrap="engine")) as c:
         c.register(workload_spec("g", "q_groups_1000"))
-        q = c._get("g")
-        versions = {t: c.probe.latest(t) for t in q.tables}
+        q = c.ctx.queries.get("g")
+        versions = {t: c.ctx.probe.latest(t) for t in q.tables}
         read = total = 0
         for t, v in versions.items():
             cols = c.shards.read_columns(q, t)
-            assert cols is not None and set(cols) < set(c.store.schema(t).names)
+            assert cols is not None and set(cols) < set(c.ctx.store.schema(t).names)
             before_read, before_total = read, total
-            for uri in c.store.file_uris(t, v):
+            for uri in c.ctx.store.file_uris(t, v):
                 meta = pq.ParquetFile(uri[len("file://"):] if uri.startswith("file://")
                                       else uri).metadata
                 for i in range(meta.num_row_groups):
@@ -459,11 +459,11 @@ def test_auto_bootstrap_weighs_only_the_columns_a_query_reads(root):
                         total += col.total_uncompressed_size
                         if col.path_in_schema in cols:
                             read += col.total_uncompressed_size
-            assert c.store.column_bytes(t, v, cols) == read - before_read
-            assert c.store.column_bytes(t, v) == total - before_total
+            assert c.ctx.store.column_bytes(t, v, cols) == read - before_read
+            assert c.ctx.store.column_bytes(t, v) == total - before_total
         assert 0 < read < total
         for limit, spark in ((read - 1, True), (read, False), (total - 1, False)):
-            c.config = dataclasses.replace(c.config, bootstrap="auto",
+            c.ctx.config = dataclasses.replace(c.config, bootstrap="auto",
                                            spark_bootstrap_min_bytes=limit)
             assert c.shards.spark_bootstrap(q, versions) is spark, limit
 
@@ -540,7 +540,7 @@ def test_recovery_places_again_a_placement_that_no_longer_fits_the_plan(root, ca
     cfg = make_config(root, join_state_budget_bytes=0)  # every probable side probed
     with Coordinator(cfg) as c:
         c.register(workload_spec("j", "q_joinsel"))
-        plan = c._get("j").plan
+        plan = c.ctx.queries.get("j").plan
     registry = Registry(BlobStore(cfg.registry_dir))
     rec = registry.get("j")
     assert rec.placement and rec.plan_fingerprint == plan.fingerprint()
@@ -553,7 +553,7 @@ def test_recovery_places_again_a_placement_that_no_longer_fits_the_plan(root, ca
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="imp_actors.registration"):
             with Coordinator(cfg) as c:
-                ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100 * n)
+                ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 100 * n)
                 c.apply_update("t5000g", inserts=ins, deletes=dels)
                 _check(c, "j")
         assert any("placed again" in r.getMessage() and reason in r.getMessage()
@@ -575,7 +575,7 @@ def test_tool_methods_of_the_coordinator(root):
         assert c.info("p").state == "live"
         rng = np.random.default_rng(12)
         for step in range(3):
-            ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100 * step)
+            ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 100 * step)
             c.apply_update("t5000g", inserts=ins, deletes=dels)
             for n in ("h", "p", "s"):
                 _check(c, n)
@@ -590,10 +590,10 @@ def test_tool_methods_of_the_coordinator(root):
         assert c.diagnostics.worker_pids() == [os.getpid()] * 4  # in-process workers
         # a killed shard is recovered on next use and the sketch stays exact
         c.diagnostics.kill_shard("h", 1)
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 900)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 900)
         c.apply_update("t5000g", inserts=ins, deletes=dels)
         _check(c, "h")
-        assert c.counters["actor_recoveries"] == 1
+        assert c.ctx.counters["actor_recoveries"] == 1
         c.evict("s")
         assert c.info("s").state == "evicted"
         with pytest.raises(UnknownQueryError):
@@ -606,12 +606,12 @@ def test_wait_idle_waits_for_scheduled_maintenance(root):
         c.register(workload_spec("e", "q_having_2", strategy=Eager(batch_tuples=1,
                                                                    max_delay_s=None)))
         rng = np.random.default_rng(13)
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7)
         res = c.apply_update("t5000g", inserts=ins, deletes=dels)
         assert res.maintained == ("e",)
         assert c.wait_idle(["e"], timeout=30.0)
         assert c.info("e").versions["t5000g"] == res.version
-        assert c.counters["eager_batches"] == 1
+        assert c.ctx.counters["eager_batches"] == 1
 
 
 def test_a_poll_between_commit_and_accounting_leaves_the_commit_to_its_writer(root):
@@ -631,13 +631,13 @@ def test_a_poll_between_commit_and_accounting_leaves_the_commit_to_its_writer(ro
             return out
 
         c.writer.commit = commit_then_poll
-        ins, dels = random_batch(c.store, "t5000g", np.random.default_rng(14), 10, 10**7)
+        ins, dels = random_batch(c.ctx.store, "t5000g", np.random.default_rng(14), 10, 10**7)
         res = c.apply_update("t5000g", inserts=ins, deletes=dels)
         assert polled == [{}] and res.maintained == ("e",)
         assert c.wait_idle(["e"], timeout=30.0)
         assert c.info("e").versions["t5000g"] == res.version
         assert c.loop.poll() == {}  # and no later poll accounts it again
-        assert c.counters["external_versions"] == 0
+        assert c.ctx.counters["external_versions"] == 0
 
 
 def test_a_commit_during_eager_maintenance_is_maintained_in_turn(root):
@@ -658,10 +658,10 @@ def test_a_commit_during_eager_maintenance_is_maintained_in_turn(root):
 
         c.maintenance.advance = held_advance
         rng = np.random.default_rng(15)
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7)
         first = c.apply_update("t5000g", inserts=ins, deletes=dels)
         assert first.maintained == ("e",) and inside.wait(30)
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 100)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 100)
         second = c.apply_update("t5000g", inserts=ins, deletes=dels)
         assert second.maintained == ("e",)  # triggered, though a job is running
         c.maintenance.advance = advance
@@ -684,7 +684,7 @@ def test_pending_tuples_of_lazy_queries_and_maintained_lists_only_live_ones(root
                                                                        max_delay_s=None)))
         c.evict("eager")
         rng = np.random.default_rng(16)
-        ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7)
         res = c.apply_update("t5000g", inserts=ins, deletes=dels)
         assert res.maintained == ()
         assert c.info("lazy").pending_tuples == ins.num_rows + dels.num_rows
@@ -823,7 +823,7 @@ def test_sketch_versions_never_repeat_across_restarts(root):
                 nxt = c.watch("g", after_seq=last, timeout=5)  # a watch resumes
                 assert nxt is not None and nxt.seq == first
             for step in range(3):
-                ins, dels = random_batch(c.store, "t5000g", rng, 10, 10**7 + 1000 * life
+                ins, dels = random_batch(c.ctx.store, "t5000g", rng, 10, 10**7 + 1000 * life
                                          + 100 * step)
                 c.apply_update("t5000g", inserts=ins, deletes=dels)
                 sv = _check(c, "g")
@@ -854,7 +854,7 @@ def test_one_coordinator_per_store(root):
             successor.register(workload_spec("b", "q_having_2"))
             with pytest.raises(StoreBusyError, match="no longer owns"):
                 first.drop("a")
-            assert sorted(successor.registry.records()) == ["a", "b"]
+            assert sorted(successor.ctx.registry.records()) == ["a", "b"]
         assert sorted(Registry(BlobStore(cfg.registry_dir)).records()) == ["a", "b"]
     # a clean shutdown gives the lease back: the next start need not wait
     with Coordinator(cfg) as again:
@@ -889,10 +889,10 @@ def test_a_successor_in_this_process_takes_over_mid_stream(root):
     c = Coordinator(cfg).start()
     c.register(workload_spec("e", "q_endtoend", strategy=Eager(batch_tuples=8)))
     c.register(workload_spec("h", "q_having_2"))
-    rows = c.store.read("t5000g").num_rows
+    rows = c.ctx.store.read("t5000g").num_rows
     acked = []
     for step in range(9):
-        ins, dels = random_batch(c.store, "t5000g", rng, 15, 7 * 10**7 + 1000 * step)
+        ins, dels = random_batch(c.ctx.store, "t5000g", rng, 15, 7 * 10**7 + 1000 * step)
         done = c.apply_update("t5000g", inserts=ins, deletes=dels)
         acked.append(done.version)
         rows += done.inserted - done.deleted
@@ -901,8 +901,8 @@ def test_a_successor_in_this_process_takes_over_mid_stream(root):
         if step == 4:
             c.abandon()
             c = Coordinator(cfg).start()
-    assert c.probe.latest("t5000g") == acked[-1] == acked[0] + len(acked) - 1
-    assert c.store.read("t5000g").num_rows == rows
+    assert c.ctx.probe.latest("t5000g") == acked[-1] == acked[0] + len(acked) - 1
+    assert c.ctx.store.read("t5000g").num_rows == rows
     for name in ("e", "h"):
         sv = _check(c, name)
         assert sv.versions["t5000g"] == acked[-1]
@@ -970,13 +970,13 @@ def test_current_sketches_see_other_writers_within_the_recheck_window(root):
         c.register(workload_spec("g", "q_groups_1000"))
         first = c.get_sketch("g")
         rng = np.random.default_rng(5)
-        ins, dels = random_batch(c.store, "t1000g", rng, 5, salt=91_000_000)
+        ins, dels = random_batch(c.ctx.store, "t1000g", rng, 5, salt=91_000_000)
         own = c.apply_update("t1000g", inserts=ins, deletes=dels)
         assert c.get_sketch("g").versions["t1000g"] == own.version  # at once
-        location = c.store.entry("t1000g").location
-        ins, _ = random_batch(c.store, "t1000g", rng, 5, salt=92_000_000)
+        location = c.ctx.store.entry("t1000g").location
+        ins, _ = random_batch(c.ctx.store, "t1000g", rng, 5, salt=92_000_000)
         write_deltalake(location, ins, mode="append")  # another writer
-        outside = c.store.version("t1000g")
+        outside = c.ctx.store.version("t1000g")
         seen = c.get_sketch("g")
         assert seen.versions["t1000g"] in (own.version, outside)  # within the window
         time.sleep(0.6)

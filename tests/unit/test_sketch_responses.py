@@ -56,11 +56,11 @@ def test_answers_from_request_bytes_equal_the_full_path(root, seed):
             op = rnd.choice(["own", "outside", "current", "current", "latest", "maintain",
                              "reregister"])
             if op == "own":
-                ins, dels = random_batch(c.store, TABLE, rng, 4, salt=10_000_000 * (step + 1))
+                ins, dels = random_batch(c.ctx.store, TABLE, rng, 4, salt=10_000_000 * (step + 1))
                 c.apply_update(TABLE, inserts=ins, deletes=dels)
             elif op == "outside":
-                ins, _ = random_batch(c.store, TABLE, rng, 4, salt=20_000_000 * (step + 1))
-                write_deltalake(c.store.entry(TABLE).location, ins, mode="append")
+                ins, _ = random_batch(c.ctx.store, TABLE, rng, 4, salt=20_000_000 * (step + 1))
+                write_deltalake(c.ctx.store.entry(TABLE).location, ins, mode="append")
             elif op == "maintain":
                 c.maintain(queries=["g"])
             elif op == "reregister":
@@ -75,7 +75,7 @@ def test_answers_from_request_bytes_equal_the_full_path(root, seed):
                 assert (got.seq, dict(got.versions)) == (want.seq, dict(want.versions))
                 assert sorted(got.fragments) == sorted(want.fragments)
                 if op == "current":
-                    assert dict(got.versions) == {TABLE: c.store.version(TABLE)}
+                    assert dict(got.versions) == {TABLE: c.ctx.store.version(TABLE)}
                     assert want.sketch == reference_sketch(c, "g", want)
         # and a repeated request is answered from the kept bytes
         data = _request(pb.FRESHNESS_CURRENT)

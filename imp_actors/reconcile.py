@@ -14,8 +14,10 @@ query are found by a liveness probe (one ping per shard), at most once per
 ``probe_every_s`` per query.
 
 Invariants:
-- a busy query (``lifecycle.BUSY``, or with maintenance scheduled) is left alone: its
-  step ends in a settled state and the next tick looks again;
+- a busy query (``lifecycle.BUSY``, or with maintenance scheduled) is not evicted,
+  restored or probed (its step ends in a settled state and the next tick looks again);
+  a rescale is started anyway and waits for the query's lock, as a busy query may stay
+  busy for long under a stream of eager batches;
 - at most one step per query is in flight (``Reconciler._running``);
 - every attempt is recorded in its target (``Target.last``); a failure is logged and
   retried after a backoff that doubles up to ``BACKOFF_MAX_S``; after ``GIVE_UP``
@@ -123,18 +125,17 @@ def diff(target: Target, actual: Actual) -> Step | None:
     >>> t = Target(Want.LIVE, 2)
     >>> diff(t, Actual(QueryState.LIVE, 1, 1, False, 0.0))
     Step(action=<Action.RESCALE: 'rescale'>, shards=2, dead=())
-    >>> diff(t, Actual(QueryState.MAINTAINING, 1, 1, True, 0.0)) is None
-    True
+    >>> diff(Target(Want.EVICTED, 1), Actual(QueryState.MAINTAINING, 1, 1, True, 0.0))
     """
-    if actual.state is QueryState.DROPPED or actual.busy:
+    if actual.state is QueryState.DROPPED:
         return None
     if actual.dead and actual.live:
         return Step(Action.RECOVER, dead=actual.dead)
     if target.want is Want.EVICTED:
-        return Step(Action.EVICT) if actual.live else None
+        return Step(Action.EVICT) if actual.live and not actual.busy else None
     if not actual.live:
-        return Step(Action.RESTORE)
-    if target.shards != actual.shards:
+        return None if actual.busy else Step(Action.RESTORE)
+    if target.shards != actual.shards:  # it waits for the query's current step
         return Step(Action.RESCALE, shards=target.shards)
     return None
 

@@ -50,9 +50,11 @@ def _actual(state: QueryState = QueryState.LIVE, shards: int = 1, busy: bool = F
     # dead shards first, whatever the target
     (Target(Want.EVICTED, 3), _actual(shards=2, dead=(1,)), Step(Action.RECOVER, dead=(1,))),
     (Target(Want.LIVE, 1), _actual(dead=(0,)), Step(Action.RECOVER, dead=(0,))),
-    # busy or dropped queries are left alone
+    # busy or dropped queries are left alone, but a rescale waits for the current step
     (Target(Want.EVICTED, 1), _actual(QueryState.MAINTAINING, busy=True), None),
-    (Target(Want.LIVE, 2), _actual(busy=True), None),
+    (Target(Want.EVICTED, 1), _actual(busy=True), None),
+    (Target(Want.LIVE, 2), _actual(busy=True), Step(Action.RESCALE, shards=2)),
+    (Target(Want.LIVE, 1), _actual(QueryState.EVICTED, busy=True), None),
     (Target(Want.LIVE, 1), _actual(QueryState.DROPPED), None),
     (Target(Want.LIVE, 1), _actual(QueryState.RESTORING, busy=True), None),
 ])

@@ -12,8 +12,9 @@ rescale starts the wait over, so a load that hovers at a boundary does not flap.
 Invariants:
 - ``decide`` is a pure function of its arguments (no clock, no I/O): the control loop
   passes the time, the tests a fake one;
-- a query is in exactly one ``Trend``; while a rescale it asked for runs (``RESCALING``)
-  no other is asked for;
+- a query is in exactly one ``Trend``; while a shard count it asked for is not reached
+  (``RESCALING``: the control loop sets it as the query's target and the reconcile loop
+  converges to it, ``reconcile.py``) no other is asked for;
 - a decision never leaves ``[1, ceiling]`` and never leaves ``[min_shards, max_shards]``
   unless the ceiling is below ``min_shards``.
 """
@@ -34,7 +35,7 @@ class Trend(enum.Enum):
     STEADY = "steady"        # the load wants the shards the query has
     RISING = "rising"        # it has wanted more since ``ScaleState.since``
     FALLING = "falling"      # it has wanted fewer since ``ScaleState.since``
-    RESCALING = "rescaling"  # a rescale this autoscaler asked for is running
+    RESCALING = "rescaling"  # a shard count this autoscaler asked for is not reached yet
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ mode: an overflow is an error, never a wrong sum). A double x is split in Spark 
 x = (hi·2^44 + lo)·2^(32·b) with integers hi and lo obtained by power-of-two scalings of
 x (exact, no rounding); hi and lo are summed per group and b, and the driver assembles
 the engine's integer x·2^1100 from them.
+
+Exact sums of squares (VAR_*, STDDEV_*: ``moments == 2``): a value's integer N (the
+unscaled integer or decimal, or a double's N above) is split as N = hi·2^h + lo, and
+hi², hi·lo and lo² (each well inside DECIMAL(38, 0)) are summed per group (and bucket);
+the driver assembles Σ N² = Σhi²·2^2h + 2·Σhi·lo·2^h + Σlo², the engine's Σx² in units
+of unit(type)². Decimals wider than 18 digits (unscaled values beyond BIGINT) are
+refused: their state is built by the engine.
 """
 
 from __future__ import annotations
@@ -29,6 +36,18 @@ from imp_core.spark.compile import AnnotatedRelation, quote
 
 _HI_SHIFT = 44  # a double's scaled integer N = hi * 2**44 + lo, 0 <= lo < 2**44
 _BUCKET = 32  # exponent width of one bucket b: |N| < 2**(55 + 32)
+_INT_SHIFT = 32  # an integer's unscaled BIGINT u = hi * 2**32 + lo, 0 <= lo < 2**32
+
+
+def _square_parts(hi: str, lo: str) -> list[str]:
+    """SQL expressions of hi², hi·lo and lo², each computed as DECIMAL(38, 0)."""
+    h, low = f"CAST({hi} AS DECIMAL(38,0))", f"CAST({lo} AS DECIMAL(38,0))"
+    return [f"{h} * {h}", f"{h} * {low}", f"{low} * {low}"]
+
+
+def _assemble_squares(hh: int, hl: int, ll: int, shift: int) -> int:
+    """Σ N² from Σhi², Σhi·lo and Σlo² of N = hi·2^shift + lo."""
+    return (hh << (2 * shift)) + (hl << (shift + 1)) + ll
 
 
 def more_ctes(rel: AnnotatedRelation) -> str:
@@ -53,6 +72,7 @@ class AggPlan:
     # aggregates over the same argument share its non-NULL count (and sum): aggregate i
     # reads the columns of aggregate source[i]
     source: tuple[int, ...] = ()
+    squares: tuple[int, ...] = ()  # sources whose Σx² is computed too
 
 
 def _float_columns(x: str, i: int) -> list[str]:
@@ -103,15 +123,19 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
     floats, exact, minmax = [], [], []
     counted: dict[str, int] = {}  # argument -> the aggregate that counts (and sums) it
     summed: set[int] = set()
+    squares: list[int] = []
     source = list(range(len(agg.aggregates)))
+    squared = {a.arg for a, fn in zip(agg.aggregates, op.funcs)
+               if fn.takes_argument and fn.moments >= 2}
     for i, (a, fn, t) in enumerate(zip(agg.aggregates, op.funcs, op.arg_types)):
         if not fn.takes_argument:
             continue
-        if fn.moments > 1:
-            # Σx² is not computed on Spark yet: the state is built by the engine instead
+        if fn.moments > 2 or (fn.moments == 2 and kind_of(t) == "decimal"
+                              and t.precision > 18):
             raise UnsupportedSqlError(
-                f"{fn.name} in a Spark bootstrap", detail="power sums beyond Σx are "
-                "computed by the engine only; bootstrap this query locally")
+                f"{fn.name} over {t} in a Spark bootstrap", detail="only Σx and Σx² of "
+                "integers, doubles and decimals of at most 18 digits are computed on "
+                "Spark; bootstrap this query locally")
         x = quote(a.arg)
         first = counted.setdefault(a.arg, i)
         source[i] = first
@@ -127,6 +151,9 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
             summed.add(first)
             j = first  # the shared columns are named after the first aggregate
             kind = kind_of(t)
+            square = a.arg in squared
+            if square:
+                squares.append(j)
             if kind == "float":
                 floats.append(j)
                 inner += _float_columns(f"CAST({x} AS DOUBLE)", j)
@@ -136,12 +163,26 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
                          f"SUM(__bad{j}) AS __bad{j}"]
                 outer.append(f"SUM(__bad{j}) AS __bad{j}")
                 fields += [f"'b{j}', __b{j}", f"'h{j}', __h{j}", f"'l{j}', __l{j}"]
+                if square:
+                    for part, expr in zip(("hh", "hl", "ll"),
+                                          _square_parts(f"__hi{j}", f"__lo{j}")):
+                        fine.append(f"SUM({expr}) AS __{part}{j}")
+                        fields.append(f"'{part}{j}', __{part}{j}")
             else:
                 exact.append(j)
                 scale = t.scale if kind == "decimal" else 0
                 arg = f"CAST(__x{j} AS INT)" if pa.types.is_boolean(t) else f"__x{j}"
                 fine.append(f"SUM(CAST({arg} AS DECIMAL(38,{scale}))) AS __s{j}")
                 outer.append(f"SUM(__s{j}) AS __s{j}")
+                if square:
+                    # the unscaled value as BIGINT, split into hi (arithmetic shift: the
+                    # floor) and lo (the low bits, >= 0), so u = hi·2^32 + lo exactly
+                    u = f"CAST({arg} * {10 ** scale} AS BIGINT)" if scale else \
+                        f"CAST({arg} AS BIGINT)"
+                    hi, lo = f"shiftright({u}, {_INT_SHIFT})", f"({u} & {2**_INT_SHIFT - 1})"
+                    for part, expr in zip(("hh", "hl", "ll"), _square_parts(hi, lo)):
+                        fine.append(f"SUM({expr}) AS __{part}{j}")
+                        outer.append(f"SUM(__{part}{j}) AS __{part}{j}")
     scaled = [c for i in floats for c in _scaled_columns(i)]
     parts = len(an) > 0 or bool(floats)
     if parts:
@@ -180,7 +221,7 @@ def aggregate_sql(op: AggregateOp, rel: AnnotatedRelation,
         select += [f"m{i}.__mm AS __mm{i}", f"m{i}.__nd AS __nd{i}"]
     sql += f"\nSELECT {', '.join(select)}\nFROM __imp_g g" + "".join(f"\n{j}" for j in joins)
     return sql, AggPlan(len(kn), len(an), tuple(floats), tuple(exact), tuple(minmax),
-                         tuple(source))
+                         tuple(source), tuple(squares))
 
 
 def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -203,6 +244,7 @@ def group_totals(op: AggregateOp, res: pa.Table, plan: AggPlan, buffer: int | No
                                  len(owner)) if parts is not None else None
     nonnull: dict[int, np.ndarray] = {}
     sums: dict[int, np.ndarray | list[int]] = {}
+    higher: dict[int, list[list[int]]] = {}
     for i, fn in enumerate(op.funcs):
         if not fn.takes_argument:
             continue
@@ -217,6 +259,8 @@ def group_totals(op: AggregateOp, res: pa.Table, plan: AggPlan, buffer: int | No
             if int(pc.sum(arrow_array(res.column(f"__bad{src}"))).as_py() or 0):
                 raise ValueError("cannot sum NaN or infinite values exactly")
             sums[i] = _float_sums(entries, owner, n, src)
+        if fn.moments >= 2:
+            higher[i] = [_square_sums(res, entries, owner, n, src, src in plan.floats)]
     minmax: dict[int, MinMaxValues] = {}
     for i in plan.minmax:
         mm = arrow_array(res.column(f"__mm{i}"))
@@ -232,7 +276,7 @@ def group_totals(op: AggregateOp, res: pa.Table, plan: AggPlan, buffer: int | No
             counts=values.field("c") if values is not None else pa.array([], pa.int64()),
             complete=np.ones(n, dtype=bool) if buffer is None else nd <= buffer)
     return GroupTotals(keys, cnt, nonnull, sums, _fragments(entries, owner, plan.anns, nfrag),
-                       minmax)
+                       minmax, higher)
 
 
 def _fragments(entries: pa.StructArray | None, owner: np.ndarray | None, nanns: int,
@@ -268,4 +312,24 @@ def _float_sums(entries: pa.StructArray, owner: np.ndarray, n: int, i: int) -> l
             sums[g] += scaled << shift
         else:  # sub-normal doubles: still multiples of 2**-1074, so exact
             sums[g] += scaled >> -shift
+    return sums
+
+
+def _square_sums(res: pa.Table, entries: pa.StructArray | None, owner: np.ndarray | None,
+                 n: int, i: int, floats: bool) -> list[int]:
+    """Per group, the exact Σx² of source ``i`` in units of unit(type)²: from the group's
+    row for integers and decimals, from its (group, bucket) entries for doubles."""
+    if not floats:
+        hh, hl, ll = (_ints(res.column(f"__{p}{i}")).tolist() for p in ("hh", "hl", "ll"))
+        return [_assemble_squares(int(a), int(b), int(c), _INT_SHIFT)
+                for a, b, c in zip(hh, hl, ll)]
+    sums = [0] * n
+    if entries is None or owner is None:
+        return sums
+    b = entries.field(f"b{i}").to_numpy(zero_copy_only=False).tolist()
+    parts = [_ints(entries.field(f"{p}{i}")).tolist() for p in ("hh", "hl", "ll")]
+    for g, bucket, hh, hl, ll in zip(owner.tolist(), b, *parts):
+        scaled = _assemble_squares(int(hh), int(hl), int(ll), _HI_SHIFT)  # Σ N² of the entry
+        shift = 2 * (_BUCKET * int(bucket) + FLOAT_SHIFT)
+        sums[g] += scaled << shift if shift >= 0 else scaled >> -shift
     return sums

@@ -237,6 +237,13 @@ EDGE_QUERIES = {
                   "WHERE dt < DATE '2021-01-01' OR w > 40 GROUP BY g ORDER BY sw DESC LIMIT 2",
     "having_over_join": "SELECT g, avg(x) AS ax FROM edge JOIN other ON k = id GROUP BY g "
                         "HAVING avg(x) > 0",
+    # exact Σx² on Spark: doubles over the whole exponent range (buckets), a decimal, an
+    # integer shared with count(k), and sum(x) sharing Σx with var_samp(x)
+    "statistics": "SELECT g, sum(x) AS sx, var_samp(x) AS vx, stddev_pop(d) AS sd, "
+                  "count(k) AS ck, var_pop(k) AS vk, stddev_samp(y) AS sy, "
+                  "variance(w) AS vw FROM edge JOIN other ON k = id GROUP BY g",
+    "global_statistics": "SELECT var_pop(x) AS vx, stddev_samp(d) AS sd, var_samp(k) AS vk "
+                         "FROM edge",
 }
 
 
@@ -255,7 +262,7 @@ def test_edge_values(spark, edge_store, attr):
     compared = 0
     for name, sql in EDGE_QUERIES.items():
         parts = {f"edge.{attr}": 4}
-        if name in ("two_tables", "having_over_join"):
+        if name in ("two_tables", "having_over_join", "statistics"):
             parts["other.id"] = 3
         a = on_spark.register(name, sql, parts, force=True)
         b = in_engine.register(name, sql, parts, force=True)
@@ -264,7 +271,7 @@ def test_edge_values(spark, edge_store, attr):
         ref = reference_capture(a.plan, {t: edge_store.read(t) for t in a.versions},
                                 a.partitions)
         assert a.sketch == ref.sketch, f"{name} on {attr}"
-    assert compared >= 7  # every query but the two top-k ones aggregates
+    assert compared >= 9  # every query but the two top-k ones aggregates
 
 
 def test_non_finite_doubles_are_refused_like_the_engine(spark, tmp_path):

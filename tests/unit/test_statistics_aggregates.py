@@ -153,6 +153,17 @@ def test_finalize_is_the_exact_statistic(values):
     assert math.isclose(got["stddev_pop"], math.sqrt(statistics.pvariance(fr)), rel_tol=1e-15)
 
 
+def test_a_spread_beyond_the_largest_double_is_infinity():
+    """Values near the double range: the exact variance is finite as a number but beyond
+    any double, so the result is +Infinity (as Spark's doubles overflow), not an error."""
+    dtype = pa.float64()
+    exact = [python_exact(v, dtype) for v in (1e307, -1e307, 5.0)]
+    state = GroupState(np.array([3]), np.array([3]),
+                       [[sum(exact)], [sum(e * e for e in exact)]])
+    for name in STATS:
+        assert registry.get(name).finalize(state, dtype)[0].as_py() == math.inf, name
+
+
 def test_registry_names_and_sql_aliases():
     """Each function is declared once; Spark's aliases bind to the sample functions."""
     assert {"count", "count_star", "sum", "avg", "min", "max", *STATS} <= set(registry.names())

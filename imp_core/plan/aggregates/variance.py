@@ -7,7 +7,8 @@ delta row of weight w adds w to n, w·x to S1 and w·x² to S2, so the state alw
 that of the group's current input and never drifts (no running mean is kept).
 Value: n·S2 − S1² is n² times the population variance in units², an exact integer >= 0;
 VAR_POP = (n·S2 − S1²) / (n²·u²) and VAR_SAMP = (n·S2 − S1²) / (n(n−1)·u²), each a single
-correctly rounded division of integers; STDDEV_* is the square root of that double.
+correctly rounded division of integers (+Infinity beyond the largest double); STDDEV_* is
+the square root of that double.
 The result is a double, as in Spark and DuckDB. NULL semantics as Spark with
 ``spark.sql.legacy.statisticalAggregate=false`` (the default): NULL over no non-NULL
 value, and the sample functions are NULL over one value (not NaN); the population ones
@@ -53,7 +54,10 @@ class Variance(AggregateFunction):
                 continue
             num = n * s2 - s1 * s1  # >= 0 exactly (Cauchy–Schwarz over the n values)
             den = n * (n - 1 if self.sample else n) * u2
-            var = num / den  # Python's int / int: correctly rounded
+            try:
+                var = num / den  # Python's int / int: correctly rounded
+            except OverflowError:  # beyond the largest double, as Spark's doubles overflow
+                var = math.inf
             out.append(math.sqrt(var) if self.root else var)
         return pa.array(out, type=pa.float64())
 

@@ -93,6 +93,7 @@ from imp_core.estimate.table_stats import (  # noqa: F401 - ColumnStats etc. are
     int_like,
 )
 from imp_core.plan.aggregates import registry
+from imp_core.plan.aggregates.base import ValueRange
 from imp_core.plan.expr import (
     Cast,
     ColumnRef,
@@ -369,9 +370,9 @@ def _aggregate_col(call: Any, child: _Rel, groups: float) -> _Col:
     if lo is None or hi is None:
         return _Col(domain=groups)
     rule = registry.get(call.func).value_range
-    if rule == "argument":
+    if rule is ValueRange.ARGUMENT:
         return _Col(domain=groups, low=lo, high=hi)
-    if rule == "sum" and groups > 0:
+    if rule is ValueRange.SUM and groups > 0:
         rows = child.rows / groups
         return _Col(domain=groups, low=min(lo, lo * rows), high=max(hi, hi * rows))
     return _Col(domain=groups)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from imp_core.plan.aggregates import registry
+from imp_core.plan.aggregates.base import Monotonicity
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjuncts, rename_columns
 from imp_core.safety.intervals import UNKNOWN, Domains, Interval, domain_interval
 from imp_core.safety.names import pick
@@ -76,12 +77,13 @@ class Taint:
         if self.func is None:
             return False
         partial = registry.get(self.func).partial
-        return partial == "smaller" or (partial == "smaller_if_nonneg" and self.nonneg)
+        return partial is Monotonicity.SMALLER or (
+            partial is Monotonicity.SMALLER_IF_NONNEG and self.nonneg)
 
     @property
     def grows(self) -> bool:
         """A partial group's value is >= the complete group's."""
-        return self.func is not None and registry.get(self.func).partial == "larger"
+        return self.func is not None and registry.get(self.func).partial is Monotonicity.LARGER
 
     @property
     def never_null(self) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from imp_core.plan.aggregates import registry
+from imp_core.plan.aggregates.base import Monotonicity, ValueRange
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, rename_columns
 from imp_core.plan.nodes import (
     Aggregate,
@@ -119,9 +120,9 @@ def _why_not(taint: Taint, op: str) -> str:
     if taint.func is None:
         return f"{taint.label} {taint.why_not}"
     partial = registry.get(taint.func).partial
-    if partial == "either":
+    if partial is Monotonicity.EITHER:
         return f"{taint.label} of a partial group can be larger or smaller than the complete one"
-    if partial == "smaller_if_nonneg" and not taint.nonneg and op in (">", ">="):
+    if partial is Monotonicity.SMALLER_IF_NONNEG and not taint.nonneg and op in (">", ">="):
         return (f"the summed values of {taint.label} are not provably >= 0 under the declared "
                 f"domains, so a partial group's sum can exceed the complete group's")
     if op in (">", ">="):
@@ -204,12 +205,12 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
         fn = a.function
         labels[a.name] = f"{fn.label()}({arg})"
         arg_iv = UNKNOWN if a.arg is None else facts.ivals.get(a.arg, UNKNOWN)
-        if fn.value_range == "nonneg":
+        if fn.value_range is ValueRange.NONNEG:
             ivals[a.name] = NONNEG
-        elif fn.value_range == "sum":  # the sign of the summed values, if they share one
+        elif fn.value_range is ValueRange.SUM:  # the sign of the summed values, if they share one
             ivals[a.name] = NONNEG if arg_iv.nonneg else (
                 Interval(-INF, 0.0) if arg_iv.hi <= 0 else UNKNOWN)
-        elif fn.value_range == "argument":
+        elif fn.value_range is ValueRange.ARGUMENT:
             ivals[a.name] = arg_iv
         else:
             ivals[a.name] = UNKNOWN
@@ -239,7 +240,7 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
     for a in node.aggregates:
         if exact_input:
             # whether the summed values are >= 0 (what a sum's monotonicity needs)
-            nonneg = a.function.partial == "smaller_if_nonneg" and \
+            nonneg = a.function.partial is Monotonicity.SMALLER_IF_NONNEG and \
                 facts.ivals.get(a.arg or "", UNKNOWN).nonneg
             out.tainted[a.name] = Taint(labels[a.name], origin, a.func, nonneg)
         else:

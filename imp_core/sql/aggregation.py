@@ -13,9 +13,10 @@ from typing import Callable
 
 from sqlglot import exp
 
+from imp_core.plan.aggregates.distinct import is_distinct, plain_function
 from imp_core.plan.expr import ColumnRef, Expr
 from imp_core.plan.nodes import AggCall, NamedExpr
-from imp_core.sql.expressions import DISTINCT_PREFIX, map_children
+from imp_core.sql.expressions import map_children
 
 CallKey = tuple[str, Expr | None]
 
@@ -63,7 +64,7 @@ class Aggregation:
     def agg_calls(self) -> tuple[AggCall, ...]:
         """The calls as the Aggregate computes them (a DISTINCT call's function without
         its prefix: it runs over the DISTINCT rows, see ``distinct_argument``)."""
-        return tuple(AggCall(func.removeprefix(DISTINCT_PREFIX),
+        return tuple(AggCall(plain_function(func),
                              None if arg is None else self.projected[arg], name)
                      for (func, arg), name in self.calls.items())
 
@@ -71,8 +72,8 @@ class Aggregation:
         """The projected arguments of ``f(DISTINCT x)`` calls, and whether there are
         calls without DISTINCT too."""
         args = {self.projected[arg] for (func, arg) in self.calls
-                if func.startswith(DISTINCT_PREFIX) and arg is not None}
-        plain = any(not func.startswith(DISTINCT_PREFIX) for func, _ in self.calls)
+                if is_distinct(func) and arg is not None}
+        plain = any(not is_distinct(func) for func, _ in self.calls)
         return args, plain
 
     def over_groups(self, expr: Expr, ungrouped: Callable[[str], Exception],

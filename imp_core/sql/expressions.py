@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from imp_core.errors import UnsupportedSqlError
 from imp_core.plan.aggregates import registry
+from imp_core.plan.aggregates.distinct import distinct_call
 from imp_core.plan.evaluate import literal_type
 from imp_core.plan.expr import (
     BinaryOp,
@@ -355,14 +356,11 @@ def _substring(node: exp.Substring, ctx: BindContext) -> Expr:
 # -- aggregates --------------------------------------------------------------------------
 
 
-DISTINCT_PREFIX = "distinct_"
-
-
 def aggregate_call(node: exp.Expression, ctx: BindContext) -> tuple[str, Expr | None]:
     """``(function, argument)`` of an aggregate call; ``ctx`` binds the argument.
 
-    ``f(DISTINCT x)`` is ``("distinct_f", x)`` (the planner aggregates a DISTINCT of the
-    group keys and ``x``).
+    ``f(DISTINCT x)`` is ``(distinct_call(f), x)`` (``imp_core.plan.aggregates.distinct``:
+    the planner aggregates a DISTINCT of the group keys and ``x``).
 
     ``count(*)`` and ``count(<non-NULL constant>)`` are both ``count_star``.
     """
@@ -376,7 +374,7 @@ def aggregate_call(node: exp.Expression, ctx: BindContext) -> tuple[str, Expr | 
             raise ctx.unsupported(f"{func.upper()}(DISTINCT ...) over several columns", node)
         bound = bind(arg.expressions[0], ctx)
         # MIN and MAX ignore duplicates anyway; the others aggregate distinct values
-        return (func if fn.extremes else DISTINCT_PREFIX + func), bound
+        return distinct_call(fn), bound
     if node.expressions:
         raise ctx.unsupported(f"{func.upper()} with several arguments", node)
     star = fn.for_star()  # count(*) for COUNT, None for the others

@@ -26,6 +26,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from imp_core.errors import UnknownColumnError, UnsupportedSqlError
+from imp_core.plan.aggregates.distinct import is_distinct
 from imp_core.plan.evaluate import aggregate_type, infer_type
 from imp_core.plan.expr import ColumnRef, Expr, Literal, conjoin, conjuncts
 from imp_core.plan.nodes import (
@@ -442,7 +443,7 @@ class SelectPlanner(FromTree):
             # every call aggregates the same x with DISTINCT
             if plain or len(distinct) > 1:
                 first = next(self.agg.sources[k] for k in self.agg.calls
-                             if k[0].startswith("distinct_"))
+                             if is_distinct(k[0]))
                 raise self.text.unsupported(
                     "aggregates with DISTINCT next to other aggregates or over different "
                     "arguments", first)

@@ -25,7 +25,7 @@ from strategies import SEEDS
 from imp_core.embedded.api import Engine
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.plan.aggregates import registry
-from imp_core.plan.aggregates.base import GroupState
+from imp_core.plan.aggregates.base import GroupState, Monotonicity, ValueRange
 from imp_core.plan.aggregates.exact import python_exact
 from imp_core.reference import reference_capture
 
@@ -174,7 +174,8 @@ def test_registry_names_and_sql_aliases():
     assert registry.from_sql_key("median") is None
     for name in STATS:
         fn = registry.get(name)
-        assert fn.moments == 2 and fn.partial == "either" and fn.value_range == "nonneg"
+        assert fn.moments == 2 and fn.partial is Monotonicity.EITHER \
+            and fn.value_range is ValueRange.NONNEG
         assert fn.spark_sql("`x`") == f"{name.upper()}(`x`)"
         assert not fn.exact_on_spark(pa.int64())
         assert fn.result_type(DEC) == pa.float64()

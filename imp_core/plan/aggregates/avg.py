@@ -13,7 +13,13 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from imp_core.plan.aggregates.base import MAX_PRECISION, AggregateFunction, GroupState
+from imp_core.plan.aggregates.base import (
+    MAX_PRECISION,
+    AggregateFunction,
+    GroupState,
+    Monotonicity,
+    ValueRange,
+)
 from imp_core.plan.aggregates.exact import (
     EXACT_FLOAT,
     FLOAT_SHIFT,
@@ -28,8 +34,8 @@ class Avg(AggregateFunction):
     sql_keys = ("avg",)
     moments = 1
     numeric_only = True
-    partial = "either"
-    value_range = "argument"
+    partial = Monotonicity.EITHER
+    value_range = ValueRange.ARGUMENT
     spark_name = "AVG"
 
     def result_type(self, dtype: pa.DataType | None) -> pa.DataType:

@@ -16,6 +16,7 @@ evaluator recomputes from scratch:
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
@@ -23,6 +24,25 @@ import numpy as np
 import pyarrow as pa
 
 MAX_PRECISION = 38  # Spark's widest decimal (also imp_core.plan.evaluate.MAX_PRECISION)
+
+
+class Monotonicity(enum.Enum):
+    """How the value over a sub-bag of a group (a partial group in a sketch instance)
+    compares with the whole group's (the safety rules' question)."""
+
+    SMALLER = "smaller"  # never larger: count, max
+    SMALLER_IF_NONNEG = "smaller_if_nonneg"  # sum: never larger when every value is >= 0
+    LARGER = "larger"  # never smaller: min
+    EITHER = "either"  # no order: avg, the statistics
+
+
+class ValueRange(enum.Enum):
+    """What bounds the value (the safety rules' intervals and the memory estimate)."""
+
+    NONNEG = "nonneg"  # >= 0
+    ARGUMENT = "argument"  # within the argument's bounds
+    SUM = "sum"  # the argument's bounds times the group's rows
+    ANY = "any"
 
 
 @dataclass(frozen=True)
@@ -44,13 +64,8 @@ class AggregateFunction:
     """One aggregate function. Subclasses set the class attributes and ``result_type``
     and ``finalize``; instances are listed in their module's ``FUNCTIONS``.
 
-    Monotonicity (``partial``), used by the safety rules: how the value over a sub-bag of
-    a group (a partial group in a sketch instance) compares with the whole group's:
-    "smaller" (never larger: count, max), "smaller_if_nonneg" (sum: never larger when
-    every summed value is >= 0), "larger" (never smaller: min) or "either".
-    ``value_range``, used by the safety rules' intervals and the estimate: "nonneg" (the
-    value is >= 0), "argument" (within the argument's bounds), "sum" (the argument's
-    bounds times the group's rows) or "any".
+    ``partial`` (a ``Monotonicity``), used by the safety rules, and ``value_range`` (a
+    ``ValueRange``), used by the safety rules' intervals and the estimate.
     """
 
     name: ClassVar[str]
@@ -60,8 +75,8 @@ class AggregateFunction:
     extremes: ClassVar[bool] = False
     largest_first: ClassVar[bool] = False  # extremes: the value is the largest (max)
     numeric_only: ClassVar[bool] = False  # the argument must be a number (kind_of)
-    partial: ClassVar[str] = "either"
-    value_range: ClassVar[str] = "any"
+    partial: ClassVar[Monotonicity] = Monotonicity.EITHER
+    value_range: ClassVar[ValueRange] = ValueRange.ANY
     never_null: ClassVar[bool] = False
     spark_name: ClassVar[str] = ""
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from imp_core.plan.aggregates.base import AggregateFunction, GroupState
+from imp_core.plan.aggregates.base import AggregateFunction, GroupState, Monotonicity, ValueRange
 
 
 class Count(AggregateFunction):
     name = "count"
     sql_keys = ("count",)
-    partial = "smaller"
-    value_range = "nonneg"
+    partial = Monotonicity.SMALLER
+    value_range = ValueRange.NONNEG
     never_null = True
     spark_name = "COUNT"
 
@@ -48,5 +48,6 @@ class CountStar(Count):
         return "count"
 
 
+COUNT = Count()
 COUNT_STAR = CountStar()
-FUNCTIONS = (Count(), COUNT_STAR)
+FUNCTIONS = (COUNT, COUNT_STAR)

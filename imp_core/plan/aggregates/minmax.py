@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from imp_core.plan.aggregates.base import AggregateFunction, GroupState
+from imp_core.plan.aggregates.base import AggregateFunction, GroupState, Monotonicity, ValueRange
 
 
 class Extreme(AggregateFunction):
     extremes = True
-    value_range = "argument"
+    value_range = ValueRange.ARGUMENT
 
-    def __init__(self, name: str, partial: str) -> None:
+    def __init__(self, name: str, partial: Monotonicity) -> None:
         self.name = name  # type: ignore[misc]  # per instance: "min" or "max"
         self.sql_keys = (name,)  # type: ignore[misc]
         self.partial = partial  # type: ignore[misc]
         self.spark_name = name.upper()  # type: ignore[misc]
-        self.largest_first = partial == "smaller"  # type: ignore[misc]  # max
+        self.largest_first = partial is Monotonicity.SMALLER  # type: ignore[misc]  # max
 
     def result_type(self, dtype: pa.DataType | None) -> pa.DataType:
         assert dtype is not None
@@ -34,6 +34,6 @@ class Extreme(AggregateFunction):
         return pa.array(state.extremes, type=dtype)
 
 
-MIN = Extreme("min", "larger")
-MAX = Extreme("max", "smaller")
+MIN = Extreme("min", Monotonicity.LARGER)
+MAX = Extreme("max", Monotonicity.SMALLER)
 FUNCTIONS = (MIN, MAX)

@@ -15,7 +15,13 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from imp_core.plan.aggregates.base import MAX_PRECISION, AggregateFunction, GroupState
+from imp_core.plan.aggregates.base import (
+    MAX_PRECISION,
+    AggregateFunction,
+    GroupState,
+    Monotonicity,
+    ValueRange,
+)
 from imp_core.plan.aggregates.exact import FLOAT_SHIFT, kind_of
 from imp_core.plan.decimal64 import from_unscaled
 
@@ -25,8 +31,8 @@ class Sum(AggregateFunction):
     sql_keys = ("sum",)
     moments = 1
     numeric_only = True
-    partial = "smaller_if_nonneg"
-    value_range = "sum"
+    partial = Monotonicity.SMALLER_IF_NONNEG
+    value_range = ValueRange.SUM
     spark_name = "SUM"
 
     def result_type(self, dtype: pa.DataType | None) -> pa.DataType:

@@ -21,15 +21,15 @@ import math
 
 import pyarrow as pa
 
-from imp_core.plan.aggregates.base import AggregateFunction, GroupState
+from imp_core.plan.aggregates.base import AggregateFunction, GroupState, Monotonicity, ValueRange
 from imp_core.plan.aggregates.exact import kind_of, unit
 
 
 class Variance(AggregateFunction):
     moments = 2
     numeric_only = True
-    partial = "either"
-    value_range = "nonneg"
+    partial = Monotonicity.EITHER
+    value_range = ValueRange.NONNEG
 
     def __init__(self, name: str, sql_keys: tuple[str, ...], sample: bool, root: bool):
         self.name = name  # type: ignore[misc]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,13 +26,14 @@ pytestmark = [pytest.mark.grpc, pytest.mark.integration]
 
 
 class _Tables:
-    """What ``reference`` reads of a coordinator: the table store the servers shared."""
+    """What ``reference`` reads of a coordinator: its context's table store (the one the
+    servers shared) and its tables."""
 
     def __init__(self, store: DeltaStore):
-        self.store = store
+        self.ctx = SimpleNamespace(store=store)
 
     def tables(self) -> list[str]:
-        return self.store.tables()
+        return self.ctx.store.tables()
 
 
 def _serve(root) -> tuple[subprocess.Popen, str]:

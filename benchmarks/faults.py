@@ -112,7 +112,7 @@ class Stream:
 
 def exact_over_grpc(client: Any, store_root: Path) -> bool:
     """Every query's fresh sketch equals the reference evaluator's recapture."""
-    from imp_core.reference import reference_capture
+    from imp_core.oracle.reference import reference_capture
     from imp_core.sql import plan_sql
     from imp_core.storage import DeltaStore
     from imp_core.workloads.queries import load_query
@@ -359,7 +359,7 @@ class _Embedded:
 
 
 def _exact_embedded(c: Any, name: str) -> bool:
-    from imp_core.reference import reference_capture
+    from imp_core.oracle.reference import reference_capture
 
     sv = c.get_sketch(name)
     tables = {t: c.ctx.store.read(t, v) for t, v in sv.versions.items()}

@@ -192,7 +192,7 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
 
     from imp_core.embedded.api import Engine
     from imp_core.errors import ImpError
-    from imp_core.reference import reference_capture
+    from imp_core.oracle.reference import reference_capture
 
     eng = Engine()
     r, s = _rows(rng, 8, 0)

@@ -55,7 +55,7 @@ def pattern(ratio_name: str, operations: int) -> list[str]:
 def run_workload(coordinator, store, spark, ratio_name: str, delta: int, operations: int,
                  rng: np.random.Generator, progress: bool) -> dict[str, Any]:
     from imp_actors.types import QuerySpec
-    from imp_core.results import same_rows
+    from imp_core.oracle.results import same_rows
     from imp_core.sql import plan_sql
     from imp_core.workloads.queries import load_query
 

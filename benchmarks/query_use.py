@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from benchmarks.common import environment
 from benchmarks.paper_common import log
-from imp_core.results import same_rows
+from imp_core.oracle.results import same_rows
 
 ATTRIBUTES = ("auto", "header")
 

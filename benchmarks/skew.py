@@ -57,8 +57,8 @@ def run_skew_bench(rows: int = 200_000, batches: int = 50, batch_rows: int = 200
                    hot: float = 0.5, fragments: int = 64, seed: int = 1,
                    progress: bool = True, root: str | Path | None = None,
                    overflows: tuple[float, ...] = (4.0, 2.0, 1.5)) -> dict[str, Any]:
-    from imp_core.maintenance import Maintainer
-    from imp_core.reference import reference_capture
+    from imp_core.embedded.maintainer import Maintainer
+    from imp_core.oracle.reference import reference_capture
     from imp_core.sketch.partition import PartitionSet, RangePartition
     from imp_core.storage import DeltaStore
 

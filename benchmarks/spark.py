@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.common import environment
-from imp_core.results import same_rows
+from imp_core.oracle.results import same_rows
 from imp_core.storage.delta_store import WriteOptions
 
 TPCH_QUERIES = ("q01", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q12", "q14",
@@ -238,7 +238,7 @@ def run_spark_bench(sf: float = 1.0, rows: int = 1_000_000, queries: Iterable[st
                     row_group_rows: int = 65_536, page_rows: int = 2048,
                     progress: bool = True, spark=None, bootstrap: str = "spark"
                     ) -> dict[str, Any]:
-    from imp_core.maintenance import Maintainer
+    from imp_core.embedded.maintainer import Maintainer
     from imp_core.spark import get_spark, register_tables
     from imp_core.spark.deltas import SparkDeltaSource
 

@@ -161,11 +161,11 @@ class RuntimeConfig:
     # per actor: the estimated bytes of join inputs a query may keep in memory; inputs
     # beyond it are probed in the data layer (the table store's files, filtered by the
     # join keys) instead, the fewest lookups per byte saved first
-    # (``imp_core.data_layer.place_join_sides``). None: every input in memory. Decided
+    # (``imp_core.query.data_layer.place_join_sides``). None: every input in memory. Decided
     # once at registration for single-shard queries (a sharded query keeps its inputs).
     join_state_budget_bytes: int | None = 48 << 20
     # a top-k keeps its best this-many entries, not its whole input (at least k; None:
-    # all); deletions that empty it refill it from the data layer (imp_core.data_layer).
+    # all); deletions that empty it refill it from the data layer (imp_core.query.data_layer).
     # Measured at SF 1: TPC-H q10's top 20 of 38k customers held 21.9 MiB whole, 0.6 MiB
     # bounded to 1,000
     topk_buffer: int | None = 1000

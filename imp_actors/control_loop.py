@@ -64,8 +64,9 @@ class ControlLoop:
         self._pool: ThreadPoolExecutor | None = None
         self._steps: ThreadPoolExecutor | None = None  # the reconciler's slow steps
         self.autoscaler = Autoscaler()
-        self.reconciler = Reconciler(ctx.targets, state, ctx.counters,
-                                     submit=self._submit_step, done=self._step_done)
+        self.reconciler = Reconciler(
+            ctx.targets, state, ctx.counters, submit=self._submit_step, done=self._step_done,
+            registered=lambda name: ctx.queries.find(name) is not None)
         self.reclustering = Reclustering(ctx, layouts)
         self._last_poll = 0.0
         self._last_autoscale = 0.0

@@ -74,9 +74,9 @@ from imp_actors.types import (
 )
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import PartitionError, UnknownQueryError
-from imp_core.scan_spec import ScanSpec
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.storage.scan_spec import ScanSpec
 
 log = logging.getLogger(__name__)
 

@@ -43,9 +43,9 @@ from imp_actors.telemetry import QueryTelemetry
 from imp_actors.worker import ApplyResult, WorkerStatus
 from imp_core.errors import ImpError
 from imp_core.plan.nodes import QueryPlan
-from imp_core.scan_spec import ScanSpec
 from imp_core.sketch.adaptive import FragmentCounts
 from imp_core.sketch.partition import PartitionSet
+from imp_core.storage.scan_spec import ScanSpec
 
 
 class LifecycleError(ImpError):

@@ -27,8 +27,8 @@ from imp_actors.types import SketchVersion
 from imp_actors.worker import ApplyResult
 from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import WorkerLostError
-from imp_core.scan_spec import restrict_delta
 from imp_core.sketch.sketch import Sketch
+from imp_core.storage.scan_spec import restrict_delta
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import dataclasses
 
 from imp_actors.context import RuntimeContext
 from imp_actors.registry import QueryRecord
-from imp_core.data_layer import DataLayer, JoinPlacement, placeable
 from imp_core.plan.nodes import QueryPlan
-from imp_core.query.prepare import PreparedQuery
+from imp_core.query.data_layer import DataLayer, JoinPlacement, placeable
 from imp_core.query.driver import place_sides
+from imp_core.query.prepare import PreparedQuery
 from imp_core.sketch.partition import PartitionSet
 
 

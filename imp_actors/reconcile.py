@@ -240,7 +240,9 @@ def _inline(job: Callable[[], None]) -> None:
 class Reconciler:
     """Converges every query to its target (see the module docstring). ``submit`` runs a
     slow step (restore, rescale, recovery, probe) off the tick's thread; evictions run on
-    it, without waiting for a busy query's lock. ``done`` hears of every attempt."""
+    it, without waiting for a busy query's lock. ``done`` hears of every attempt.
+    ``registered`` tells whether a name is registered now (looked up afresh, not from the
+    tick's list of queries): the targets of the others are forgotten."""
 
     targets: Targets
     actions: Actions
@@ -248,6 +250,7 @@ class Reconciler:
     submit: Submit = _inline
     done: Done | None = None
     probe_every_s: float = PROBE_EVERY_S
+    registered: Callable[[str], bool] | None = None
     _running: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -257,9 +260,7 @@ class Reconciler:
 
     def tick(self, queries: Iterable[QueryRuntime], now: float) -> None:
         """Observe every query, and start the step its target asks for (if any)."""
-        known = set()
         for q in queries:
-            known.add(q.name)
             t = self.targets.get(q.name)
             if t is None or self.running(q.name):
                 continue
@@ -278,8 +279,9 @@ class Reconciler:
                     self._attempt(q, step)  # cheap, and never waits for the query's lock
                 else:
                     self._start(q, step)
-        for name in set(self.targets.names()) - known:
-            self.targets.forget(name)  # dropped
+        for name in self.targets.names() if self.registered is not None else ():
+            if not self.registered(name):
+                self.targets.forget(name)  # dropped
 
     def converge(self, q: QueryRuntime, shards: int, by: str) -> None:
         """Set ``q``'s target shard count and reach it now (a request's own rescale): a

@@ -49,11 +49,11 @@ from imp_core.errors import (
 )
 from imp_core.plan.nodes import QueryPlan
 from imp_core.query.prepare import PreparedQuery, StoreTables, prepare_query
-from imp_core.scan_spec import scan_specs
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage.file_side import TableFiles
 from imp_core.storage.row_groups import StoreLayout
+from imp_core.storage.scan_spec import scan_specs
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")

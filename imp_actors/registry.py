@@ -91,7 +91,7 @@ class QueryRecord:
 
     @property
     def probed_sides(self) -> frozenset[OperatorPath]:
-        """``placement`` as paths (``imp_core.data_layer.JoinPlacement``)."""
+        """``placement`` as paths (``imp_core.query.data_layer.JoinPlacement``)."""
         return parse_paths(self.placement)
 
     def with_shards(self, shards: int) -> QueryRecord:

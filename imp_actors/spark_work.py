@@ -15,9 +15,9 @@ from typing import Any, Mapping
 import pyarrow as pa
 
 from imp_actors.types import QueryResult
-from imp_core.data_layer import DataLayer, JoinPlacement
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.plan.nodes import QueryPlan
+from imp_core.query.data_layer import DataLayer, JoinPlacement
 from imp_core.query.driver import QueryDriver
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch

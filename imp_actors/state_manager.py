@@ -46,9 +46,9 @@ from imp_core.errors import (
     UnshardableQueryError,
     WorkerLostError,
 )
-from imp_core.memory_release import release_free_memory
-from imp_core.scan_spec import scan_specs
+from imp_core.process.memory_release import release_free_memory
 from imp_core.sketch.partition import PartitionSet
+from imp_core.storage.scan_spec import scan_specs
 
 log = logging.getLogger(__name__)
 

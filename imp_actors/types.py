@@ -26,9 +26,10 @@ class QuerySpec:
     ``partitions`` maps "table.column" to a fragment count (equi-depth on the current
     data) or explicit split points; None uses the SQL's ``-- sketch: table.column``
     header with ``fragments`` fragments; "auto" (or None without a header) lets the
-    attribute advisor choose (``imp_core.advice.attributes``). ``force`` registers even if the safety check
-    finds the sketch attribute unsafe. ``pushdown`` False keeps the query's selections
-    out of its scans (every row of a read table reaches its workers; for measurements).
+    attribute advisor choose (``imp_core.advice.attributes``). ``force`` registers even
+    if the safety check finds the sketch attribute unsafe. ``pushdown`` False keeps the
+    query's selections out of its scans (every row of a read table reaches its workers;
+    for measurements).
     ``autoscaling`` lets the shard count follow the maintenance load within its bounds
     (the query starts with ``shards`` moved into them).
     """

@@ -28,12 +28,12 @@ from pyroaring import BitMap
 from imp_actors.checkpoints import CheckpointStore
 from imp_actors.sharding import route_rows, shard_key
 from imp_actors.types import CheckpointInfo
-from imp_core.data_layer import DataLayer, JoinPlacement
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.errors import SnapshotError, VersionError
-from imp_core.memory_release import release_free_memory
 from imp_core.plan.nodes import QueryPlan
+from imp_core.process.memory_release import release_free_memory
+from imp_core.query.data_layer import DataLayer, JoinPlacement
 from imp_core.query.driver import QueryDriver
 from imp_core.sketch.partition import PartitionSet
 

@@ -246,7 +246,7 @@ def _read(run, table: str) -> str:
 
 
 def _same(a: pa.Table, b: pa.Table) -> bool:
-    from imp_core.results import same_rows
+    from imp_core.oracle.results import same_rows
 
     return a.num_rows == b.num_rows and same_rows(a, b)
 

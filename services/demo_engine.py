@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.embedded.api import Engine, RegisteredQuery
-from imp_core.reference import reference_capture
+from imp_core.oracle.reference import reference_capture
 from imp_core.workloads.queries import load_query
 from imp_core.workloads.schemas import TABLES
 from imp_core.workloads.synthetic import generate_crimes, generate_groups_table

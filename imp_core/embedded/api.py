@@ -33,11 +33,11 @@ from imp_core.errors import (
     UnknownQueryError,
     UnknownTableError,
 )
+from imp_core.oracle.reference import ReferenceResult, reference_capture, reference_evaluate
 from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.query.driver import QueryDriver
 from imp_core.query.prepare import DEFAULT_FRAGMENTS
-from imp_core.reference import ReferenceResult, reference_capture, reference_evaluate
 from imp_core.sketch.partition import (
     PartitionSet,
     PartitionSpec,

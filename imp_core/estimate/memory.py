@@ -8,7 +8,7 @@ and the memory the incremental engine (``imp_core.engine``) would use for it:
 - ``state_bytes``: what the operator keeps between batches. A ``Join``, ``SemiJoin`` or
   ``OuterJoin`` keeps both inputs' rows (a ``SideIndex`` each: the rows, weight,
   annotation, key index and Bloom filter), except a side probed in the data layer
-  (``probed``: side ids as ``imp_core.data_layer.join_sides`` names them);
+  (``probed``: side ids as ``imp_core.query.data_layer.join_sides`` names them);
   ``Aggregate`` / ``Distinct`` one entry per group plus its fragment counts and
   min/max multisets; ``TopK`` its buffer (every input row when unbounded). Scans,
   selections and projections keep nothing.
@@ -157,7 +157,7 @@ class PlanEstimate:
 
     operators: tuple[OperatorEstimate, ...]
     result_bytes: float = 0.0  # the kept query result (``EngineOptions.keep_result``)
-    # the sides this estimate leaves to the data layer (``imp_core.data_layer.JoinPlacement``)
+    # the sides this estimate leaves to the data layer (``imp_core.query.data_layer.JoinPlacement``)
     probed: frozenset[OperatorPath] = frozenset()
 
     @property

@@ -34,7 +34,6 @@ from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 
-from imp_core.data_layer import DataLayer, JoinPlacement, Wiring, join_sides
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.engine.probed_side import VersionContext
@@ -42,9 +41,10 @@ from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import BootstrapModeError
 from imp_core.plan.arrow_filter import scan_filter
 from imp_core.plan.nodes import PlanNode, QueryPlan
-from imp_core.scan_spec import ScanSpec, restrict_delta
+from imp_core.query.data_layer import DataLayer, JoinPlacement, Wiring, join_sides
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.storage.scan_spec import ScanSpec, restrict_delta
 
 BOOTSTRAP_MODES = ("auto", "spark", "engine")
 

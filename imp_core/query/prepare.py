@@ -1,20 +1,15 @@
 """The one way a query is prepared for maintenance: SQL → plan → partitions → safety.
 
 ``prepare_query`` is the register path shared by the embedded ``Engine``
-(``imp_core.embedded.api``), the versioned-store ``Maintainer`` (``imp_core.maintenance``) and the
-service's coordinator (``imp_actors``): it plans the SQL over the tables' schemas, takes
-the partitions given or the SQL's ``-- sketch: table.column`` header, estimates the
-memory the plan's operators would need from the tables' statistics and refuses a plan
-beyond the registration memory budget (``imp_core.estimate.memory``), builds the range
-partitions on the tables' current contents, checks every sketch attribute's safety
-(refusing unsafe ones unless forced) and derives the per-table scan specs. The pipeline
-that maintains the prepared query is built by ``imp_core.data_layer``.
-
-Invariants: preparing changes nothing anywhere (a refusal leaves no trace); the memory
-check comes before anything is read beyond schemas, versions, statistics and the sketch
-columns the partition build reads anyway (each is read once; no partitions are built for
-a refused plan); a ``PreparedQuery``'s partitions were built on the table versions it
-records, and its verdicts hold for exactly its plan and partitions.
+(``imp_core.embedded.api``), the versioned-store ``Maintainer``
+(``imp_core.embedded.maintainer``) and the service's coordinator (``imp_actors``): it
+plans the SQL over the tables' schemas, takes the partitions given or the SQL's
+``-- sketch: table.column`` header, estimates the memory the plan's operators would need
+from the tables' statistics and refuses a plan beyond the registration memory budget
+(``imp_core.estimate.memory``), builds the range partitions on the tables' current
+contents, checks every sketch attribute's safety (refusing unsafe ones unless forced) and
+derives the per-table scan specs. The pipeline that maintains the prepared query is run
+by ``imp_core.query.driver``.
 """
 
 from __future__ import annotations
@@ -39,12 +34,12 @@ from imp_core.estimate.memory import (
 )
 from imp_core.plan.nodes import Aggregate, PlanNode, QueryPlan, Scan
 from imp_core.query.limits import check_fragments, requested_fragments
-from imp_core.scan_spec import ScanSpec, scan_specs
 from imp_core.sketch.partition import (
     PartitionSet,
     PartitionSpec,
     build_partition_set,
 )
+from imp_core.storage.scan_spec import ScanSpec, scan_specs
 
 DEFAULT_FRAGMENTS = 64
 # partitions="auto": the attribute advisor (``imp_core.advice.attributes``) chooses them
@@ -142,13 +137,13 @@ def prepare_query(sql: str, source: TableSource,
     or ``"auto"``: ``IMP_REGISTRATION_MEMORY_BYTES``, else half the memory available
     now; a plan beyond it raises ``PlanTooLargeError`` before partitions are built.
     ``join_state_budget_bytes``: the caller will probe the largest equi-join sides in
-    the data layer beyond this many bytes (``imp_core.data_layer.place_join_sides``), so
+    the data layer beyond this many bytes (``imp_core.query.data_layer.place_join_sides``), so
     the estimate counts no state for those sides (None: every side in memory).
     ``clustered(table, version, column)``: whether a lookup by that column reads about
     one row group (``TableFiles.clustered``), so a side busy tables probe may still be
     probed (None: no side is taken as clustered); with ``not_null(table, column)``
     (whether a column never holds NULL) an aggregation's groups may be held by the data
-    layer too (``imp_core.data_layer.groups_lookup``).
+    layer too (``imp_core.query.data_layer.groups_lookup``).
     """
     from imp_core.safety import require_safe
     from imp_core.sql import plan_sql
@@ -236,7 +231,7 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
     est = estimate_plan(root, stats, sketched, fragments=per_table)
     if join_state_budget_bytes is None:
         return est
-    from imp_core.data_layer import place_join_sides
+    from imp_core.query.data_layer import place_join_sides
 
     sides: dict[int, float] = {}
     for op in est.operators:

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.operators.base import TableDelta
-from imp_core.scan_spec import FRAGMENT_COLUMN, ScanSpec
 from imp_core.spark.compile import quote, write_expr
 from imp_core.spark.run import fragment_id_column
+from imp_core.storage.scan_spec import FRAGMENT_COLUMN, ScanSpec
 
 _KIND = "_change_type"
 

@@ -27,13 +27,13 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.operators.base import TableDelta
-from imp_core.scan_spec import ScanSpec, restrict_delta
 from imp_core.storage.changes import (
     COMMIT_VERSION,
     commit_change_files,
     read_change_files,
     to_weighted,
 )
+from imp_core.storage.scan_spec import ScanSpec, restrict_delta
 
 Path = Literal["auto", "direct", "spark"]
 PATHS = ("auto", "direct", "spark")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imp_core.maintenance import Maintainer
+from imp_core.embedded.maintainer import Maintainer
 from imp_core.sketch.adaptive import FragmentCounts, rebalanced
 from imp_core.sketch.partition import RangePartition
 from imp_core.storage import DeltaStore

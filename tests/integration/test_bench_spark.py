@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.spark import summarize
-from imp_core.results import same_rows
+from imp_core.oracle.results import same_rows
 
 pytestmark = pytest.mark.spark
 

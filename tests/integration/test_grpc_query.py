@@ -253,7 +253,7 @@ def test_a_sketch_answers_other_sql_only_where_proven(svc, capsys):
     anything runs or changes."""
     from grpc_harness import TOKEN
 
-    from imp_core.reference import restrict_to_sketch
+    from imp_core.oracle.reference import restrict_to_sketch
     from services.cli.main import main
 
     client, table = svc.client(), "t1000g"

@@ -16,7 +16,7 @@ import pytest
 from grpc_harness import reference, running_service
 from runtime_support import fill_store, random_batch
 
-from imp_core.results import same_rows
+from imp_core.oracle.results import same_rows
 from imp_core.workloads.queries import list_queries
 
 pytestmark = [pytest.mark.grpc, pytest.mark.integration]

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from imp_core.advice.layouts import advise_layout
+from imp_core.embedded.maintainer import Maintainer
 from imp_core.errors import UnknownColumnError
-from imp_core.maintenance import Maintainer
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage import DeltaStore

@@ -10,13 +10,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from workload_data import synthetic_tables, workload_stores
 
+from imp_core.embedded.maintainer import Maintainer
 from imp_core.errors import (
     SchemaMismatchError,
     UnknownColumnError,
     UnknownQueryError,
     UnknownTableError,
 )
-from imp_core.maintenance import Maintainer
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import list_queries
 from imp_core.workloads.schemas import TABLES
@@ -165,7 +165,7 @@ def test_spark_bootstrap_state_equals_in_memory_state(stores):
     """State bootstrapped from Spark's filtered, annotated snapshot behaves exactly like
     state bootstrapped in memory: same sketch and annotated result now, and after the
     same further changes."""
-    from imp_core.reference import reference_capture
+    from imp_core.oracle.reference import reference_capture
     from imp_core.spark import get_spark
     from imp_core.spark.deltas import SparkDeltaSource
 

@@ -16,13 +16,13 @@ import pytest
 from state_canon import canonical_state, first_difference
 from workload_data import synthetic_tables, workload_stores
 
+from imp_core.embedded.maintainer import Maintainer
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.state import state_key
 from imp_core.errors import BootstrapModeError, SnapshotError
-from imp_core.maintenance import Maintainer
-from imp_core.reference import reference_capture
+from imp_core.oracle.reference import reference_capture
 from imp_core.spark.bootstrap import _Bootstrap, _output_from_state, bootstrap_tables
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import list_queries

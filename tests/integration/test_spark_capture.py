@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from workload_data import synthetic_tables, tpch_tables
 
+from imp_core.oracle.reference import reference_capture, reference_evaluate, restrict_to_sketch
 from imp_core.plan.nodes import PlanNode, QueryPlan
-from imp_core.reference import reference_capture, reference_evaluate, restrict_to_sketch
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.sql import plan_sql

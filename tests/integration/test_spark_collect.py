@@ -9,7 +9,7 @@ import pytest
 from state_canon import canonical_state, first_difference
 from workload_data import workload_stores
 
-from imp_core.maintenance import Maintainer
+from imp_core.embedded.maintainer import Maintainer
 from imp_core.spark import collect
 from imp_core.workloads.queries import list_queries
 

@@ -25,8 +25,8 @@ import pytest
 from state_canon import canonical_state, first_difference
 from workload_data import synthetic_tables
 
-from imp_core.maintenance import Maintainer
-from imp_core.results import same_rows
+from imp_core.embedded.maintainer import Maintainer
+from imp_core.oracle.results import same_rows
 from imp_core.storage import DeltaStore
 from imp_core.storage.delta_store import WriteOptions
 from imp_core.workloads.queries import load_query

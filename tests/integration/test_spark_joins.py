@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pytest
 from workload_data import synthetic_tables, tpch_tables
 
+from imp_core.embedded.maintainer import Maintainer
 from imp_core.engine.join_index import SideIndex
-from imp_core.maintenance import Maintainer
 from imp_core.spark.joins import SparkJoinSide
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import list_queries

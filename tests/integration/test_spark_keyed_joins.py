@@ -36,6 +36,7 @@ from diff_harness import RandChooser, World, col, gen_row, lit, op, qplan, scan,
 from state_canon import canonical_state, first_difference
 
 from imp_core.engine.pipeline import IncrementalQuery
+from imp_core.oracle.reference import reference_capture, reference_evaluate
 from imp_core.plan.expr import BinaryOp, UnaryOp
 from imp_core.plan.nodes import (
     AggCall,
@@ -51,7 +52,6 @@ from imp_core.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp_core.reference import reference_capture, reference_evaluate
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.spark import annotated_result, capture, plain_sql, use_sql
 from imp_core.spark.bootstrap import bootstrap
@@ -366,10 +366,10 @@ def test_bootstrap_and_maintenance_with_probed_sides_over_a_semi_join(spark, tab
     sides, probed too, hold the versions and Bloom filters that step left them."""
     import numpy as np
 
-    from imp_core.data_layer import DataLayer, join_sides
     from imp_core.engine.operators.base import TableDelta
     from imp_core.engine.pipeline import EngineOptions
     from imp_core.engine.probed_side import is_probed
+    from imp_core.query.data_layer import DataLayer, join_sides
     from imp_core.storage import ChangeReader
 
     store = DeltaStore(tmp_path)

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 from workload_data import workload_stores
 
-from imp_core.data_layer import DataLayer, groups_to_probe
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
+from imp_core.oracle.reference import reference_capture
+from imp_core.query.data_layer import DataLayer, groups_to_probe
 from imp_core.query.prepare import StoreTables, prepare_query
-from imp_core.reference import reference_capture
 from imp_core.spark.bootstrap import bootstrap
 from imp_core.storage import ChangeReader
 

@@ -24,9 +24,9 @@ from strategies import indices
 
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
+from imp_core.oracle.reference import reference_capture, reference_evaluate
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Literal
 from imp_core.plan.nodes import Field, PlanNode, QueryPlan, Scan
-from imp_core.reference import reference_capture, reference_evaluate
 from imp_core.sketch.partition import PartitionSet, RangePartition
 
 # -- tables -------------------------------------------------------------------------------

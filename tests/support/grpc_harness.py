@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from runtime_support import fill_store, make_config
 
 from imp_actors.coordinator import Coordinator
-from imp_core.reference import reference_capture
+from imp_core.oracle.reference import reference_capture
 from imp_core.sketch.sketch import Sketch
 from imp_core.sql import plan_sql
 from services.client import SketchClient, TlsOptions

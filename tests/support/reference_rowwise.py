@@ -1,6 +1,6 @@
 """The former row-at-a-time reference evaluator, kept only to cross-check the vectorized one.
 
-``imp_core.reference`` is the oracle the tests use; this module is its predecessor, a
+``imp_core.oracle.reference`` is the oracle the tests use; this module is its predecessor, a
 direct transcription of the annotated semantics, one tuple at a time in plain Python.
 
 ``rowwise_evaluate`` runs a plan over full tables the way the capture query would:

@@ -12,7 +12,7 @@ from workload_data import synthetic_tables, tpch_tables
 from imp_actors.config import EvictionPolicy, RuntimeConfig
 from imp_actors.coordinator import Coordinator
 from imp_actors.types import QuerySpec, SketchVersion
-from imp_core.reference import reference_capture
+from imp_core.oracle.reference import reference_capture
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import load_query

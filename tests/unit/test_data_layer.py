@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imp_core.data_layer import DataLayer, join_sides, place_join_sides
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.probed_side import is_probed
 from imp_core.engine.subtree import evaluate_subtree
+from imp_core.oracle.reference import reference_capture
 from imp_core.plan.lineage import trace_column
+from imp_core.query.data_layer import DataLayer, join_sides, place_join_sides
 from imp_core.query.driver import QueryDriver
 from imp_core.query.prepare import StoreTables, prepare_query
-from imp_core.reference import reference_capture
 from imp_core.sql import plan_sql
 from imp_core.storage import ChangeReader, DeltaStore
 from imp_core.storage.file_side import FileJoinSide, TableFiles

@@ -42,6 +42,7 @@ from imp_core.estimate.memory import (
     parse_budget,
     row_bytes,
 )
+from imp_core.oracle.reference import reference_evaluate
 from imp_core.plan.expr import BinaryOp, ColumnRef, InList, Literal, conjoin
 from imp_core.plan.nodes import (
     AggCall,
@@ -60,7 +61,6 @@ from imp_core.plan.nodes import (
 )
 from imp_core.plan.paths import OperatorPath
 from imp_core.query.prepare import prepare_query, table_statistics
-from imp_core.reference import reference_evaluate
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sql import plan_sql
 from imp_core.workloads.queries import WorkloadQuery, list_queries

@@ -12,9 +12,9 @@ import pyarrow.compute as pc
 import pytest
 from test_keyed_join_layers import _dims, _eq, _facts
 
-from imp_core.data_layer import HOT_SIDE_FACTOR, clustered_lookup, place_join_sides
 from imp_core.plan.nodes import Join, PlanNode
 from imp_core.plan.paths import parse_paths
+from imp_core.query.data_layer import HOT_SIDE_FACTOR, clustered_lookup, place_join_sides
 from imp_core.storage import DeltaStore, WriteOptions
 from imp_core.storage.file_side import TableFiles, filter_columns
 

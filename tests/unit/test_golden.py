@@ -20,6 +20,7 @@ from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.zset import DeltaBatch
+from imp_core.oracle.reference import reference_capture, restrict_to_sketch
 from imp_core.plan.expr import BinaryOp, ColumnRef, Literal
 from imp_core.plan.nodes import (
     AggCall,
@@ -32,7 +33,6 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
 )
-from imp_core.reference import reference_capture, restrict_to_sketch
 from imp_core.sketch.partition import PartitionSet, RangePartition
 
 # -- Example 1.1 / 1.2 ------------------------------------------------------------------

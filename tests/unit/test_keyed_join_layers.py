@@ -25,19 +25,11 @@ from test_data_layer import FACTS, _random_change, _store, _tables
 
 from imp_actors.resharding import reshard
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
-from imp_core.data_layer import (
-    DataLayer,
-    direct_triggers,
-    filterable,
-    join_sides,
-    place_join_sides,
-    probe_triggers,
-    row_bound,
-)
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import is_probed
 from imp_core.errors import SparkCompileError, UnshardableQueryError
+from imp_core.oracle.reference import reference_capture
 from imp_core.plan.expr import BinaryOp
 from imp_core.plan.lineage import trace_column
 from imp_core.plan.nodes import (
@@ -55,7 +47,15 @@ from imp_core.plan.nodes import (
     SemiJoin,
 )
 from imp_core.plan.paths import OperatorPath, parse_paths
-from imp_core.reference import reference_capture
+from imp_core.query.data_layer import (
+    DataLayer,
+    direct_triggers,
+    filterable,
+    join_sides,
+    place_join_sides,
+    probe_triggers,
+    row_bound,
+)
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.spark.bootstrap import has_stateful
 from imp_core.spark.compile import annotated_sql, plain_sql

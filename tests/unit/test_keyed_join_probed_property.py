@@ -24,6 +24,7 @@ from imp_core.engine.operators.probed_aggregate import GROUPS
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide, VersionContext, is_probed
 from imp_core.engine.zset import DeltaBatch
+from imp_core.oracle.reference import reference_evaluate
 from imp_core.plan.nodes import (
     AggCall,
     Aggregate,
@@ -34,7 +35,6 @@ from imp_core.plan.nodes import (
     Project,
     SemiJoin,
 )
-from imp_core.reference import reference_evaluate
 
 SETTINGS = settings(max_examples=int(60 * SCALE), deadline=None)
 

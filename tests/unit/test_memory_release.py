@@ -1,4 +1,4 @@
-"""Freed memory goes back to the operating system (``imp_core.memory_release``)."""
+"""Freed memory goes back to the operating system (``imp_core.process.memory_release``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 import pyarrow as pa
 import pytest
 
-from imp_core.memory_release import _malloc_trim, release_free_memory
+from imp_core.process.memory_release import _malloc_trim, release_free_memory
 
 
 def _resident_mib() -> float:

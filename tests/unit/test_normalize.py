@@ -21,9 +21,9 @@ from imp_core.errors import (
     UnknownTableError,
     UnsupportedSqlError,
 )
+from imp_core.oracle.reference import reference_evaluate
 from imp_core.plan.expr import InList, Literal
 from imp_core.plan.nodes import Join, Project, QueryPlan, Select
-from imp_core.reference import reference_evaluate
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sql import parse_sketch_header, plan_sql
 from imp_core.sql.normalize import normalize_statements

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 
 import imp_core.plan.paths
-from imp_core.data_layer import groups_to_probe, join_sides, placeable
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.estimate.memory import estimate_plan
 from imp_core.estimate.table_stats import TableStats
 from imp_core.plan.paths import OperatorPath, operator_paths, parse_paths
+from imp_core.query.data_layer import groups_to_probe, join_sides, placeable
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sql import plan_sql
 

@@ -14,17 +14,17 @@ from hypothesis import strategies as st
 from test_data_layer import _random_change, _store, _tables
 from test_data_layer import _Run as _DataLayerRun
 
-from imp_core.data_layer import (
-    groups_lookup,
-    groups_to_probe,
-    join_sides,
-    place_join_sides,
-)
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import ProbedSideError
 from imp_core.estimate.memory import estimate_plan
 from imp_core.plan.nodes import Aggregate
+from imp_core.query.data_layer import (
+    groups_lookup,
+    groups_to_probe,
+    join_sides,
+    place_join_sides,
+)
 from imp_core.query.driver import QueryDriver
 from imp_core.query.prepare import table_statistics
 from imp_core.sql import plan_sql

@@ -13,8 +13,8 @@ import pytest
 from workload_data import tpch_tables
 
 import imp_core.sql.planner as planner
+from imp_core.oracle.reference import reference_evaluate
 from imp_core.plan.nodes import OuterJoin
-from imp_core.reference import reference_evaluate
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sql import plan_sql
 from imp_core.workloads.queries import list_queries

@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from imp_core.data_layer import DataLayer, join_sides
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
+from imp_core.oracle.reference import reference_capture
+from imp_core.query.data_layer import DataLayer, join_sides
 from imp_core.query.driver import (
     QueryDriver,
     first_changes,
@@ -21,9 +22,8 @@ from imp_core.query.driver import (
     read_columns,
 )
 from imp_core.query.prepare import StoreTables, prepare_query
-from imp_core.reference import reference_capture
-from imp_core.scan_spec import restrict_delta
 from imp_core.storage import DeltaStore
+from imp_core.storage.scan_spec import restrict_delta
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64()),

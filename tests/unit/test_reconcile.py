@@ -206,10 +206,12 @@ def test_an_idle_eviction_decided_before_the_last_use_is_dropped():
 def test_targets_of_dropped_queries_are_forgotten():
     clock = [0.0]
     rec, targets, _, _ = _reconciler(clock)
-    q = FakeQuery("gone")
-    targets.set(q, by="register")
-    rec.tick([], 1.0)
-    assert targets.get("gone") is None
+    registered = {"new"}
+    rec.registered = registered.__contains__
+    for name in ("gone", "new"):
+        targets.set(FakeQuery(name), by="register")
+    rec.tick([], 1.0)  # "new" registered after the tick listed the queries: kept
+    assert targets.get("gone") is None and targets.get("new") is not None
 
 
 def test_a_query_lock_lent_out_is_free_for_others_and_held_again_after():

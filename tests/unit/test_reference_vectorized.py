@@ -3,7 +3,7 @@
 Random small tables (tiny domains so groups and join keys collide, NULLs in every
 nullable column, duplicate rows, doubles and decimals whose naive sums drift, strings)
 and random partitions; each SQL template below is planned and evaluated by both
-``imp_core.reference.reference_evaluate`` and ``reference_rowwise.rowwise_evaluate``:
+``imp_core.oracle.reference.reference_evaluate`` and ``reference_rowwise.rowwise_evaluate``:
 the annotated bags {(row, fragment ids): multiplicity} must be equal, and so must the
 consolidated ``DeltaBatch`` the refill source hands to the engine.
 """
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from reference_rowwise import rowwise_evaluate
 from strategies import nullable, partition_bounds
 
-from imp_core.reference import reference_capture, reference_evaluate
+from imp_core.oracle.reference import reference_capture, reference_evaluate
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sql import plan_sql
 

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import nullable, partition_bounds
 
+from imp_core.oracle.reference import reference_capture, restrict_to_sketch
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Like, Literal, UnaryOp
 from imp_core.plan.nodes import (
     AggCall,
@@ -38,7 +39,6 @@ from imp_core.plan.nodes import (
     SortKey,
     TopK,
 )
-from imp_core.reference import reference_capture, restrict_to_sketch
 from imp_core.safety import SafetyVerdict, check_attribute
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.workloads.schemas import catalog

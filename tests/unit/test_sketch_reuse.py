@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 from strategies import SEEDS
 
+from imp_core.oracle.reference import reference_capture, restrict_to_sketch
 from imp_core.plan.canonical import canonical
 from imp_core.plan.implication import implies
 from imp_core.plan.nodes import PlanNode, QueryPlan
-from imp_core.reference import reference_capture, restrict_to_sketch
 from imp_core.safety import check_attribute
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.reuse import (

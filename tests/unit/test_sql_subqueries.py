@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imp_core.embedded.api import Engine
-from imp_core.reference import reference_capture
+from imp_core.oracle.reference import reference_capture
 
 SMALL = st.one_of(st.none(), st.integers(0, 4))
 ROWS_R = st.lists(st.tuples(SMALL, SMALL), max_size=8)

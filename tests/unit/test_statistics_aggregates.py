@@ -24,10 +24,10 @@ from strategies import SEEDS
 
 from imp_core.embedded.api import Engine
 from imp_core.engine.pipeline import IncrementalQuery
+from imp_core.oracle.reference import reference_capture
 from imp_core.plan.aggregates import registry
 from imp_core.plan.aggregates.base import GroupState, Monotonicity, ValueRange
 from imp_core.plan.aggregates.exact import python_exact
-from imp_core.reference import reference_capture
 
 DEC = pa.decimal128(10, 2)
 SCHEMA = pa.schema([("a", pa.int64()), ("g", pa.int64()), ("x", pa.int64()),

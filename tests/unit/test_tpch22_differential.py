@@ -31,7 +31,7 @@ import pytest
 from workload_data import tpch_full_tables, tpch_tables
 
 from imp_core.embedded.api import Engine
-from imp_core.reference import reference_capture
+from imp_core.oracle.reference import reference_capture
 from imp_core.workloads.queries import list_queries
 from imp_core.workloads.schemas import TABLES
 

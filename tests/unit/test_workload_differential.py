@@ -15,7 +15,7 @@ from strategies import SEEDS
 from workload_data import synthetic_tables, tpch_tables
 
 from imp_core.embedded.api import Engine
-from imp_core.reference import reference_capture, reference_evaluate, restrict_to_sketch
+from imp_core.oracle.reference import reference_capture, reference_evaluate, restrict_to_sketch
 from imp_core.workloads.queries import list_queries
 from imp_core.workloads.schemas import TABLES
 

@@ -23,7 +23,7 @@ from imp_core.plan.nodes import PlanNode, Project, Scan, Select, arrow_schema
 from imp_core.sketch.partition import PartitionSet
 
 # the column in which a restricted table delta carries each row's global fragment id
-# (``imp_core.scan_spec.restrict_delta`` and the Spark delta source write it)
+# (``imp_core.storage.scan_spec.restrict_delta`` and the Spark delta source write it)
 FRAGMENT_COLUMN = "__imp_fid"
 
 

@@ -2,7 +2,7 @@
 
 ``ProbedAggregateOp`` is ``AggregateOp`` (γ_{f(a);G}) without groups in memory: its input
 is a ``ProbedSide`` keyed by the group-by columns, placed so where a lookup by those
-columns reads about one row group per key (``imp_core.data_layer.place_join_sides``), e.g.
+columns reads about one row group per key (``imp_core.query.data_layer.place_join_sides``), e.g.
 TPC-H Q18's ``lineitem`` grouped by ``l_orderkey`` with the table clustered on it. State
 then grows with nothing, not with the groups (1.5 million of them at SF 1).
 

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow as pa
 
-from imp_core.data_layer import DataLayer, JoinPlacement
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.engine.probed_side import VersionContext
 from imp_core.errors import UnknownQueryError, UnknownTableError
+from imp_core.oracle.reference import reference_capture
 from imp_core.plan.nodes import QueryPlan
+from imp_core.query.data_layer import DataLayer, JoinPlacement
 from imp_core.query.driver import (
     QueryDriver,
     bootstrap_mode,
@@ -35,13 +36,12 @@ from imp_core.query.driver import (
     place_sides,
 )
 from imp_core.query.prepare import DEFAULT_FRAGMENTS, StoreTables, prepare_query
-from imp_core.reference import reference_capture
-from imp_core.scan_spec import ScanSpec, restrict_delta
 from imp_core.sketch.adaptive import OVERFLOW, FragmentCounts, rebalanced
 from imp_core.sketch.partition import PartitionSet, PartitionSpec, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage.change_reader import ChangeReader, DeltaSource
 from imp_core.storage.row_groups import StoreLayout
+from imp_core.storage.scan_spec import ScanSpec, restrict_delta
 
 if TYPE_CHECKING:  # pragma: no cover
     from imp_core.spark.bootstrap import BootstrapRun

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
-from imp_core.plan import decimal64
+from imp_core.plan import decimal64, division
 from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
     BinaryOp,
@@ -33,8 +33,7 @@ from imp_core.plan.expr import (
     UnaryOp,
 )
 
-MAX_PRECISION = 38
-MIN_ADJUSTED_SCALE = 6
+MAX_PRECISION = division.MAX_PRECISION
 
 _CMP = {"=": "equal", "<>": "not_equal", "<": "less", "<=": "less_equal",
         ">": "greater", ">=": "greater_equal"}
@@ -77,14 +76,7 @@ def _literal_decimal(value: object) -> pa.DataType:
     return literal_type(decimal.Decimal(int(value)))
 
 
-def _adjust(precision: int, scale: int) -> tuple[int, int]:
-    """Spark's precision-loss rule: cap precision, shrink scale but keep >= 6 digits."""
-    if precision <= MAX_PRECISION:
-        return precision, scale
-    int_digits = precision - scale
-    min_scale = min(scale, MIN_ADJUSTED_SCALE)
-    new_scale = max(MAX_PRECISION - int_digits, min_scale)
-    return MAX_PRECISION, new_scale
+_adjust = division.adjust  # Spark's precision-loss rule, one definition
 
 
 def aggregate_type(func: str, dtype: pa.DataType | None) -> pa.DataType:
@@ -145,15 +137,10 @@ class _Evaluator:
         left, right = _coerce_pair(left, right, e.op)
         if e.op in _CMP:
             return pc.call_function(_CMP[e.op], [left, right])
-        if e.op == "/":
-            lf = pc.cast(left, pa.float64())
-            rf = pc.cast(right, pa.float64())
-            # SQL: division by zero yields NULL rather than an error or infinity
-            zero = pc.equal(rf, 0.0)
-            safe = pc.if_else(zero, pa.scalar(None, pa.float64()), rf)
-            return pc.divide(lf, safe)
+        if e.op == "/":  # Spark's rules, ANSI off (``imp_core.plan.division``)
+            return division.divide(left, right)
         if e.op == "%":
-            return pc.subtract(left, pc.multiply(pc.floor(pc.divide(left, right)), right))
+            return division.remainder(left, right)
         fn = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[e.op]
         if _is_decimal(left.type) and _is_decimal(right.type):
             return _decimal_arith(e.op, left, right)
@@ -192,7 +179,12 @@ class _Evaluator:
             common = _common_type([target, value_set.type])
             v, value_set = _cast(v, common), _cast(value_set, common)
         out = pc.is_in(v, value_set=value_set)
-        out = pc.if_else(pc.is_null(v), pa.scalar(None, pa.bool_()), out)
+        unknown = pa.scalar(None, pa.bool_())
+        out = pc.if_else(pc.is_null(v), unknown, out)
+        if len(vals) < len(e.values):
+            # a NULL in the list: a value matching no other is compared with NULL, so the
+            # IN is UNKNOWN rather than FALSE (and NOT IN never TRUE), as in Spark
+            out = pc.if_else(out, True, unknown)
         return pc.invert(out) if e.negated else out
 
     def _Like(self, e: Like) -> pa.Array:
@@ -209,6 +201,10 @@ class _Evaluator:
             args[0] = _cast(args[0], pa.string())  # the utf8 kernels take plain strings
         if e.name in ("year", "month", "day"):
             return pc.cast(pc.call_function(e.name, [args[0]]), pa.int32())
+        if e.name in ("pmod", "div"):
+            left, right = _coerce_pair(args[0], args[1], "%")
+            return (division.pmod if e.name == "pmod" else division.integral_divide)(
+                left, right)
         if e.name == "abs":
             return pc.abs_checked(args[0])
         if e.name == "upper":
@@ -245,6 +241,8 @@ def _cast(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
         return v
     if pa.types.is_null(v.type):
         return pa.scalar(None, to) if isinstance(v, pa.Scalar) else pa.nulls(len(v), to)
+    if pa.types.is_decimal(v.type) and pa.types.is_floating(to):
+        return _cast(division.to_double(v), to)  # correctly rounded, unlike Arrow's cast
     return pc.cast(v, to)
 
 

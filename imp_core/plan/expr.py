@@ -15,7 +15,8 @@ import pyarrow as pa
 ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 COMPARISON = frozenset({"=", "<>", "<", "<=", ">", ">="})
 LOGICAL = frozenset({"and", "or"})
-FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesce", "substring"})
+FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesce", "substring",
+                       "pmod", "div"})
 
 
 class Expr:

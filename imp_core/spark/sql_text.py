@@ -2,9 +2,11 @@
 
 - names and literals: ``quote`` (back-quoted identifiers, dots stay part of the name),
   ``spark_type``, ``sql_literal`` (a literal of exactly the given Arrow type);
-- scalar expressions: ``write_expr`` keeps the semantics of ``imp_core.plan.evaluate``
-  (``/`` divides doubles and yields NULL for a zero divisor, ``%`` of non-integers follows
-  the divisor's sign, literals keep their exact types);
+- scalar expressions: ``write_expr`` keeps the semantics of ``imp_core.plan.evaluate``,
+  which are Spark's with ANSI off (``imp_core.plan.division``): ``/``, ``%``, ``pmod`` and
+  ``div`` keep Spark's result types and give NULL for a zero divisor (and ``/`` for a
+  decimal quotient beyond its type) in a session with ANSI on as well; literals keep
+  their exact types;
 - annotation columns of a compiled relation (``AnnColumn``, ``Relation``): a row's
   fragments are the union of its annotation columns, each an ``INT`` (one base row's
   fragment id, never NULL on a real row) or an ``ARRAY<INT>`` (sorted, duplicate-free);
@@ -152,6 +154,11 @@ class _ExprWriter:
         if isinstance(e, Like):
             neg = "NOT " if e.negated else ""
             return f"({self.write(e.operand)} {neg}LIKE {string_literal(e.pattern)})"
+        if isinstance(e, FuncCall) and e.name in ("pmod", "div"):
+            left, right = (self.write(a) for a in e.args)
+            if e.name == "pmod":
+                return f"pmod({left}, NULLIF({right}, 0))"
+            return f"({left} DIV NULLIF({right}, 0))"
         if isinstance(e, FuncCall):
             return f"{_FUNCS[e.name]}({', '.join(self.write(a) for a in e.args)})"
         if isinstance(e, Cast):
@@ -162,17 +169,10 @@ class _ExprWriter:
         left, right = self.write(e.left), self.write(e.right)
         if e.op in ("and", "or"):
             return f"({left} {e.op.upper()} {right})"
-        if e.op == "/":
-            # ours: double division, NULL when the divisor is zero (Spark ANSI would raise)
-            return (f"(CAST({left} AS DOUBLE) / NULLIF(CAST({right} AS DOUBLE), "
-                    "CAST(0 AS DOUBLE)))")
+        if e.op == "/":  # NULL for a zero divisor or a decimal overflow, ANSI or not
+            return f"try_divide({left}, {right})"
         if e.op == "%":
-            lt, rt = self.type_of(e.left), self.type_of(e.right)
-            if pa.types.is_integer(lt) and pa.types.is_integer(rt):
-                return f"({left} % {right})"  # truncated remainder, as Arrow's integer path
-            # ours for non-integers: x - floor(x / y) * y (the sign follows the divisor)
-            return (f"(CAST({left} AS DOUBLE) - FLOOR(CAST({left} AS DOUBLE) / "
-                    f"CAST({right} AS DOUBLE)) * CAST({right} AS DOUBLE))")
+            return f"({left} % NULLIF({right}, 0))"
         return f"({left} {e.op} {right})"
 
 

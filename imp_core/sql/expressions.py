@@ -43,7 +43,7 @@ _BINARY = {
 _UNARY_FUNCTIONS = {exp.Abs: "abs", exp.Upper: "upper", exp.Lower: "lower"}
 _DATE_PARTS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day"}
 _EXTRACT_UNITS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "DAYOFMONTH": "day"}
-_NAMED_OPERATORS = {exp.IntDiv: "DIV operator", exp.DPipe: "|| operator",
+_NAMED_OPERATORS = {exp.DPipe: "|| operator",
                     exp.NullSafeEQ: "<=> operator", exp.Tuple: "row value",
                     exp.Interval: "INTERVAL literal"}
 
@@ -109,6 +109,8 @@ def _bind_other(node: exp.Expression, ctx: BindContext) -> Expr:
                                   node)
         return ctx.aggregate(node)
     if isinstance(node, exp.Anonymous):
+        if node.name.lower() == "pmod" and len(node.expressions) == 2:
+            return FuncCall("pmod", tuple(bind(a, ctx) for a in node.expressions))
         raise ctx.unsupported(f"unknown function {node.name.lower()}", node)
     if isinstance(node, exp.Func):
         raise ctx.unsupported(f"unsupported function {node.sql_name().lower()}", node)
@@ -334,6 +336,11 @@ def _unary_function(node: exp.Expression, ctx: BindContext) -> Expr:
     return FuncCall(_UNARY_FUNCTIONS[type(node)], (bind(node.this, ctx),))
 
 
+def _integral_divide(node: exp.IntDiv, ctx: BindContext) -> Expr:
+    """``a DIV b``: Spark's integral division (``imp_core.plan.division``)."""
+    return FuncCall("div", (bind(node.this, ctx), bind(node.expression, ctx)))
+
+
 def _coalesce(node: exp.Coalesce, ctx: BindContext) -> Expr:
     args = [node.this, *node.expressions]
     return FuncCall("coalesce", tuple(bind(a, ctx) for a in args))
@@ -416,7 +423,7 @@ _HANDLERS: dict[type, Callable[..., Expr]] = {
     exp.Paren: _paren, exp.Neg: _neg, exp.Not: _not, exp.Is: _is, exp.Between: _between,
     exp.In: _in, exp.Like: _like, exp.Case: _case, exp.If: _if,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Extract: _extract, exp.Coalesce: _coalesce,
-    exp.Substring: _substring,
+    exp.Substring: _substring, exp.IntDiv: _integral_divide,
     exp.Escape: _refuse("LIKE ... ESCAPE", "ESCAPE"), exp.ILike: _refuse("ILIKE", "ILIKE"),
     exp.RegexpLike: _refuse("RLIKE / REGEXP"), exp.Filter: _refuse("aggregate FILTER clause"),
     **{cls: _date_part for cls in _DATE_PARTS},

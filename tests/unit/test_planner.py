@@ -467,7 +467,6 @@ UNSUPPORTED = [
     ("SELECT a FROM t5000g ORDER BY b", "ORDER BY expression not in the SELECT list", (1, 31)),
     ("SELECT TRY_CAST(a AS INT) FROM t5000g", "TRY_CAST", None),
     ("SELECT CAST(a AS ARRAY<INT>) FROM t5000g", "CAST to ARRAY<INT>", (1, 8)),
-    ("SELECT a DIV 2 FROM t5000g", "DIV operator", (1, 8)),
     ("SELECT a FROM range(10)", "table-valued function", (1, 15)),
     ("SELECT a FROM (VALUES (1)) v(a)", "VALUES list in FROM", (1, 16)),
     ("SELECT a FROM t5000g JOIN t5000g ON a = a", "duplicate table alias", (1, 27)),

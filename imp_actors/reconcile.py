@@ -178,6 +178,14 @@ class Targets:
         with self._lock:
             return sorted(self._targets)
 
+    def wants(self, name: str, want: Want | None = None, shards: int | None = None
+              ) -> bool:
+        """Whether ``name``'s target (if it has one) is still ``want`` and ``shards``: a
+        step the loop started checks this under the query's lock before it acts."""
+        with self._lock:
+            t = self._targets.get(name)
+            return t is None or (want in (None, t.want) and shards in (None, t.shards))
+
     def forget(self, name: str) -> None:
         with self._lock:
             self._targets.pop(name, None)
@@ -215,13 +223,17 @@ class Targets:
 
 
 class Actions(Protocol):
-    """The steps, each moving the query along its lifecycle under its own lock."""
+    """The steps, each moving the query along its lifecycle under its own lock;
+    ``only_if_wanted``: skipped unless the target (read under that lock) still asks for
+    it, as the target may have changed since the tick looked."""
 
-    def evict(self, q: QueryRuntime, timeout: float | None = None) -> bool: ...
+    def evict(self, q: QueryRuntime, timeout: float | None = None,
+              only_if_wanted: bool = False) -> bool: ...
 
-    def restore(self, q: QueryRuntime) -> None: ...
+    def restore(self, q: QueryRuntime, only_if_wanted: bool = False) -> None: ...
 
-    def rescale(self, q: QueryRuntime, shards: int) -> None: ...
+    def rescale(self, q: QueryRuntime, shards: int, only_if_wanted: bool = False
+                ) -> None: ...
 
     def recover(self, q: QueryRuntime, dead: tuple[int, ...]) -> None: ...
 
@@ -261,10 +273,10 @@ class Reconciler:
     def tick(self, queries: Iterable[QueryRuntime], now: float) -> None:
         """Observe every query, and start the step its target asks for (if any)."""
         for q in queries:
+            actual = observe(q)  # before the target: a step sets its target after it acts
             t = self.targets.get(q.name)
             if t is None or self.running(q.name):
                 continue
-            actual = observe(q)
             if t.want is Want.EVICTED and actual.live and actual.last_used > t.set_at:
                 self.targets.set(q, want=Want.LIVE, by="use")  # used since it was decided
                 continue
@@ -344,12 +356,12 @@ class Reconciler:
         error = None
         try:
             if step.action is Action.EVICT:
-                if not self.actions.evict(q, timeout=0.0):
+                if not self.actions.evict(q, timeout=0.0, only_if_wanted=True):
                     return  # busy right now: the next tick tries again
             elif step.action is Action.RESTORE:
-                self.actions.restore(q)
+                self.actions.restore(q, only_if_wanted=True)
             elif step.action is Action.RESCALE:
-                self.actions.rescale(q, step.shards)
+                self.actions.rescale(q, step.shards, only_if_wanted=True)
             else:
                 self.actions.recover(q, step.dead)
         except Exception as exc:  # one query's failure must not stop the others

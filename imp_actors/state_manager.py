@@ -142,12 +142,16 @@ class StateManager:
         return infos
 
     # -- eviction and restore ---------------------------------------------------------------
-    def evict(self, q: QueryRuntime, timeout: float | None = None) -> bool:
+    def evict(self, q: QueryRuntime, timeout: float | None = None,
+              only_if_wanted: bool = False) -> bool:
         """Checkpoint and stop ``q``'s actors; waits for its lock up to ``timeout`` seconds
-        (None: as long as it takes) and gives up (False) if it stays busy."""
+        (None: as long as it takes) and gives up (False) if it stays busy.
+        ``only_if_wanted``: only while its target says evicted (the control loop's)."""
         if not q.lock.acquire(timeout=-1 if timeout is None else timeout):
             return False
         try:
+            if only_if_wanted and not self.ctx.targets.wants(q.name, Want.EVICTED):
+                return True
             if q.live:
                 self.checkpoint_locked(q)
                 self.shards.stop(q, QueryState.EVICTED)
@@ -159,10 +163,12 @@ class StateManager:
         finally:
             q.lock.release()
 
-    def restore(self, q: QueryRuntime) -> None:
-        """``q`` live (restored from its checkpoints when evicted)."""
+    def restore(self, q: QueryRuntime, only_if_wanted: bool = False) -> None:
+        """``q`` live (restored from its checkpoints when evicted); ``only_if_wanted``:
+        only while its target says live (the control loop's restore)."""
         with q.lock:
-            self.ensure_live(q)
+            if not only_if_wanted or self.ctx.targets.wants(q.name, Want.LIVE):
+                self.ensure_live(q)
 
     def ensure_live(self, q: QueryRuntime) -> None:
         """Actors for every shard of ``q`` (caller holds ``q.lock``, which is lent out
@@ -336,14 +342,16 @@ class StateManager:
             ctx.checkpoints.drop(q.name, keep_generation=q.record.generation)
             ctx.counters["repartitions"] += 1
 
-    def rescale(self, q: QueryRuntime, shards: int) -> None:
+    def rescale(self, q: QueryRuntime, shards: int, only_if_wanted: bool = False) -> None:
         """Split ``q``'s state over ``shards`` actors. The live shards' operator state is
         re-split by the routing column (``imp_actors.resharding``), no table is read;
-        updates committed meanwhile are later versions, applied next."""
+        updates committed meanwhile are later versions, applied next. ``only_if_wanted``:
+        only while its target asks for ``shards`` (the control loop's rescale)."""
         from imp_actors.resharding import reshard
 
         ctx = self.ctx
-        if shards == q.shards:
+        if shards == q.shards or \
+                only_if_wanted and not ctx.targets.wants(q.name, shards=shards):
             return
         key = shard_key(q.plan)  # raises with the reason when the plan cannot split
         if q.record.placement and shards > 1:
@@ -355,7 +363,8 @@ class StateManager:
         # other query is evicted under ``q``'s lock
         self.make_room(q, shards + (0 if q.live else q.shards))
         with q.lock:
-            if shards == q.shards:
+            if shards == q.shards or \
+                    only_if_wanted and not self.ctx.targets.wants(q.name, shards=shards):
                 return
             self.ensure_live(q)
             q.transition(QueryState.RESCALING)

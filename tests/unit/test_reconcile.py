@@ -93,16 +93,16 @@ class FakeActions:
         self.dead: dict[str, tuple[int, ...]] = {}
         self.fail: set[str] = set()
 
-    def evict(self, q, timeout=None) -> bool:
+    def evict(self, q, timeout=None, only_if_wanted=False) -> bool:
         self.calls.append(("evict", q.name))
         q.state = QueryState.EVICTED
         return True
 
-    def restore(self, q) -> None:
+    def restore(self, q, only_if_wanted=False) -> None:
         self.calls.append(("restore", q.name))
         q.state = QueryState.LIVE
 
-    def rescale(self, q, shards) -> None:
+    def rescale(self, q, shards, only_if_wanted=False) -> None:
         self.calls.append(("rescale", q.name, shards))
         if "rescale" in self.fail:
             raise RuntimeError("no room")
@@ -274,6 +274,23 @@ def test_the_loop_recovers_a_dead_shard_of_an_idle_query(root):
         assert q.shard_versions[0] == q.shard_versions[1] == dict(sv.versions)
         again = c.get_sketch("h")
         assert again.sketch == sv.sketch == reference_sketch(c, "h", again)
+
+
+@pytest.mark.integration
+def test_the_loop_restores_only_what_its_target_still_wants(root):
+    with Coordinator(make_config(root, poll_seconds=None)) as c:
+        c.register(workload_spec("a", "q_having_2"))
+        q = c.ctx.queries.get("a")
+        c.evict("a")
+        assert c.ctx.targets.get("a").want is Want.EVICTED
+        c.state.restore(q, only_if_wanted=True)  # a restore started before the eviction
+        assert q.state is QueryState.EVICTED
+        c.ctx.targets.set(q, want=Want.LIVE, by="test")
+        assert _until(lambda: q.state is QueryState.LIVE)  # the loop restores it
+        assert c.ctx.targets.get("a").last.step == Step(Action.RESTORE)
+        c.ctx.targets.set(q, want=Want.EVICTED, by="test")
+        assert _until(lambda: q.state is QueryState.EVICTED)  # and evicts it
+        assert c.info("a").state == "evicted"
 
 
 @pytest.mark.integration

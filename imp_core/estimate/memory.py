@@ -287,15 +287,18 @@ class _Context:
         lk, rk, residual = node.equi_keys()
         both = _Rel(0.0, {**left.cols, **right.cols}, left.ids + right.ids)
         dl, dr, domains = _key_distinct(left, lk, right, rk)
+        uncorrelated = isinstance(node, SemiJoin) and node.uncorrelated
         if lk:
             denom = max(dl, dr)
             pairs = left.rows * right.rows / denom if denom > 0 else 0.0
         else:
-            pairs = left.rows * right.rows
+            pairs = 0.0 if uncorrelated else left.rows * right.rows
         inner = pairs * (selectivity(residual, both) if residual is not None else 1.0)
         lbytes = row_bytes(node.left.schema, left.ids)
         rbytes = row_bytes(node.right.schema, right.ids)
         work = pairs * (lbytes + rbytes + PAIR_BYTES)
+        if uncorrelated:  # one yes/no over the right side: a pass over each side
+            work = left.rows * lbytes + right.rows * rbytes
         if id(node) in self.scalar_joins:  # S's row and its annotation: once, not per pair
             work = pairs * (lbytes + row_bytes(node.right.schema, 0) + PAIR_BYTES) + rbytes
             both.ids = left.ids

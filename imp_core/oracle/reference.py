@@ -312,11 +312,34 @@ def _matching_pairs(node: SemiJoin | OuterJoin, left: Bag,
     return li, ri
 
 
+def _uncorrelated_semi_join(node: SemiJoin, left: Bag, right: Bag) -> Bag:
+    """EXISTS / NOT EXISTS whose condition reads the right side only: one yes/no for
+    every left row, without forming pairs; a kept semi-join row carries the fragments of
+    every right row that satisfies the condition (each one a witness)."""
+    _, _, residual = node.equi_keys()
+    if residual is not None and len(right):
+        right = right.filter(evaluate_predicate(residual, right.data))
+    exists = int(right.mult.sum()) > 0
+    if node.anti:
+        return left.filter(np.full(len(left), not exists))
+    if not exists:
+        return left.filter(np.zeros(len(left), dtype=bool))
+    _, witnesses = _flat(right.ann)
+    lp, lv = _flat(left.ann)
+    n = len(left)
+    shared = np.unique(witnesses)
+    parent = np.concatenate([lp, np.repeat(np.arange(n, dtype=np.int64), len(shared))])
+    values = np.concatenate([lv, np.tile(shared, n)]).astype(np.int32)
+    return Bag(left.data, left.mult, _sets(parent, values, n))
+
+
 def _semi_join(node: SemiJoin, tables, partitions) -> Bag:
     """EXISTS / NOT EXISTS / NOT IN: left rows by whether they have a partner. A kept
     row of a semi-join carries its partners' fragments too; of an anti-join, its own."""
     left = reference_evaluate(node.left, tables, partitions)
     right = reference_evaluate(node.right, tables, partitions)
+    if node.uncorrelated:
+        return _uncorrelated_semi_join(node, left, right)
     li, ri = _matching_pairs(node, left, right)
     partners = np.bincount(li, minlength=len(left))[:len(left)] if len(li) else \
         np.zeros(len(left), dtype=np.int64)

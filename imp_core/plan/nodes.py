@@ -215,6 +215,19 @@ class SemiJoin(PlanNode):
         return split_equi_keys(self.condition, self.left.column_names,
                                self.right.column_names)
 
+    @property
+    def uncorrelated(self) -> bool:
+        """Whether no left row's answer depends on the row: no equi keys and a condition
+        (if any) over the right side's columns only, so the right side is one yes/no for
+        every left row (an uncorrelated EXISTS / NOT EXISTS); no pairs are needed."""
+        lk, _, residual = self.equi_keys()
+        if lk or self.null_aware:
+            return False
+        if residual is None:
+            return True
+        cols = residual.columns()
+        return cols <= set(self.right.column_names) and not cols & set(self.left.column_names)
+
     def _describe(self) -> str:
         kind = ("NullAwareAntiJoin" if self.null_aware else
                 "AntiJoin" if self.anti else "SemiJoin")

@@ -18,7 +18,9 @@ F(ΔL|k, R|k): the stored left rows are looked up only for the keys ΔR touches
 
 A left row with a NULL key never has a partner (SQL equality), so it passes through
 (anti, left outer) or is dropped (semi) without consulting the other side. Without equi
-keys there is one key, so every step recomputes F over both whole sides.
+keys there is one key, so every step recomputes F over both whole sides; for an
+uncorrelated EXISTS / NOT EXISTS (``SemiJoin.uncorrelated``: a condition over the right
+side only) F is one yes/no for all left rows, computed without forming pairs.
 
 NOT IN (``null_aware``) also depends on two global facts about the right side, whether
 it is empty and whether it holds a NULL key; when either flips, F is recomputed over the
@@ -26,7 +28,8 @@ whole of both sides.
 
 Lineage (the provenance each output row carries, section 4 of the paper extended):
 - semi-join: the left row's fragments ∪ those of every right row that is its partner
-  (all witnesses, as Lineage takes all of them);
+  (all witnesses, as Lineage takes all of them; uncorrelated: every right row satisfying
+  the condition);
 - anti-join / NOT IN: the left row's fragments only; the negated side contributes none
   (a sketch that filters the negated side is judged by ``imp_core.safety``);
 - outer join: a joined pair carries both rows' fragments (as the inner join); a
@@ -77,6 +80,7 @@ class KeyedJoinOp(TwoSidedOp):
         else:
             self.mode = node.kind  # "left" | "full"
             self.kind = "outer_join"
+        self.uncorrelated = isinstance(node, SemiJoin) and node.uncorrelated
         # the Bloom filter only helps probes from deltas; here every probe asks for keys
         # the delta itself holds, so most succeed
         can_probe = bool(self.left_keys) and self.mode != "nai"
@@ -94,6 +98,8 @@ class KeyedJoinOp(TwoSidedOp):
     def _apply_f(self, left: DeltaBatch, right: DeltaBatch,
                  facts: tuple[int, int]) -> DeltaBatch:
         """F over consolidated rows ``left`` and ``right`` (any set of whole keys)."""
+        if self.uncorrelated:
+            return self._apply_uncorrelated(left, right)
         li, ri = self._pairs(left, right)
         matches = np.bincount(li, minlength=len(left)) if len(li) else \
             np.zeros(len(left), dtype=np.int64)
@@ -120,6 +126,20 @@ class KeyedJoinOp(TwoSidedOp):
                 np.zeros(len(right), dtype=np.int64)
             parts.append(self._padded_right(right.filter(rmatches == 0)))
         return DeltaBatch.concat(parts, self.output_schema)
+
+    def _apply_uncorrelated(self, left: DeltaBatch, right: DeltaBatch) -> DeltaBatch:
+        """F of an uncorrelated EXISTS / NOT EXISTS: whether any right row satisfies the
+        condition decides for every left row; a kept semi-join row carries the fragments
+        of all those right rows. Costs the two sides, never their pairs."""
+        if self.residual is not None and len(right):
+            right = right.filter(evaluate_predicate(self.residual, right.data))
+        exists = int(right.weights.sum()) > 0
+        if self.mode == "anti":
+            return self.empty() if exists else left
+        if not exists:
+            return self.empty()
+        witnesses = np.unique(right.annotation.values)
+        return DeltaBatch(left.data, left.weights, left.annotation.with_shared(witnesses))
 
     def _pairs(self, left: DeltaBatch, right: DeltaBatch) -> tuple[np.ndarray, np.ndarray]:
         """Index pairs (left row, right row) with equal non-NULL keys satisfying the

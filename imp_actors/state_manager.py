@@ -207,18 +207,17 @@ class StateManager:
         """Evict least recently used queries so that ``actors`` more actors of
         ``incoming`` fit the limits. Busy queries are passed over at first; if that is not
         enough, the last round waits (bounded) for them to finish their step. Never under
-        ``incoming``'s lock: a caller holding it (in a settled state) lends it out
-        meanwhile and must check ``incoming``'s state again afterwards."""
-        choose = self.ctx.config.eviction
-        with incoming.lock.released():
-            for final in (False, True):
-                live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
-                                  q.busy and not final)
-                        for q in self.ctx.queries.all() if q.live]
-                victims = choose_victims(live, choose, time.time(), incoming_actors=actors,
-                                         protect=[incoming.name])
-                if not victims:
-                    return
+        ``incoming``'s lock: a caller holding it (in a settled state) lends it out while
+        others are evicted (only then) and must check ``incoming``'s state afterwards."""
+        for final in (False, True):
+            live = [LiveQuery(q.name, len(q.handles or ()), q.last_used, q.state_bytes,
+                              q.busy and not final)
+                    for q in self.ctx.queries.all() if q.live]
+            victims = choose_victims(live, self.ctx.config.eviction, time.time(),
+                                     incoming_actors=actors, protect=[incoming.name])
+            if not victims:
+                return  # the lock was not lent out
+            with incoming.lock.released():
                 for name in victims:
                     victim = self.ctx.queries.find(name)
                     if victim is not None:

@@ -1,6 +1,9 @@
 """``imp bench fuzz``: the SQL fuzzer and the request fuzzer, longer than the suite runs.
 
 The SQL part (``benchmarks.fuzz_sql``) needs nothing but the embedded engine and DuckDB;
+with Spark as the oracle (``oracle="spark"``, or ``IMP_FUZZ_ORACLE=spark`` in the
+environment of ``imp bench fuzz``) a local Spark session also runs each query's text,
+ANSI off, after registering and after the last batch;
 the request part (``benchmarks.fuzz_requests``) starts a real server (in-process
 coordinator on the ``local`` backend, gRPC on a free loopback port, a bearer token)
 over a fresh root holding ``t1000g``, registers one query, and sends mutated requests.
@@ -10,6 +13,7 @@ every finding with what replays it.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import tempfile
@@ -20,6 +24,7 @@ from typing import Any
 from benchmarks.common import environment
 
 QUERY_SQL = "SELECT a, sum(b) AS s FROM t1000g GROUP BY a HAVING sum(b) > 10"
+ENV_ORACLE = "IMP_FUZZ_ORACLE"  # the SQL fuzzer's oracle when not given: duckdb or spark
 
 
 def _log(progress: bool, text: str) -> None:
@@ -80,18 +85,23 @@ def run_request_part(requests: int, seed: int, progress: bool) -> dict[str, Any]
 
 
 def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests: int,
-                   seed: int, progress: bool = True) -> dict[str, Any]:
+                   seed: int, progress: bool = True, oracle: str | None = None
+                   ) -> dict[str, Any]:
+    """Both fuzzers; ``oracle`` of the SQL part: "duckdb" or "spark" (default: the
+    ``IMP_FUZZ_ORACLE`` environment variable, else "duckdb")."""
     from benchmarks.fuzz_sql import run_sql_fuzz
 
+    oracle = oracle or os.environ.get(ENV_ORACLE, "").strip().lower() or "duckdb"
     t0 = time.perf_counter()
     report: dict[str, Any] = {"environment": environment(), "parameters": {
         "sql_cases": sql_cases, "batches": batches, "seconds": seconds,
-        "requests": requests, "seed": seed}}
+        "requests": requests, "seed": seed, "oracle": oracle}}
     if sql_cases:
         _log(progress, f"SQL fuzz: up to {sql_cases} random queries × {batches} batches"
-                       + (f", at most {seconds:g} s" if seconds else ""))
+                       + (f", at most {seconds:g} s" if seconds else "")
+                       + f", oracle {oracle}")
         report["sql"] = run_sql_fuzz(seed=seed, queries=sql_cases, batches=batches,
-                                     seconds=seconds).to_json()
+                                     seconds=seconds, oracle=oracle).to_json()
     if requests:
         report["requests"] = run_request_part(requests, seed, progress)
     findings = len(report.get("sql", {}).get("findings", ())) + \
@@ -100,6 +110,7 @@ def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests
         "sql_queries": report.get("sql", {}).get("queries", 0),
         "sql_registered": report.get("sql", {}).get("registered", 0),
         "sql_batches": report.get("sql", {}).get("batches", 0),
+        "sql_spark_checks": report.get("sql", {}).get("spark_checks", 0),
         "requests": report.get("requests", {}).get("requests", 0),
         "findings": findings,
         "seconds": round(time.perf_counter() - t0, 1),

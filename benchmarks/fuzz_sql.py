@@ -16,7 +16,9 @@ by ``tests/unit/test_fuzz_sql.py`` (a bounded run) and ``imp bench fuzz`` (longe
 
 from __future__ import annotations
 
+import decimal
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,9 +26,13 @@ from typing import Any
 
 import pyarrow as pa
 
-R_COLS = ("a", "b", "c")
-S_COLS = ("c", "d", "e")
+R_COLS = ("a", "b", "c", "m")
+S_COLS = ("c", "d", "e", "n")
+DECIMALS = ("m", "n")  # DECIMAL(7, 2); the other columns are BIGINT
+DECIMAL_TYPE = pa.decimal128(7, 2)
 CMP = ("=", "<>", "<", "<=", ">", ">=")
+DECIMAL_VALUES = ("-2.50", "-1.00", "0.00", "0.75", "1.00", "1.50", "3.30", "4.00")
+QUOTIENT_LITERALS = ("0.5", "1", "1.5", "-0.5", "1.1", "0.25", "2")
 
 
 @dataclass
@@ -39,34 +45,95 @@ class FuzzReport:
     refused: Counter = field(default_factory=Counter)
     findings: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    oracle: str = "duckdb"
+    duckdb_skipped: int = 0  # registered cases dividing a decimal: not compared with DuckDB
+    spark_checks: int = 0  # results compared with Spark's
 
     def to_json(self) -> dict[str, Any]:
         return {"queries": self.queries, "registered": self.registered,
                 "batches": self.batches, "refused": dict(self.refused.most_common()),
+                "oracle": self.oracle, "duckdb_skipped": self.duckdb_skipped,
+                "spark_checks": self.spark_checks,
                 "findings": self.findings, "seconds": round(self.seconds, 2)}
 
 
 class QueryGen:
-    """Random queries of the supported grammar (``rng``: a ``random.Random``)."""
+    """Random queries of the supported grammar (``rng``: a ``random.Random``).
+
+    Besides the base grammar it draws NULLs in IN / NOT IN lists, ``%`` and ``pmod`` of
+    negative values, ``DIV`` and ``/`` (of integers and of the DECIMAL columns), grouping
+    on computed values and comparisons of quotients. ``duckdb_sql`` spells a drawn query
+    for DuckDB with Spark's meaning (``pmod`` and zero divisors written out), or is None
+    when it divides a decimal: DuckDB's quotient is then a DOUBLE where Spark's is exact.
+    """
 
     def __init__(self, rng: random.Random):
         self.rng = rng
+        self._duck: dict[str, str] = {}  # a computed value's text -> DuckDB's spelling
+        self.decimal_quotient = False  # the query divides a decimal (Spark-only)
 
     def lit(self) -> str:
-        return str(self.rng.randint(0, 4))
+        return str(self.rng.randint(0, 4)) if self.rng.random() < 0.85 \
+            else str(self.rng.randint(-2, -1))
+
+    def in_list(self, col: str) -> str:
+        """``col [NOT] IN (...)``, sometimes with a NULL in the list."""
+        items = [self.lit() for _ in range(self.rng.randint(1, 3))]
+        if self.rng.random() < 0.3:
+            items.insert(self.rng.randint(0, len(items)), "NULL")
+        negated = "NOT " if self.rng.random() < 0.4 else ""
+        return f"{col} {negated}IN ({', '.join(items)})"
+
+    def computed(self, cols: list[str]) -> str:
+        """``%``, ``pmod``, ``DIV`` or ``/`` of a column and a column or literal."""
+        decimals = [c for c in cols if c.split(".")[-1] in DECIMALS]
+        kind = self.rng.randrange(5)
+        x = self.rng.choice(decimals) if decimals and kind >= 3 and self.rng.random() < 0.7 \
+            else self.rng.choice(cols)
+        y = self.rng.choice(cols) if self.rng.random() < 0.6 else \
+            self.rng.choice(("2", "-3", "0", "1.5", "-0.25"))
+        dec = any(v.split(".")[-1] in DECIMALS or "." in v and v[0] in "-0123456789"
+                  for v in (x, y))
+        if kind == 0:
+            return f"{x} % {y}"
+        if kind == 1:
+            text = f"pmod({x}, {y})"
+            self._duck[text] = f"(CASE WHEN {x} % {y} < 0 THEN ({x} % {y} + {y}) % {y} " \
+                               f"ELSE {x} % {y} END)"
+            return text
+        if kind == 2:
+            text = f"{x} DIV {y}"
+            self._duck[text] = f"({x} // {y})"
+        else:
+            text = f"{x} / {y}"
+            self._duck[text] = f"({x} / NULLIF({y}, 0))"
+        self.decimal_quotient |= dec
+        return text
+
+    def duckdb_sql(self, sql: str) -> str | None:
+        """``sql`` for DuckDB with Spark's meaning, or None (a decimal is divided)."""
+        if self.decimal_quotient:
+            return None
+        if not self._duck:
+            return sql
+        keys = sorted(self._duck, key=len, reverse=True)
+        return re.sub("|".join(re.escape(k) for k in keys), lambda m: self._duck[m[0]], sql)
 
     def atom(self, cols: list[str]) -> str:
         col = self.rng.choice(cols)
         kind = self.rng.random()
-        if kind < 0.5:
+        if kind < 0.42:
             return f"{col} {self.rng.choice(CMP)} {self.lit()}"
-        if kind < 0.65:
+        if kind < 0.54:
             return f"{col} IS {'NOT ' if self.rng.random() < 0.5 else ''}NULL"
-        if kind < 0.8:
-            return f"{col} IN ({', '.join(self.lit() for _ in range(self.rng.randint(1, 3)))})"
-        if kind < 0.9:
+        if kind < 0.7:
+            return self.in_list(col)
+        if kind < 0.78:
             lo = self.rng.randint(0, 3)
             return f"{col} BETWEEN {lo} AND {lo + self.rng.randint(0, 2)}"
+        if kind < 0.9:
+            return f"{self.computed(cols)} {self.rng.choice(CMP)} " \
+                   f"{self.rng.choice(QUOTIENT_LITERALS)}"
         other = self.rng.choice(cols)
         return f"{col} {self.rng.choice(CMP)} {other}"
 
@@ -108,6 +175,29 @@ class QueryGen:
         join = self.rng.choice(("LEFT JOIN", "FULL OUTER JOIN"))
         return f"r {join} s ON r.c = s.e", r + s, "r"
 
+    def _grouped(self, source: str, cols: list[str], where_sql: str) -> str:
+        group = self.computed(cols) if self.rng.random() < 0.2 else self.rng.choice(cols)
+        agg_col = self.computed(cols) if self.rng.random() < 0.15 else self.rng.choice(cols)
+        if self.rng.random() < 0.15:
+            aggs = [f"count(DISTINCT {agg_col}) AS x1"]
+        else:
+            aggs = [f"{f}({agg_col}) AS x{i + 1}" for i, f in enumerate(
+                self.rng.sample(("sum", "count", "avg", "min", "max"),
+                                self.rng.randint(1, 3)))]
+            if self.rng.random() < 0.3:
+                aggs.append("count(*) AS xn")
+        having = ""
+        roll = self.rng.random()
+        if roll < 0.3:
+            having = f" HAVING sum({agg_col}) {self.rng.choice(CMP)} {self.lit()}"
+        elif roll < 0.4:  # a quotient of aggregates
+            dec = self.rng.choice([c for c in cols if c.split(".")[-1] in DECIMALS])
+            having = f" HAVING sum({dec}) / count(*) {self.rng.choice(CMP)} " \
+                     f"{self.rng.choice(QUOTIENT_LITERALS)}"
+            self.decimal_quotient = True
+        return (f"SELECT {group} AS x0, {', '.join(aggs)} FROM {source}{where_sql} "
+                f"GROUP BY {group}{having}")
+
     def query(self) -> tuple[str, str]:
         """(SQL, sketch attribute)."""
         source, cols, sketched = self.from_clause()
@@ -120,21 +210,7 @@ class QueryGen:
         attribute = "r.a" if sketched == "r" else "s.c"
         shape = self.rng.random()
         if shape < 0.45:  # grouped aggregation
-            group = self.rng.choice(cols)
-            agg_col = self.rng.choice(cols)
-            if self.rng.random() < 0.15:
-                aggs = [f"count(DISTINCT {agg_col}) AS x1"]
-            else:
-                aggs = [f"{f}({agg_col}) AS x{i + 1}" for i, f in enumerate(
-                    self.rng.sample(("sum", "count", "avg", "min", "max"),
-                                    self.rng.randint(1, 3)))]
-                if self.rng.random() < 0.3:
-                    aggs.append("count(*) AS xn")
-            having = ""
-            if self.rng.random() < 0.4:
-                having = f" HAVING sum({agg_col}) {self.rng.choice(CMP)} {self.lit()}"
-            sql = (f"SELECT {group} AS x0, {', '.join(aggs)} FROM {source}{where_sql} "
-                   f"GROUP BY {group}{having}")
+            sql = self._grouped(source, cols, where_sql)
         elif shape < 0.6:  # global aggregation
             agg_col = self.rng.choice(cols)
             sql = (f"SELECT count(*) AS n, sum({agg_col}) AS t, max({agg_col}) AS m "
@@ -144,24 +220,31 @@ class QueryGen:
             sql = f"SELECT r.a AS x0, r.b AS x1 FROM {source}{where_sql} ORDER BY r.a " \
                   f"{self.rng.choice(('ASC', 'DESC'))} LIMIT {k}"
         else:  # projection
-            picked = self.rng.sample(cols, self.rng.randint(1, min(3, len(cols))))
+            picked = [self.computed(cols) if self.rng.random() < 0.3 else c
+                      for c in self.rng.sample(cols, self.rng.randint(1, min(3, len(cols))))]
             items = ", ".join(f"{c} AS x{i}" for i, c in enumerate(picked))
             sql = f"SELECT {items} FROM {source}{where_sql}"
         return sql, attribute
 
 
 def _small(rng: random.Random) -> int | None:
-    return None if rng.random() < 0.15 else rng.randint(0, 4)
+    return None if rng.random() < 0.15 else rng.randint(-3, 4)
+
+
+def _decimal(rng: random.Random) -> decimal.Decimal | None:
+    return None if rng.random() < 0.15 else decimal.Decimal(rng.choice(DECIMAL_VALUES))
 
 
 def _rows(rng: random.Random, n: int, first: int) -> tuple[pa.Table, pa.Table]:
     nr, ns = rng.randint(0, n), rng.randint(0, n)
     r = pa.table({"a": pa.array(range(first, first + nr), pa.int64()),
                   "b": pa.array([_small(rng) for _ in range(nr)], pa.int64()),
-                  "c": pa.array([_small(rng) for _ in range(nr)], pa.int64())})
+                  "c": pa.array([_small(rng) for _ in range(nr)], pa.int64()),
+                  "m": pa.array([_decimal(rng) for _ in range(nr)], DECIMAL_TYPE)})
     s = pa.table({"c": pa.array(range(first, first + ns), pa.int64()),
                   "d": pa.array([_small(rng) for _ in range(ns)], pa.int64()),
-                  "e": pa.array([_small(rng) for _ in range(ns)], pa.int64())})
+                  "e": pa.array([_small(rng) for _ in range(ns)], pa.int64()),
+                  "n": pa.array([_decimal(rng) for _ in range(ns)], DECIMAL_TYPE)})
     return r, s
 
 
@@ -185,11 +268,63 @@ def _same(ours: list[tuple], theirs: list[tuple]) -> bool:
     return True
 
 
-def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
-               report: FuzzReport) -> None:
-    """Register ``sql`` over fresh random tables and check it over ``batches`` batches."""
+class SparkOracle:
+    """Spark running a query's text unchanged over temp views of the engine's Arrow tables,
+    with ANSI mode off (a default session's semantics; the project's session has it on)."""
+
+    def __init__(self, session: Any = None):
+        if session is None:
+            from imp_core.spark import SparkConfig, get_spark
+
+            session = get_spark(SparkConfig(master="local[2]", driver_memory="2g"))
+        self.spark = session
+
+    def rows(self, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+        from imp_core.spark.tables import arrow_to_dataframe
+
+        for name, data in tables.items():
+            arrow_to_dataframe(self.spark, data).createOrReplaceTempView(name)
+        before = self.spark.conf.get("spark.sql.ansi.enabled")
+        self.spark.conf.set("spark.sql.ansi.enabled", "false")
+        try:
+            return self.spark.sql(sql).toArrow()
+        finally:
+            self.spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+def spark_difference(ours: pa.Table, theirs: pa.Table) -> str | None:
+    """Why ``ours`` is not Spark's answer ``theirs`` (types, then rows), or None.
+
+    Values are compared exactly (decimals as decimals), doubles within 1e-9 relative."""
+    from imp_core.oracle.results import same_rows
+
+    ours_t, theirs_t = [f.type for f in ours.schema], [f.type for f in theirs.schema]
+    if ours_t != theirs_t:
+        return f"types {ours_t} != Spark {theirs_t}"
+    if not same_rows(ours, theirs.rename_columns(ours.column_names)):
+        return f"result {ours.to_pylist()[:6]} != Spark {theirs.to_pylist()[:6]}"
+    return None
+
+
+def _duckdb_rows(sql: str, tables: dict[str, pa.Table]) -> list[tuple]:
     import duckdb
 
+    con = duckdb.connect()
+    con.execute("SET error_on_division_by_zero = false")  # x % 0 is NULL, as in Spark
+    for name, data in tables.items():
+        con.register(name, data)
+    return _normalized(con.sql(sql).fetchall())
+
+
+def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
+               report: FuzzReport, duckdb_sql: str | None = None,
+               spark: SparkOracle | None = None, tag: dict[str, Any] | None = None) -> None:
+    """Register ``sql`` over fresh random tables and check it over ``batches`` batches.
+
+    After registering and after every batch: sketch == recapture, and the result equals
+    DuckDB's for ``duckdb_sql`` (``sql`` spelled for DuckDB; None: no DuckDB comparison).
+    With ``spark``, also after registering and after the last batch: the result (types and
+    values) equals Spark's for ``sql`` itself. ``tag`` (seed, case) goes into findings."""
     from imp_core.embedded.api import Engine
     from imp_core.errors import ImpError
     from imp_core.oracle.reference import reference_capture
@@ -206,22 +341,27 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
         report.refused[f"{type(exc).__name__}: {construct}"] += 1
         return
     report.registered += 1
+    if duckdb_sql is None:
+        report.duckdb_skipped += 1
 
     def check(step: int) -> bool:
-        ref = reference_capture(q.plan, eng.tables(), q.partitions)
-        con = duckdb.connect()
-        for name, data in eng.tables().items():
-            con.register(name, data)
-        theirs = _normalized(con.sql(sql).fetchall())
-        ours = _normalized([tuple(row.values()) for row in q.result().to_pylist()])
+        tables = eng.tables()
+        ref = reference_capture(q.plan, tables, q.partitions)
+        result = q.result()
         problem = None
         if q.sketch != ref.sketch:
             problem = f"sketch {q.sketch} != recapture {ref.sketch}"
-        elif not _same(ours, theirs):
-            problem = f"result {ours[:6]} != DuckDB {theirs[:6]}"
+        elif duckdb_sql is not None:
+            theirs = _duckdb_rows(duckdb_sql, tables)
+            ours = _normalized([tuple(row.values()) for row in result.to_pylist()])
+            if not _same(ours, theirs):
+                problem = f"result {ours[:6]} != DuckDB {theirs[:6]}"
+        if problem is None and spark is not None and step in (0, batches):
+            report.spark_checks += 1
+            problem = spark_difference(result, spark.rows(sql, tables))
         if problem:
-            report.findings.append({"sql": sql, "attribute": attribute, "batch": step,
-                                    "problem": problem})
+            report.findings.append({"sql": sql, "attribute": attribute, **(tag or {}),
+                                    "batch": step, "problem": problem})
         return problem is None
 
     if not check(0):
@@ -247,19 +387,30 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
 
 
 def run_sql_fuzz(seed: int = 0, queries: int = 100, batches: int = 5,
-                 seconds: float | None = None) -> FuzzReport:
-    """``queries`` random cases (or as many as fit in ``seconds``) from ``seed``."""
-    report = FuzzReport()
+                 seconds: float | None = None, oracle: str = "duckdb",
+                 spark_session: Any = None) -> FuzzReport:
+    """``queries`` random cases (or as many as fit in ``seconds``) from ``seed``.
+
+    ``oracle``: "duckdb" (every batch; queries dividing a decimal are not compared) or
+    "spark" (DuckDB as well, and Spark running the text after registering and after the
+    last batch; ``spark_session``: the session to use, default a local one)."""
+    if oracle not in ("duckdb", "spark"):
+        raise ValueError(f"oracle {oracle!r}: 'duckdb' or 'spark'")
+    spark = SparkOracle(spark_session) if oracle == "spark" else None
+    report = FuzzReport(oracle=oracle)
     t0 = time.perf_counter()
     for i in range(queries):
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
         rng = random.Random(seed * 1_000_003 + i)
-        sql, attribute = QueryGen(rng).query()
+        gen = QueryGen(rng)
+        sql, attribute = gen.query()
+        tag = {"seed": seed, "case": i}
         try:
-            check_case(sql, attribute, rng, batches, report)
+            check_case(sql, attribute, rng, batches, report, duckdb_sql=gen.duckdb_sql(sql),
+                       spark=spark, tag=tag)
         except Exception as exc:  # noqa: BLE001 - a crash is a finding, not the end
-            report.findings.append({"sql": sql, "attribute": attribute, "case": i,
+            report.findings.append({"sql": sql, "attribute": attribute, **tag,
                                     "problem": f"{type(exc).__name__}: {exc}"[:500]})
     report.seconds = time.perf_counter() - t0
     return report

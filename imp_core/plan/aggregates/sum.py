@@ -4,7 +4,8 @@ Delta rule: linear; a delta row of weight w adds w·x (exact integer, see
 ``imp_core.plan.aggregates.exact``) to its group's Σx and w to its non-NULL count. State:
 (non-NULL count, Σx) of the group's current input. A partial group's sum is no larger
 than the whole group's when every summed value is >= 0 (the safety rules prove that
-from the declared domains).
+from the declared domains). Overflow follows Spark with ANSI off: a BIGINT sum wraps
+modulo 2^64 (``wrap_bigint``), a decimal sum beyond its DECIMAL(p + 10, s) is NULL.
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ class Sum(AggregateFunction):
         return dtype is None or not pa.types.is_floating(dtype)
 
 
+def wrap_bigint(x: int) -> int:
+    """``x`` as a BIGINT sum overflowing in Spark with ANSI off: modulo 2^64, two's
+    complement (so the exact state gives the very value of Spark's wrapping additions,
+    whatever their order).
+
+    >>> wrap_bigint(2**63), wrap_bigint(-2**63 - 1), wrap_bigint(5)
+    (-9223372036854775808, 9223372036854775807, 5)
+    """
+    return ((x + 2**63) % 2**64) - 2**63
+
+
 def finalize_sum(sums: Sequence[int], nonnull: Sequence[int], dtype: pa.DataType) -> pa.Array:
     """Output array of SUM over ``dtype`` given exact sums and non-NULL counts."""
     out_type = SUM.result_type(dtype)
@@ -74,9 +86,11 @@ def finalize_sum(sums: Sequence[int], nonnull: Sequence[int], dtype: pa.DataType
         if n == 0:
             vals.append(None)
         elif k == "int":
-            vals.append(int(s))
+            vals.append(wrap_bigint(int(s)))
         elif k == "decimal":
-            vals.append(decimal.Decimal(int(s)).scaleb(-dtype.scale))
+            # beyond the result's precision: NULL, as Spark with ANSI off
+            fits = abs(int(s)) < 10**out_type.precision
+            vals.append(decimal.Decimal(int(s)).scaleb(-dtype.scale) if fits else None)
         else:
             vals.append(int(s) / 2**FLOAT_SHIFT)
     return pa.array(vals, type=out_type)

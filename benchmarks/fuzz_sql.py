@@ -1,17 +1,31 @@
 """Random SQL over the supported grammar, maintained over random update streams.
 
-Each case draws two small tables ``r(a, b, c)`` (key ``a``) and ``s(c, d, e)`` (key
-``c``) of small integers with NULLs and duplicates, a query of the planner's grammar
-(selections with AND/OR/IN/BETWEEN/IS NULL, inner joins, grouped and global aggregates
-with HAVING, top-k, EXISTS / NOT EXISTS / IN / NOT IN and scalar subqueries, outer
-joins, COUNT(DISTINCT)), registers it through the embedded ``Engine`` with a sketch on
-a key column, and applies random insert / delete / mixed batches. After registering and
-after every batch the maintained sketch must equal the non-incremental recapture and
-the maintained result DuckDB's result of the same SQL over the same tables.
+Each case draws two small tables ``r(a, b, c, m)`` (key ``a``) and ``s(c, d, e, n)`` (key
+``c``): small integers from -3 to 4 and DECIMAL(7, 2) values (``m``, ``n``), with NULLs
+and duplicates; a query of the planner's grammar (selections with AND/OR/IN/NOT IN (NULLs
+in the lists too)/BETWEEN/IS NULL, inner joins, grouped and global aggregates with
+HAVING, top-k, EXISTS / NOT EXISTS / IN / NOT IN and scalar subqueries, outer joins,
+COUNT(DISTINCT); ``%``, ``pmod``, ``DIV`` and ``/`` of columns and literals, negative
+ones too, projected, grouped on, aggregated and compared); registers it through the
+embedded ``Engine`` with a sketch on a key column, and applies random insert / delete /
+mixed batches. After registering and after every batch the maintained sketch must equal
+the non-incremental recapture and the maintained result DuckDB's result of the same SQL
+(``pmod`` written out, zero divisors as NULLIF) over the same tables.
+
+The oracles. DuckDB (the default, fast) divides decimals into DOUBLE where Spark's
+quotient is an exact decimal (3.30 / 3 is 1.0999999999999999 there, 1.1 in Spark), so a
+query dividing a decimal is not compared with DuckDB (``FuzzReport.duckdb_skipped``
+counts them). With ``oracle="spark"`` a local Spark session also runs the SQL text
+unchanged, ANSI off (a default session's semantics), over temp views of the same Arrow
+tables after registering and after the last batch; result types and values (decimals
+exactly) must be Spark's.
 
 A finding is a mismatch or an exception that is not a refusal (``ImpError``: the
-construct is unsupported, or the attribute unsafe); refusals are counted by kind. Used
-by ``tests/unit/test_fuzz_sql.py`` (a bounded run) and ``imp bench fuzz`` (longer).
+construct is unsupported, or the attribute unsafe); refusals are counted by kind. Each
+names the SQL, the seed and the case (``random.Random(seed * 1_000_003 + case)`` replays
+it). Used by ``tests/unit/test_fuzz_sql.py`` (a bounded run, DuckDB),
+``tests/integration/test_fuzz_sql_spark.py`` (Spark) and ``imp bench fuzz`` (longer;
+``IMP_FUZZ_ORACLE=spark`` for Spark).
 """
 
 from __future__ import annotations

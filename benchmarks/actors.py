@@ -57,7 +57,7 @@ def _update(store, rng: np.random.Generator, size: int, salt: int) -> tuple[pa.T
 
 
 def _spec(name: str, template: str, fragments: int, strategy=None):
-    from imp_actors.config import Lazy
+    from imp_actors.runtime_config import Lazy
     from imp_actors.types import QuerySpec
     from imp_core.workloads.queries import load_query
 
@@ -82,8 +82,8 @@ def _rss_mib(pids: list[int]) -> float:
 def run_actors_bench(rows: int = 1_000_000, queries: int = 200, max_live: int = 16,
                      calls: int = 2000, data_root: str = ".imp", chaos_steps: int = 12,
                      progress: bool = True) -> dict[str, Any]:
-    from imp_actors.config import EvictionPolicy, RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import EvictionPolicy, RuntimeConfig
     from imp_core.spark.session import get_spark
     from imp_core.workloads.schemas import TABLES
     from imp_core.workloads.synthetic import generate_groups_table
@@ -203,8 +203,8 @@ def _chaos(c, config, rng: np.random.Generator, steps: int, progress: bool):
     Returns (exact, the coordinator in charge at the end)."""
     from dataclasses import replace
 
-    from imp_actors.config import Eager
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import Eager
 
     names = {"chaos_lazy": ("q_having_2", None, 1), "chaos_eager": ("q_endtoend", 50, 1),
              "chaos_sharded": ("q_groups_5000", None, 3)}

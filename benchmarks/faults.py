@@ -129,7 +129,7 @@ def exact_over_grpc(client: Any, store_root: Path) -> bool:
 
 
 def _register(client: Any, fragments: int = 16) -> None:
-    from imp_actors.config import Eager
+    from imp_actors.runtime_config import Eager
     from imp_core.workloads.queries import load_query
 
     for name, template in QUERIES.items():
@@ -292,8 +292,8 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
     """A worker node of a 3-node cluster removed while a query's shards run on it."""
     import ray
 
-    from imp_actors.config import EvictionPolicy, RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import EvictionPolicy, RuntimeConfig
 
     own = cluster is None
     if own:
@@ -317,7 +317,7 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
         stream.send(batches // 2)
         c.get_sketch("lazy")
         head = ray.get_runtime_context().get_node_id()
-        placed = set(c.diagnostics.placement("lazy")) - {head}
+        placed = set(c.diagnostics.nodes("lazy")) - {head}
         victim = next(n for n in cluster.worker_nodes if n.node_id in placed)
         log(progress, f"  node: removing worker node {victim.node_id[:8]}")
         t0 = time.monotonic()
@@ -332,7 +332,7 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
         recover = time.monotonic() - t0
         stream.send(batches // 2 - 1)
         exact = all(_exact_embedded(c, n) for n in QUERIES)
-        moved = sorted(set(c.diagnostics.placement("lazy")))
+        moved = sorted(set(c.diagnostics.nodes("lazy")))
         restarts = sum(m.restarts for m in c.metrics().queries)
     finally:
         c.close()
@@ -351,7 +351,7 @@ class _Embedded:
         self.c = c
 
     def register(self, name: str, sql: str, partitions: dict, strategy: Any = None) -> None:
-        from imp_actors.config import Lazy
+        from imp_actors.runtime_config import Lazy
         from imp_actors.types import QuerySpec
 
         self.c.register(QuerySpec(name, sql, partitions=partitions,

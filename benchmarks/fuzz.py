@@ -43,13 +43,13 @@ def service_state(coordinator: Any) -> tuple:
 
 def run_request_part(requests: int, seed: int, progress: bool) -> dict[str, Any]:
     from benchmarks.fuzz_requests import base_requests, run_request_fuzz
-    from imp_actors.config import EvictionPolicy, RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import EvictionPolicy, RuntimeConfig
     from imp_core.storage import DeltaStore
     from imp_core.workloads.schemas import TABLES
     from imp_core.workloads.synthetic import generate_groups_table
-    from services.config import ServerConfig
     from services.server import SketchServer
+    from services.server_config import ServerConfig
 
     with tempfile.TemporaryDirectory(prefix="imp-fuzz-") as tmp:
         root = Path(tmp)

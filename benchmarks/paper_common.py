@@ -158,8 +158,8 @@ def make_coordinator(store, root: Path, options=None, versions_kept: int = 64):
     polling (every commit goes through it), no periodic checkpoints, no warm actors."""
     import shutil
 
-    from imp_actors.config import RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import RuntimeConfig
 
     # a fresh registry and checkpoints: a killed earlier run must not leave queries behind
     shutil.rmtree(root / "service", ignore_errors=True)

@@ -188,7 +188,7 @@ def run_use_bench(sf: float = 1.0, queries: Iterable[str] = ("all22",), fragment
                   data_root: str | Path = ".imp", progress: bool = True,
                   attributes: str = "auto", layout: bool = False) -> dict[str, Any]:
     from benchmarks.tpch import expand_queries, prepare_tpch_store
-    from imp_actors.config import RuntimeConfig
+    from imp_actors.runtime_config import RuntimeConfig
     from imp_actors.spark_work import SparkWork
 
     if attributes not in ATTRIBUTES:

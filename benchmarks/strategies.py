@@ -42,7 +42,7 @@ QUERIES = ("q_endtoend", "q_joinsel")
 def run_template(coordinator, store, template: str, sql: str, batches: list[int],
                  updates: int, rng: np.random.Generator, progress: bool
                  ) -> list[dict[str, Any]]:
-    from imp_actors.config import Eager, Lazy
+    from imp_actors.runtime_config import Eager, Lazy
     from imp_actors.types import QuerySpec
 
     names = {}

@@ -78,7 +78,7 @@ class AdaptiveRanges:
 
     def _check(self, name: str) -> None:
         try:
-            q = self.ctx.queries.lookup(name)
+            q = self.ctx.queries.get_or_none(name)
             if q is not None:
                 self.check(q)
         except Exception as exc:  # noqa: BLE001 - the old ranges stay; logged and counted

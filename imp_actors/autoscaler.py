@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from imp_actors.config import Autoscaling
+from imp_actors.runtime_config import Autoscaling
 
 
 class Trend(enum.Enum):

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imp_actors.checkpoints import CheckpointStore
-from imp_actors.config import RuntimeConfig
 from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.handles import Backend
 from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.reconcile import Targets
 from imp_actors.registry import Registry
+from imp_actors.runtime_config import RuntimeConfig
 from imp_actors.spark_work import SparkWork
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.errors import QueryExistsError, UnknownQueryError
@@ -46,13 +46,9 @@ class QueryDirectory:
             raise UnknownQueryError(f"no registered query {name!r}")
         return q
 
-    def lookup(self, name: str) -> QueryRuntime | None:
+    def get_or_none(self, name: str) -> QueryRuntime | None:
         """``get`` without the error: None for a name not registered."""
         return self._queries.get(name)  # atomic, as in ``get``
-
-    def find(self, name: str) -> QueryRuntime | None:
-        with self.lock:
-            return self._queries.get(name)
 
     def check_free(self, name: str) -> None:
         with self.lock:

@@ -35,14 +35,14 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 from imp_actors.autoscaler import Autoscaler, Trend, ceiling
-from imp_actors.config import Eager
 from imp_actors.context import RuntimeContext
 from imp_actors.feed import count_changes
 from imp_actors.lifecycle import QueryRuntime, QueryState
-from imp_actors.metrics import query_load
 from imp_actors.reclustering import Reclustering
 from imp_actors.reconcile import Action, Reconciler, Step, Target, Want
 from imp_actors.registration import check_shards
+from imp_actors.runtime_config import Eager
+from imp_actors.runtime_metrics import query_load
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager
 from imp_core.errors import ImpError, PartitionError, UnknownQueryError
@@ -66,7 +66,7 @@ class ControlLoop:
         self.autoscaler = Autoscaler()
         self.reconciler = Reconciler(
             ctx.targets, state, ctx.counters, submit=self._submit_step, done=self._step_done,
-            registered=lambda name: ctx.queries.find(name) is not None)
+            registered=lambda name: ctx.queries.get_or_none(name) is not None)
         self.reclustering = Reclustering(ctx, layouts)
         self._last_poll = 0.0
         self._last_autoscale = 0.0

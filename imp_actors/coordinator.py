@@ -41,7 +41,6 @@ import pyarrow as pa
 
 from imp_actors.adaptive_ranges import AdaptiveRanges
 from imp_actors.checkpoints import CheckpointStore
-from imp_actors.config import RuntimeConfig
 from imp_actors.context import QueryDirectory, RuntimeContext
 from imp_actors.control_loop import ControlLoop
 from imp_actors.diagnostics import Diagnostics
@@ -52,10 +51,11 @@ from imp_actors.layouts import Layouts
 from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime
 from imp_actors.maintenance import Maintenance
-from imp_actors.metrics import query_load, runtime_metrics
 from imp_actors.reconcile import Want
 from imp_actors.registration import Registration
 from imp_actors.registry import Registry
+from imp_actors.runtime_config import RuntimeConfig
+from imp_actors.runtime_metrics import query_load, runtime_metrics
 from imp_actors.runtime_watch import RuntimeState, RuntimeWatch
 from imp_actors.shards import ShardManager
 from imp_actors.sketch_reuse import choose_sketch
@@ -286,7 +286,7 @@ class Coordinator:
 
     def scan_specs(self, name: str) -> dict[str, ScanSpec]:
         """What the query reads of each table (columns and pushed-down selection)."""
-        return dict(self._get(name).specs)
+        return dict(self._get(name).scan_specs)
 
     # -- maintenance ------------------------------------------------------------------------
     def maintain(self, queries: list[str] | None = None, tables: list[str] | None = None
@@ -369,7 +369,7 @@ class Coordinator:
         return dict(self.ctx.stats(), runtime=self.runtime.status())
 
     def metrics(self) -> RuntimeMetrics:
-        """Per query and overall, what an operator watches (``imp_actors.metrics``): cheap,
+        """Per query and overall, what an operator watches (``imp_actors.runtime_metrics``): cheap,
         never waits for a query's maintenance or calls an actor (for scrapes)."""
         nodes = self.ctx.backend.known_nodes()
         return replace(runtime_metrics(self.ctx), runtime_up=self.runtime.state is RuntimeState.UP,

@@ -31,7 +31,7 @@ class Diagnostics:
             assert q.handles is not None
             return gather([ask(h) for h in q.handles])
 
-    def placement(self, name: str) -> list[str]:
+    def nodes(self, name: str) -> list[str]:
         """The Ray node (or "local") of each live shard of a query."""
         return self._ask_shards(name, lambda h: h.node())
 
@@ -52,7 +52,8 @@ class Diagnostics:
         return pids
 
     def kill_shard(self, name: str, shard: int) -> None:
-        """Kill one live shard's actor (fault injection: the next use recovers it)."""
+        """Kill one live shard's actor (fault injection: the reconcile loop finds it dead
+        and recovers it, or the next use does, whichever comes first)."""
         q = self.ctx.queries.get(name)
         with q.lock:
             if not q.live or q.handles is None:

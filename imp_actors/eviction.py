@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from imp_actors.config import EvictionPolicy
+from imp_actors.runtime_config import EvictionPolicy
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class Freshness:
             return lambda: False
 
         def unchanged() -> bool:
-            if directory.lookup(name) is not q or history.latest is not sv:
+            if directory.get_or_none(name) is not q or history.latest is not sv:
                 return False
             if fresh:  # ``versions_hold``, inline: one frame less on the hot path
                 max_age = ctx.config.fresh_recheck_s

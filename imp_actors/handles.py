@@ -24,7 +24,7 @@ from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import pyarrow as pa
 
-from imp_actors.config import RuntimeConfig
+from imp_actors.runtime_config import RuntimeConfig
 from imp_actors.types import CheckpointInfo
 from imp_actors.worker import ApplyResult, QueryWorker, WorkerSpec, WorkerStatus
 from imp_core.engine.operators.base import TableDelta

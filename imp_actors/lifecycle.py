@@ -34,10 +34,10 @@ from typing import Mapping, Sequence
 
 from pyroaring import BitMap
 
-from imp_actors.config import Autoscaling, Strategy, strategy_from_json
 from imp_actors.handles import WorkerHandle
 from imp_actors.history import SketchHistory
 from imp_actors.registry import QueryRecord
+from imp_actors.runtime_config import Autoscaling, Strategy, strategy_from_json
 from imp_actors.sharding import ShardKey
 from imp_actors.telemetry import QueryTelemetry
 from imp_actors.worker import ApplyResult, WorkerStatus
@@ -153,7 +153,7 @@ class QueryRuntime:
     record: QueryRecord
     plan: QueryPlan
     partitions: PartitionSet
-    specs: dict[str, ScanSpec]
+    scan_specs: dict[str, ScanSpec]
     key: ShardKey | None
     history: SketchHistory
     state: QueryState = QueryState.EVICTED

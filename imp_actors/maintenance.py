@@ -107,7 +107,7 @@ class Maintenance:
             if target[t] == have.get(t, -1):
                 continue
             full = self.ctx.feed.changes(t, have[t], target[t])
-            mine = restrict_delta(full, q.specs.get(t))
+            mine = restrict_delta(full, q.scan_specs.get(t))
             out[t] = route_rows(t, mine, q.key, q.shards)[shard]
         return out
 

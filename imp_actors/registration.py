@@ -25,7 +25,6 @@ import logging
 import re
 from typing import Callable, Mapping
 
-from imp_actors.config import RuntimeConfig, strategy_to_json
 from imp_actors.context import RuntimeContext
 from imp_actors.history import SketchHistory
 from imp_actors.lifecycle import QueryRuntime, QueryState
@@ -37,6 +36,7 @@ from imp_actors.registry import (
     partitions_from_records,
     partitions_to_records,
 )
+from imp_actors.runtime_config import RuntimeConfig, strategy_to_json
 from imp_actors.sharding import shard_key
 from imp_actors.shards import ShardManager
 from imp_actors.state_manager import StateManager

@@ -181,7 +181,7 @@ class ShardManager:
             states = self.spark_states(q, versions)
             return h.load(self.spec(q, shard), state=(states[shard], versions)).result()
         h.load(self.spec(q, shard)).result()
-        whole = first_changes(self.ctx.store, {t: versions[t] for t in q.tables}, q.specs)
+        whole = first_changes(self.ctx.store, {t: versions[t] for t in q.tables}, q.scan_specs)
         changes = {t: route_rows(t, rows, q.key, q.shards)[shard] for t, rows in whole.items()}
         h.apply(changes, {}, versions).result()
         return h.status().result()
@@ -190,7 +190,7 @@ class ShardManager:
     def read_columns(self, q: QueryRuntime, table: str) -> list[str] | None:
         """The columns of ``table`` that ``q`` reads (its scan spec's and its pushed-down
         selection's), in table order; None (all) when it has no spec."""
-        return spec_columns(q.specs.get(table), self.ctx.feed.schema(table))
+        return spec_columns(q.scan_specs.get(table), self.ctx.feed.schema(table))
 
     def spark_bootstrap(self, q: QueryRuntime, versions: Mapping[str, int]) -> bool:
         """Whether ``q``'s first state is computed on Spark: by configuration, or (auto)

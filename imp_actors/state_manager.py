@@ -219,7 +219,7 @@ class StateManager:
                 return  # the lock was not lent out
             with incoming.lock.released():
                 for name in victims:
-                    victim = self.ctx.queries.find(name)
+                    victim = self.ctx.queries.get_or_none(name)
                     if victim is not None:
                         self.evict(victim, timeout=10.0 if final else 0.0)
 
@@ -314,18 +314,18 @@ class StateManager:
         with q.lock:
             self.ensure_live(q)
             q.transition(QueryState.REPARTITIONING)
-            before = (q.record, q.partitions, q.specs)
+            before = (q.record, q.partitions, q.scan_specs)
             try:
                 record = replace(q.record, partitions=partitions_to_records(pset),
                                  generation=q.record.generation + 1)
                 specs = scan_specs(q.plan.root, pset)
                 if not record.pushdown:
                     specs = {t: replace(s, predicate=None) for t, s in specs.items()}
-                q.record, q.partitions, q.specs = record, pset, specs
+                q.record, q.partitions, q.scan_specs = record, pset, specs
                 started = self.shards.start_shards(
                     q, q.shards, lambda i, h: self.shards.rebuild_shard(q, i, h))
             except BaseException:
-                q.record, q.partitions, q.specs = before
+                q.record, q.partitions, q.scan_specs = before
                 q.transition(QueryState.LIVE)
                 raise
             old = q.detach()

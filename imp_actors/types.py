@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from imp_actors.config import Autoscaling, Lazy, Strategy
+from imp_actors.runtime_config import Autoscaling, Lazy, Strategy
 from imp_core.sketch.partition import PartitionSpec
 from imp_core.sketch.sketch import Range, Sketch
 

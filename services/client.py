@@ -31,7 +31,7 @@ import grpc
 import pyarrow as pa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from imp_actors.config import Autoscaling, Lazy, Strategy
+from imp_actors.runtime_config import Autoscaling, Lazy, Strategy
 from imp_actors.types import CheckpointInfo, QueryInfo, UpdateResult
 from imp_core.errors import ImpError
 from services import convert

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from imp_actors.config import Autoscaling, Eager, Lazy, Strategy
+from imp_actors.runtime_config import Autoscaling, Eager, Lazy, Strategy
 from imp_actors.types import (
     CheckpointInfo,
     QueryInfo,

@@ -111,14 +111,14 @@ def run_demo(root: str = ".imp/demo", tpch_scale: float = 0.05, rows: int = 200_
 
 def _run_demo(root: str, tpch_scale: float, rows: int, batches: int, batch_size: int,
               seed: int, backend: str) -> int:
-    from imp_actors.config import Eager, EvictionPolicy, Lazy, RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import Eager, EvictionPolicy, Lazy, RuntimeConfig
     from imp_core.spark.session import get_spark
     from imp_core.storage import DeltaStore
     from imp_core.workloads.queries import load_query
     from services.client import SketchClient
-    from services.config import ServerConfig
     from services.server import SketchServer
+    from services.server_config import ServerConfig
 
     t_start = time.perf_counter()
     base = Path(root)

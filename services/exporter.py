@@ -2,7 +2,7 @@
 
 Each ``SketchServer`` has a registry of its own (never prometheus_client's global one,
 so several servers can run in one process): the gRPC call metrics
-(``services/metrics.py``) plus ``RuntimeCollector``, which reads the coordinator at every
+(``services/call_metrics.py``) plus ``RuntimeCollector``, which reads the coordinator at every
 scrape (``Coordinator.metrics``) and the front end's watch counts. Per-query series are
 computed then, not pushed, so a dropped query's series are gone from the next scrape.
 

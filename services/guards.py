@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from imp_core.sql.readonly import check_read_only_select
-from services.config import Limits
 from services.errors import BadRequestError, LimitExceededError
+from services.server_config import Limits
 
 log = logging.getLogger("imp.services")
 

@@ -27,8 +27,8 @@ import grpc
 
 from imp_core.errors import ImpError
 from services.auth import TokenAuth
+from services.call_metrics import CallMetrics
 from services.errors import BadRequestError, error_metadata, status_of
-from services.metrics import CallMetrics
 
 log = logging.getLogger("imp.services")
 

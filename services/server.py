@@ -36,12 +36,12 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from imp_actors.runtime_watch import RuntimeState
 from services.auth import TokenAuth
-from services.config import ServerConfig
+from services.call_metrics import CallMetrics
 from services.exporter import MetricsEndpoint, RuntimeCollector, ServiceCollector
 from services.guards import Guard
 from services.handlers import CallWrapper, register_service
-from services.metrics import CallMetrics
 from services.protos import SERVICE_NAME, rpc
+from services.server_config import ServerConfig
 from services.servicer import SketchServicer
 from services.supervisor import restarts
 

@@ -19,10 +19,10 @@ import grpc
 from imp_core.errors import ImpError
 from services import convert
 from services.auth import client_identity
+from services.call_metrics import CallMetrics
 from services.errors import BadRequestError, status_of
 from services.guards import Guard, StalledStreams
 from services.handlers import parse_request
-from services.metrics import CallMetrics
 from services.protos import pb, rpc
 from services.sketch_responses import SketchResponses
 

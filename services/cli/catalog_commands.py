@@ -90,7 +90,7 @@ def _data(args: argparse.Namespace) -> int:
 
 
 def _run_data(args: argparse.Namespace) -> int:
-    from imp_actors.config import RuntimeConfig
+    from imp_actors.runtime_config import RuntimeConfig
     from imp_core.storage import DeltaStore, datasets
 
     root = args.root or RuntimeConfig.from_env().tables_dir

@@ -105,7 +105,7 @@ def token_from_file(text: str, where: str) -> str:
 
 def add_client_commands(sub: argparse._SubParsersAction) -> None:
     """Adds ``serve`` and the client subcommands to ``imp``'s subparsers."""
-    from services.config import ServerConfig
+    from services.server_config import ServerConfig
 
     conn = _connection_parent()
 
@@ -238,8 +238,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from imp_actors.lease import StoreBusyError
     from imp_core.estimate.memory import memory_budget
-    from services.config import ServerConfig
     from services.server import preflight, serve
+    from services.server_config import ServerConfig
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -312,7 +312,7 @@ def _run(func: Callable, args: argparse.Namespace) -> int:
 
 
 def _register(client: Any, args: argparse.Namespace) -> int:
-    from imp_actors.config import Eager, Lazy
+    from imp_actors.runtime_config import Eager, Lazy
 
     if args.sql:
         sql = args.sql
@@ -389,7 +389,7 @@ _AUTOSCALING_FLAGS = {"min_shards": "min_shards", "target_load": "target_load",
 
 def _autoscaling(args: argparse.Namespace) -> Any:
     """The ``Autoscaling`` the register flags give (None without ``--max-shards``)."""
-    from imp_actors.config import Autoscaling
+    from imp_actors.runtime_config import Autoscaling
 
     given = {field: getattr(args, flag) for flag, field in _AUTOSCALING_FLAGS.items()
              if getattr(args, flag) is not None}
@@ -443,7 +443,7 @@ def _sketch(client: Any, args: argparse.Namespace) -> int:
 
 
 def _watch(client: Any, args: argparse.Namespace) -> int:
-    from imp_actors.config import Lazy
+    from imp_actors.runtime_config import Lazy
 
     if isinstance(client.info(args.name).strategy, Lazy):  # else it may look stuck
         print(f"{args.name} is lazy: a new version is made only when its sketch is read "

@@ -45,7 +45,7 @@ def to_json(obj: Any) -> Any:
     """Records as JSON-ready values (dates ISO, decimals as text, types by name)."""
     import pyarrow as pa
 
-    from imp_actors.config import Eager, Lazy, strategy_to_json
+    from imp_actors.runtime_config import Eager, Lazy, strategy_to_json
     from imp_core.sketch.sketch import Range
 
     if isinstance(obj, (Eager, Lazy)):
@@ -181,7 +181,7 @@ def describe_table(t: Any) -> list[str]:
 
 
 def describe_info(q: Any) -> str:
-    from imp_actors.config import strategy_to_json
+    from imp_actors.runtime_config import strategy_to_json
 
     strategy = strategy_to_json(q.strategy)
     how = strategy["kind"] if strategy["kind"] == "lazy" else \

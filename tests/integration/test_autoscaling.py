@@ -14,8 +14,8 @@ import pytest
 from grpc_harness import reference, running_service
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
 
-from imp_actors.config import Autoscaling, Eager
 from imp_actors.coordinator import Coordinator
+from imp_actors.runtime_config import Autoscaling, Eager
 from imp_core.errors import PartitionError, RequestLimitError, UnshardableQueryError
 from imp_core.workloads.queries import load_query
 from services.client import RemoteError
@@ -101,7 +101,7 @@ def test_autoscaling_is_checked_kept_across_restarts_and_bounds_scale(tmp_path):
         # shards moved into the bounds: one asked for, two started
         info = c.register(workload_spec("h", "q_having_2", autoscaling=slow))
         assert info.shards == 2 and info.autoscaling == slow
-        assert len(c.diagnostics.placement("h")) == 2
+        assert len(c.diagnostics.nodes("h")) == 2
         assert c.scale("h", 3).shards == 3
         with pytest.raises(PartitionError, match="autoscaled between 2 and 3"):
             c.scale("h", 1)

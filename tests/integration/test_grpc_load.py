@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from grpc_harness import reference, running_service
 
-from imp_actors.config import Eager, Lazy
+from imp_actors.runtime_config import Eager, Lazy
 from imp_core.workloads.queries import load_query
 
 pytestmark = [pytest.mark.grpc, pytest.mark.integration]

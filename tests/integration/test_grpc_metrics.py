@@ -16,7 +16,7 @@ from grpc_harness import reference, running_service
 from prometheus_client.parser import text_string_to_metric_families
 from runtime_support import random_batch
 
-from imp_actors.config import Autoscaling
+from imp_actors.runtime_config import Autoscaling
 from imp_core.workloads.queries import load_query
 from services.client import RemoteError
 from services.exporter import METRIC_NAMES

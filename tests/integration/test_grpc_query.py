@@ -13,7 +13,7 @@ from runtime_support import random_batch
 
 from imp_core.workloads.queries import load_query
 from services.client import RemoteError
-from services.config import Limits
+from services.server_config import Limits
 
 pytestmark = [pytest.mark.grpc, pytest.mark.spark, pytest.mark.integration]
 

@@ -13,7 +13,7 @@ import pytest
 from grpc_harness import reference, running_service
 from runtime_support import random_batch
 
-from imp_actors.config import Eager, Lazy
+from imp_actors.runtime_config import Eager, Lazy
 from imp_core.workloads.queries import load_query
 
 pytestmark = [pytest.mark.grpc, pytest.mark.ray, pytest.mark.integration]

@@ -18,12 +18,12 @@ from grpc_harness import TOKEN, reference, running_service
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from runtime_support import random_batch
 
-from imp_actors.config import Eager, Lazy
+from imp_actors.runtime_config import Eager, Lazy
 from imp_core.errors import WorkerLostError
 from imp_core.workloads.queries import load_query
 from services.client import RemoteError, SketchClient
-from services.config import Limits
 from services.protos import SERVICE_NAME, pb
+from services.server_config import Limits
 
 pytestmark = [pytest.mark.grpc, pytest.mark.integration]
 

@@ -25,8 +25,8 @@ from runtime_support import random_batch
 
 import services.convert as convert
 from imp_core.workloads.queries import load_query
-from services.config import Limits
 from services.protos import pb, rpc
+from services.server_config import Limits
 
 pytestmark = [pytest.mark.grpc, pytest.mark.integration]
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from runtime_support import assert_spark_exact, fill_store, make_config, random_batch, workload_spec
 
-from imp_actors.config import Eager, Lazy
 from imp_actors.coordinator import Coordinator
+from imp_actors.runtime_config import Eager, Lazy
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.integration]
 

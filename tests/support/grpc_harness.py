@@ -16,9 +16,9 @@ from imp_core.oracle.reference import reference_capture
 from imp_core.sketch.sketch import Sketch
 from imp_core.sql import plan_sql
 from services.client import SketchClient, TlsOptions
-from services.config import Limits, ServerConfig
 from services.records import SketchRecord
 from services.server import SketchServer
+from services.server_config import Limits, ServerConfig
 
 TOKEN = "test-token-0123456789"
 

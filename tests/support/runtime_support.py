@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 from workload_data import synthetic_tables, tpch_tables
 
-from imp_actors.config import EvictionPolicy, RuntimeConfig
 from imp_actors.coordinator import Coordinator
+from imp_actors.runtime_config import EvictionPolicy, RuntimeConfig
 from imp_actors.types import QuerySpec, SketchVersion
 from imp_core.oracle.reference import reference_capture
 from imp_core.sketch.sketch import Sketch

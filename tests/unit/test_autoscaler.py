@@ -17,8 +17,8 @@ from imp_actors.autoscaler import (
     decide,
     desired_shards,
 )
-from imp_actors.config import Autoscaling
 from imp_actors.registry import QueryRecord, Registry
+from imp_actors.runtime_config import Autoscaling
 from imp_actors.storage import BlobStore
 from imp_actors.telemetry import LatencyHistogram, LoadMeter
 from services import convert

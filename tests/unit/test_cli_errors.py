@@ -98,8 +98,8 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
 
 
 def test_serve_on_a_store_in_use(capsys, tmp_path):
-    from imp_actors.config import RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import RuntimeConfig
 
     config = RuntimeConfig(root=str(tmp_path), backend="local", warm_actors=0)
     with Coordinator(config):

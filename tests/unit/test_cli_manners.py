@@ -152,11 +152,11 @@ def test_ls_shows_each_tables_key_and_domains(fake, capsys):
 
 @pytest.mark.grpc
 def test_ls_over_grpc_shows_what_the_store_declares(tmp_path, capsys):
-    from imp_actors.config import RuntimeConfig
     from imp_actors.coordinator import Coordinator
+    from imp_actors.runtime_config import RuntimeConfig
     from imp_core.storage import DeltaStore
-    from services.config import ServerConfig
     from services.server import SketchServer
+    from services.server_config import ServerConfig
 
     store = DeltaStore(tmp_path)
     store.create_table("t", pa.table({"id": [1, 2], "qty": [3, 4]}), key=("id",),
@@ -234,7 +234,7 @@ def test_the_demo_report_alone_is_on_stdout():
 
 
 def test_the_documented_tables_default_is_the_same_store(tmp_path, capsys):
-    from services.config import ServerConfig
+    from services.server_config import ServerConfig
 
     parser = build_parser()
     root = str(tmp_path / "svc")

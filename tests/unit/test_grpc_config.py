@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from services.config import DEFAULT_LISTEN, Limits, ServerConfig
 from services.server import is_loopback
+from services.server_config import DEFAULT_LISTEN, Limits, ServerConfig
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -84,7 +84,7 @@ def test_serve_refuses_a_bad_runtime_setting_in_one_line(monkeypatch, capsys):
 def test_metrics_endpoint_setting():
     """`imp serve` serves /metrics on loopback unless told otherwise; 'off' turns it off;
     a ServerConfig built in code (tests, the demo) has none unless given one."""
-    from services.config import DEFAULT_METRICS_LISTEN
+    from services.server_config import DEFAULT_METRICS_LISTEN
 
     assert ServerConfig().metrics_listen is None
     assert ServerConfig.from_env({}).metrics_listen == DEFAULT_METRICS_LISTEN

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import pytest
 from runtime_support import fill_store, make_config, reference_sketch, workload_spec
 
-from imp_actors.config import EvictionPolicy
 from imp_actors.coordinator import Coordinator
 from imp_actors.lifecycle import QueryLock, QueryState
 from imp_actors.reconcile import (
@@ -30,6 +29,7 @@ from imp_actors.reconcile import (
     backoff,
     diff,
 )
+from imp_actors.runtime_config import EvictionPolicy
 
 
 def _actual(state: QueryState = QueryState.LIVE, shards: int = 1, busy: bool = False,

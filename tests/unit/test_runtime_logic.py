@@ -18,13 +18,13 @@ from deltalake import DeltaTable, write_deltalake
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
 
 from imp_actors.checkpoints import CheckpointStore
-from imp_actors.config import Eager, EvictionPolicy, Lazy, RuntimeConfig
 from imp_actors.coordinator import Coordinator
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.feed import DeltaFeed
 from imp_actors.history import SketchHistory
 from imp_actors.lease import StoreBusyError
 from imp_actors.registry import Registry, partition_from_record, partition_to_record
+from imp_actors.runtime_config import Eager, EvictionPolicy, Lazy, RuntimeConfig
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
 from imp_actors.storage import BlobStore
 from imp_actors.types import QuerySpec, SketchVersion
@@ -598,7 +598,7 @@ def test_tool_methods_of_the_coordinator(root):
         assert c.info("s").state == "evicted"
         with pytest.raises(UnknownQueryError):
             c.diagnostics.kill_shard("s", 0)
-        assert c.diagnostics.placement("s") == ["local"] and c.info("s").state == "live"
+        assert c.diagnostics.nodes("s") == ["local"] and c.info("s").state == "live"
 
 
 def test_wait_idle_waits_for_scheduled_maintenance(root):
@@ -744,14 +744,14 @@ def test_shards_are_bounded_before_any_actor_starts(root):
                       eviction=EvictionPolicy(max_live_actors=3, idle_seconds=None))
     with Coordinator(cfg) as c:
         c.register(workload_spec("at", "q_having_2", shards=2))
-        assert len(c.diagnostics.placement("at")) == 2
+        assert len(c.diagnostics.nodes("at")) == 2
         for shards, setting in ((3, "IMP_MAX_SHARDS"), (100_000, "IMP_MAX_SHARDS")):
             with pytest.raises(RequestLimitError, match=setting) as err:
                 c.register(workload_spec("beyond", "q_having_2", shards=shards))
             assert err.value.code == "RESOURCE_EXHAUSTED"
             with pytest.raises(RequestLimitError, match=setting):
                 c.scale("at", shards)
-        assert [i.name for i in c.queries()] == ["at"] and len(c.diagnostics.placement("at")) == 2
+        assert [i.name for i in c.queries()] == ["at"] and len(c.diagnostics.nodes("at")) == 2
         assert c.stats()["live_actors"] == 2
     cfg = make_config(root, max_shards=8,
                       eviction=EvictionPolicy(max_live_actors=3, idle_seconds=None))

@@ -13,11 +13,11 @@ from deltalake import write_deltalake
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
 
 from imp_actors.coordinator import Coordinator
-from services.config import Limits
+from services.call_metrics import CallMetrics
 from services.errors import BadRequestError
 from services.guards import Guard
-from services.metrics import CallMetrics
 from services.protos import pb
+from services.server_config import Limits
 from services.servicer import SketchServicer
 from services.sketch_responses import SketchResponses
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from imp_actors.config import RuntimeConfig
+from imp_actors.runtime_config import RuntimeConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # Prometheus /metrics of `imp serve`

@@ -28,7 +28,7 @@ from imp_actors.runtime_config import RuntimeConfig
 from imp_actors.types import CheckpointInfo
 from imp_actors.worker import ApplyResult, QueryWorker, WorkerSpec, WorkerStatus
 from imp_core.engine.operators.base import TableDelta
-from imp_core.errors import ImpError, WorkerLostError
+from imp_core.errors import ImpError, RuntimeUnavailableError, WorkerLostError
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,6 @@ T_co = TypeVar("T_co", covariant=True)
 StateTables = tuple[dict[str, pa.Table], dict[str, int]]
 # how long one wait on a Ray result lasts before the backend's liveness is looked at again
 _WAIT_SLICE_S = 0.5
-
-
-class RuntimeUnavailableError(ImpError):
-    """The actor runtime (Ray) is lost or unreachable; the call did nothing."""
-
-    code = "UNAVAILABLE"
 
 
 def unavailable(kind: str, reason: str) -> str:

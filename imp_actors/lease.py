@@ -29,7 +29,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from imp_actors.storage import BlobStore
-from imp_core.errors import ImpError
+from imp_core.errors import StoreBusyError
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,6 @@ LEASE = "lease.json"
 # owners ("host:pid:id") of this process's abandoned leases: dead as surely as a process
 # that exited, so a successor in this process takes their store over at once
 _ABANDONED: set[str] = set()
-
-
-class StoreBusyError(ImpError):
-    """The store is owned by another live coordinator (or this one lost its lease)."""
-
-    code = "FAILED_PRECONDITION"
 
 
 @dataclass(frozen=True)

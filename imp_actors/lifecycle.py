@@ -41,15 +41,11 @@ from imp_actors.runtime_config import Autoscaling, Strategy, strategy_from_json
 from imp_actors.sharding import ShardKey
 from imp_actors.telemetry import QueryTelemetry
 from imp_actors.worker import ApplyResult, WorkerStatus
-from imp_core.errors import ImpError
+from imp_core.errors import LifecycleError
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.adaptive import FragmentCounts
 from imp_core.sketch.partition import PartitionSet
 from imp_core.storage.scan_spec import ScanSpec
-
-
-class LifecycleError(ImpError):
-    """A query was asked to move between two states its lifecycle does not connect."""
 
 
 class QueryState(enum.Enum):

@@ -27,7 +27,8 @@ import time
 from collections import Counter
 from typing import Callable
 
-from imp_actors.handles import Backend, RuntimeUnavailableError, unavailable
+from imp_actors.handles import Backend, unavailable
+from imp_core.errors import RuntimeUnavailableError
 
 log = logging.getLogger(__name__)
 

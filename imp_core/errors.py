@@ -202,6 +202,22 @@ class SparkUnavailableError(ImpError):
     code = "UNAVAILABLE"
 
 
+class LifecycleError(ImpError):
+    """A query was asked to move between two states its lifecycle does not connect."""
+
+
+class RuntimeUnavailableError(ImpError):
+    """The actor runtime (Ray) is lost or unreachable; the call did nothing."""
+
+    code = "UNAVAILABLE"
+
+
+class StoreBusyError(ImpError):
+    """The store is owned by another live coordinator (or this one lost its lease)."""
+
+    code = "FAILED_PRECONDITION"
+
+
 def human_bytes(n: float) -> str:
     """``n`` bytes as a short text with a binary unit (``1.5 GiB``)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

@@ -2,9 +2,10 @@
 
 Domain errors (``imp_core.errors.ImpError``) carry ``code``, the name of a gRPC status
 ("NOT_FOUND", ...); the front end maps them by that name only, never by class, so a new
-domain error needs no change here. The two classes below are the front end's own: a
-request that cannot be converted (``BadRequestError``) and a limit of this server
-(``LimitExceededError``).
+domain error needs no change here. The classes below are the front end's own: a
+request that cannot be converted (``BadRequestError``), a limit of this server
+(``LimitExceededError``), a call that ended on the client's side (``CallEndedError``) and
+one without the required token (``UnauthenticatedError``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ class BadRequestError(ImpError):
 class LimitExceededError(RequestLimitError):
     """A request exceeds a configured limit of the server (SQL length, batch size,
     registrations per client, concurrent watches, result size)."""
+
+
+class CallEndedError(ImpError):
+    """The client cancelled the call or its deadline passed; nothing is answered."""
+
+    code = "CANCELLED"
+
+
+class UnauthenticatedError(ImpError):
+    """A call without the bearer token this server requires."""
+
+    code = "UNAUTHENTICATED"
 
 
 def status_of(code: str | None) -> grpc.StatusCode:

@@ -28,13 +28,9 @@ import grpc
 from imp_core.errors import ImpError
 from services.auth import TokenAuth
 from services.call_metrics import CallMetrics
-from services.errors import BadRequestError, error_metadata, status_of
+from services.errors import BadRequestError, UnauthenticatedError, error_metadata, status_of
 
 log = logging.getLogger("imp.services")
-
-
-class _Unauthenticated(ImpError):
-    code = "UNAUTHENTICATED"
 
 
 class CallWrapper:
@@ -63,7 +59,7 @@ class CallWrapper:
         if self.auth is not None:
             refusal = self.auth.refusal(context.invocation_metadata())
             if refusal is not None:
-                raise _Unauthenticated(refusal)
+                raise UnauthenticatedError(refusal)
         _refuse_malformed(request)
 
     def _unary(self, behavior: Callable, method: str) -> Callable:

@@ -240,7 +240,7 @@ def start_coordinator(config: ServerConfig) -> Any:
     """The started coordinator of ``imp serve``; a standby (``config.standby``) waits
     for the store's lease while another server holds it, instead of refusing."""
     from imp_actors.coordinator import Coordinator
-    from imp_actors.lease import StoreBusyError
+    from imp_core.errors import StoreBusyError
 
     coordinator = Coordinator(config.runtime_config())
     waiting = False

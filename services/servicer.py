@@ -20,7 +20,7 @@ from imp_core.errors import ImpError
 from services import convert
 from services.auth import client_identity
 from services.call_metrics import CallMetrics
-from services.errors import BadRequestError, status_of
+from services.errors import BadRequestError, CallEndedError, status_of
 from services.guards import Guard, StalledStreams
 from services.handlers import parse_request
 from services.protos import pb, rpc
@@ -29,12 +29,6 @@ from services.sketch_responses import SketchResponses
 WATCH_SLICE_S = 0.25  # longest wait between two checks of a watch's client
 # a layout's row groups: smaller ones make a table of mostly metadata, larger ones skip less
 MIN_ROWS_PER_GROUP, MAX_ROWS_PER_GROUP = 1024, 1 << 24
-
-
-class CallEndedError(ImpError):
-    """The client cancelled the call or its deadline passed; nothing is answered."""
-
-    code = "CANCELLED"
 
 
 def _alive(context: grpc.ServicerContext) -> None:

@@ -236,7 +236,7 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
-    from imp_actors.lease import StoreBusyError
+    from imp_core.errors import StoreBusyError
     from imp_core.estimate.memory import memory_budget
     from services.server import preflight, serve
     from services.server_config import ServerConfig

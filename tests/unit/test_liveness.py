@@ -19,9 +19,9 @@ import pytest
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
 
 from imp_actors.coordinator import Coordinator
-from imp_actors.handles import RuntimeUnavailableError
 from imp_actors.runtime_config import Eager
 from imp_actors.runtime_watch import RuntimeState, RuntimeWatch
+from imp_core.errors import RuntimeUnavailableError
 from imp_core.workloads.queries import load_query
 from services.client import RemoteError, SketchClient
 from services.server import SketchServer

@@ -22,7 +22,6 @@ from imp_actors.coordinator import Coordinator
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.feed import DeltaFeed
 from imp_actors.history import SketchHistory
-from imp_actors.lease import StoreBusyError
 from imp_actors.registry import Registry, partition_from_record, partition_to_record
 from imp_actors.runtime_config import Eager, EvictionPolicy, Lazy, RuntimeConfig
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
@@ -40,6 +39,7 @@ from imp_core.errors import (
     SchemaMismatchError,
     SnapshotError,
     SqlSyntaxError,
+    StoreBusyError,
     UnknownQueryError,
     UnknownTableError,
     UnshardableQueryError,
@@ -470,7 +470,8 @@ def test_auto_bootstrap_weighs_only_the_columns_a_query_reads(root):
 
 # -- lifecycle, typed handles and the tools' public methods -----------------------------------
 def test_query_lifecycle_refuses_moves_outside_its_table():
-    from imp_actors.lifecycle import TRANSITIONS, LifecycleError, QueryRuntime, QueryState
+    from imp_actors.lifecycle import TRANSITIONS, QueryRuntime, QueryState
+    from imp_core.errors import LifecycleError
 
     cat = {"t": pa.schema([("a", pa.int64()), ("b", pa.int64())])}
     plan = plan_sql("SELECT a, sum(b) AS s FROM t GROUP BY a", cat)

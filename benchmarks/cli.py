@@ -163,7 +163,7 @@ def _bench_fuzz(args: argparse.Namespace) -> int:
 
     report = run_fuzz_bench(sql_cases=args.sql_cases, batches=args.batches,
                             seconds=args.seconds, requests=args.requests, seed=args.seed,
-                            progress=not args.quiet)
+                            progress=not args.quiet, oracle=args.oracle)
 
     def readable() -> None:
         for part in ("sql", "requests"):
@@ -416,6 +416,9 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                     help="stop drawing queries after this long")
     fz.add_argument("--requests", type=int, default=3000, help="mutated requests (0: none)")
     fz.add_argument("--seed", type=int, default=1, help="seed of both fuzzers")
+    fz.add_argument("--oracle", choices=("duckdb", "spark"), default=None,
+                    help="the SQL fuzzer's oracle besides the recapture (default: "
+                         "IMP_FUZZ_ORACLE, else duckdb; spark runs the SQL text on Spark)")
     fz.set_defaults(func=_bench_fuzz)
 
     # the IMP paper's experiments (issue 6): tpch, micro, breakeven, mixed, strategies, ...

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
-from imp_core.plan import decimal64, division
+from imp_core.plan import decimal64, division, string_casts
 from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
     BinaryOp,
@@ -221,7 +221,12 @@ class _Evaluator:
         raise AssertionError(e.name)
 
     def _Cast(self, e: Cast) -> pa.Array | pa.Scalar:
-        return _cast(self.eval(e.operand), e.to)
+        v = self.eval(e.operand)
+        # an explicit CAST of strings parses as Spark does (NULL for what does not
+        # parse); implicit coercions of strings into numbers stay refused
+        if string_casts.handles(v.type, e.to):
+            return string_casts.cast_strings(v, e.to)
+        return _cast(v, e.to)
 
     # -- helpers --------------------------------------------------------------------------
     def _bool(self, e: Expr) -> pa.Array | pa.Scalar:

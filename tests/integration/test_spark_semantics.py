@@ -2,7 +2,8 @@
 default session's semantics), gives the rows the engine maintains and the project's own
 compiled Spark SQL returns: NULLs in IN lists, ``%`` and ``pmod`` of negative values,
 ``div``, exact decimal division (Spark's result types), grouping and comparing on
-computed decimals, zero divisors, BIGINT sums that overflow, NULLs in ORDER BY."""
+computed decimals, zero divisors, BIGINT sums that overflow, NULLs in ORDER BY, casts of
+strings that do not parse."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ R = pa.table({
     "q": pa.array([D("17.00"), D("3.00"), D("0.00"), D("-3.00"), D("17.00"), None],
                   pa.decimal128(15, 2)),
     "big": pa.array([2**62, 2**62, 1, -2**62, 2**62, 2**62], pa.int64()),
+    "t": [" 12 ", "7.9", "x", "2020-1-5", "2020-02-30", None],
 })
 CASES = {
     "not_in_with_null": "SELECT k FROM r WHERE name NOT IN ('ASIA', NULL)",
@@ -38,6 +40,9 @@ CASES = {
                         "x / d AS xd FROM r",
     "group_on_quotient": "SELECT d / q AS p, count(*) AS c FROM r GROUP BY d / q",
     "compare_quotient": "SELECT k FROM r WHERE d / q = 1453.55",
+    "string_casts": "SELECT k, CAST(t AS INT) AS i, CAST(t AS BIGINT) AS b, "
+                    "CAST(t AS DOUBLE) AS f, CAST(t AS DECIMAL(5,1)) AS m, "
+                    "CAST(t AS DATE) AS d FROM r",
     "sum_overflow": "SELECT name, sum(big) AS s FROM r GROUP BY name",
     "null_order": "SELECT k, x FROM r ORDER BY x LIMIT 3",
     "null_order_desc": "SELECT k, i FROM r ORDER BY i DESC, k LIMIT 4",

@@ -181,7 +181,8 @@ class ShardManager:
             states = self.spark_states(q, versions)
             return h.load(self.spec(q, shard), state=(states[shard], versions)).result()
         h.load(self.spec(q, shard)).result()
-        whole = first_changes(self.ctx.store, {t: versions[t] for t in q.tables}, q.scan_specs)
+        whole = first_changes(self.ctx.store, {t: versions[t] for t in q.tables}, q.scan_specs,
+                              schema=self.ctx.feed.schema)
         changes = {t: route_rows(t, rows, q.key, q.shards)[shard] for t, rows in whole.items()}
         h.apply(changes, {}, versions).result()
         return h.status().result()

@@ -29,6 +29,9 @@ decimal of its digits, anything next to a double is a double):
 [-1.5]
 >>> pmod(pa.array([-7, 7]), pa.array([3, -3])).to_pylist()
 [2, 1]
+>>> pmod(pa.array([d.Decimal("-7.50")], pa.decimal128(5, 2)),
+...      pa.array([d.Decimal("2.00")], pa.decimal128(5, 2))).to_pylist()
+[Decimal('0.50')]
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import decimal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from imp_core.plan import decimal64
 
 MAX_PRECISION = 38
 MIN_ADJUSTED_SCALE = 6
@@ -116,13 +121,11 @@ def to_double(v: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     if isinstance(v, pa.Scalar):
         x = v.as_py()
         return pa.scalar(None if x is None else _decimal_to_float(x, scale), pa.float64())
-    if v.type.precision <= 18 and scale <= _EXACT_POW10:
+    found = decimal64.unscaled_int64(v) if scale <= _EXACT_POW10 else None
+    if found is not None:
         # unscaled values below 2**53 and 10**scale are exact doubles, so one IEEE division
         # is correctly rounded; larger ones go through Python's exact int / int
-        raw = pc.cast(v, pa.decimal128(v.type.precision, scale)).to_numpy(
-            zero_copy_only=False)
-        unscaled = np.array([0 if x is None else _unscaled(x, scale) for x in raw],
-                            dtype=np.int64)
+        unscaled = found[0]
         out = unscaled.astype(np.float64) / (10.0 ** scale)
         big = np.abs(unscaled) >= _EXACT_INT
         if big.any():
@@ -171,17 +174,22 @@ def remainder(left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar
         return _per_pair(left, right, lambda a, b: (a % b).quantize(step), out_type)
     if pa.types.is_integer(lt) and pa.types.is_integer(right.type):
         return _per_pair(left, right, _trunc_rem, lt)
-    lf, rf = to_double(left), to_double(right)
-    m = max(n or 1, 1)
-    a = np.asarray(_values(lf, m), dtype=object)
-    b = np.asarray(_values(rf, m), dtype=object)
-    valid = np.array([x is not None and y is not None and y != 0 for x, y in zip(a, b)],
-                     dtype=bool)
-    res = np.full(m, np.nan)
-    if valid.any():
-        res[valid] = np.fmod(a[valid].astype(np.float64), b[valid].astype(np.float64))
-    return _finish([float(r) if ok else None for r, ok in zip(res, valid)], pa.float64(),
-                   n is None)
+    m = n or 1
+    a, a_ok = _doubles(to_double(left), m)
+    b, b_ok = _doubles(to_double(right), m)
+    valid = a_ok & b_ok & (b != 0)
+    res = np.fmod(a, np.where(valid, b, 1.0))  # IEEE fmod: exact, the dividend's sign
+    out = pa.array(res, pa.float64(), mask=~valid)
+    return out[0] if n is None else out
+
+
+def _doubles(v: pa.Array | pa.Scalar, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``v`` (doubles, or one double for every row) as n values and their validity."""
+    if isinstance(v, pa.Scalar):
+        x = v.as_py()
+        return np.full(n, 0.0 if x is None else x), np.full(n, x is not None)
+    return (pc.fill_null(v, 0.0).to_numpy(zero_copy_only=False),
+            v.is_valid().to_numpy(zero_copy_only=False))
 
 
 def _trunc_rem(a: int, b: int) -> int:
@@ -192,23 +200,21 @@ def _trunc_rem(a: int, b: int) -> int:
 def pmod(left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     """Spark's ``pmod(a, n)``: ``r = a % n``; ``(r + n) % n`` where ``r < 0``."""
     r = remainder(left, right)
-    shifted = remainder(_add(r, right), right)
-    negative = pc.less(r, pa.scalar(0, r.type) if not pa.types.is_decimal(r.type) else
-                       pa.scalar(decimal.Decimal(0), r.type))
+    shifted = remainder(_plus(r, right), right)
+    zero = decimal.Decimal(0) if pa.types.is_decimal(r.type) else 0
+    negative = pc.less(r, pa.scalar(zero, r.type))
     if isinstance(r, pa.Scalar):
         return shifted if negative.as_py() else r
     return pc.if_else(negative, pc.cast(shifted, r.type), r)
 
 
-def _add(a, b):
-    if pa.types.is_decimal(a.type) and pa.types.is_decimal(b.type):
-        n = _length(a, b)
-        vals = [None if x is None or y is None else x + y
-                for x, y in zip(_values(a, n or 1), _values(b, n or 1))]
-        p = max(a.type.precision, b.type.precision) + 1
-        return _finish(vals, pa.decimal128(min(p, MAX_PRECISION),
-                                           max(a.type.scale, b.type.scale)), n is None)
-    return pc.add(a, b)
+def _plus(r, n):
+    """``r + n`` exactly (``r`` a remainder of ``n``, so the sum never overflows)."""
+    if pa.types.is_decimal(r.type):
+        return _per_pair(r, n, lambda a, b: a + b, pa.decimal128(
+            min(MAX_PRECISION, max(r.type.precision, n.type.precision) + 1),
+            max(r.type.scale, n.type.scale)))
+    return pc.add(r, n)
 
 
 def integral_divide(left: pa.Array | pa.Scalar, right: pa.Array | pa.Scalar

@@ -31,6 +31,7 @@ import re
 import pyarrow as pa
 
 _INT = re.compile(r"[+-]?\d+(\.\d*)?")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _DATE = re.compile(r"(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?(?:[ T].*)?")
 _TRUE = {"t", "true", "y", "yes", "1"}
 _FALSE = {"f", "false", "n", "no", "0"}
@@ -65,11 +66,7 @@ def _double(text: str) -> float | None:
     special = _SPECIAL.get(low.lstrip("+-"))
     if special is not None:
         return math.nan if math.isnan(special) else sign * special
-    try:
-        return float(text) if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?",
-                                           text) else None
-    except ValueError:
-        return None
+    return float(text) if _NUMBER.fullmatch(text) else None  # the regex admits only floats
 
 
 def _decimal(text: str, t: pa.Decimal128Type) -> decimal.Decimal | None:

@@ -124,20 +124,22 @@ def read_columns(spec: ScanSpec | None, schema: pa.Schema) -> list[str] | None:
 
 
 def first_changes(store: Any, versions: Mapping[str, int], specs: Mapping[str, ScanSpec],
-                  snapshot: Snapshot | None = None) -> dict[str, TableDelta]:
+                  snapshot: Snapshot | None = None,
+                  schema: Callable[[str], pa.Schema] | None = None) -> dict[str, TableDelta]:
     """Each table at its version in ``versions`` as insertions cut to its scan spec: the
     bootstrap batch of an "engine" bootstrap. ``snapshot``: the delta source's own reader
-    (which cuts to the spec itself), else the store's files are read."""
+    (which cuts to the spec itself), else the store's files are read; ``schema``: a
+    table's schema where the caller keeps it (else read from the store)."""
     out: dict[str, TableDelta] = {}
     for table, version in versions.items():
         spec = specs.get(table)
         if snapshot is not None:
             out[table] = snapshot(table, version, spec)
             continue
-        schema = store.schema(table)
+        table_schema = schema(table) if schema is not None else store.schema(table)
         where = None if spec is None or spec.predicate is None else \
-            scan_filter(spec.predicate, schema)
-        rows = store.read(table, version, columns=read_columns(spec, schema),
+            scan_filter(spec.predicate, table_schema)
+        rows = store.read(table, version, columns=read_columns(spec, table_schema),
                           row_filter=where)
         out[table] = restrict_delta(TableDelta.inserts(rows), spec)
     return out

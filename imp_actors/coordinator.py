@@ -250,9 +250,16 @@ class Coordinator:
                    before_work: Callable[[], None] | None = None) -> SketchVersion:
         """``fresh``: the sketch at the latest committed versions (maintaining first);
         otherwise the latest maintained sketch. ``before_work`` is called before any
-        maintenance starts (it may raise to not start it, e.g. for a client gone)."""
+        maintenance starts (it may raise to not start it, e.g. for a client gone).
+        ``SqlRuntimeError`` while the query raises (ANSI mode, ``imp_core.plan.ansi``)."""
         q = self._get(name)
         q.last_used = time.time()
+        sv = self._sketch(q, fresh, before_work)
+        q.check_errors()
+        return sv
+
+    def _sketch(self, q: QueryRuntime, fresh: bool,
+                before_work: Callable[[], None] | None) -> SketchVersion:
         latest = q.history.latest
         if not fresh:
             if latest is None:  # an evicted query after a restart: restore it

@@ -42,6 +42,7 @@ from imp_actors.sharding import ShardKey
 from imp_actors.telemetry import QueryTelemetry
 from imp_actors.worker import ApplyResult, WorkerStatus
 from imp_core.errors import LifecycleError
+from imp_core.plan.ansi import ErrorTally
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.adaptive import FragmentCounts
 from imp_core.sketch.partition import PartitionSet
@@ -158,6 +159,7 @@ class QueryRuntime:
     shard_versions: list[dict[str, int]] = field(default_factory=list)
     shard_sketches: list[BitMap] = field(default_factory=list)
     shard_bytes: list[int] = field(default_factory=list)
+    shard_errors: list[str] = field(default_factory=list)  # ANSI mode (ErrorTally JSON)
     last_used: float = field(default_factory=time.time)
     batches_since_checkpoint: int = 0
     pending_tuples: int = 0
@@ -228,11 +230,13 @@ class QueryRuntime:
         self.shard_versions = [dict(s.versions) for s in statuses]
         self.shard_sketches = [BitMap.deserialize(s.sketch) for s in statuses]
         self.shard_bytes = [s.state_bytes for s in statuses]
+        self.shard_errors = [s.errors for s in statuses]
 
     def detach(self) -> list[WorkerHandle]:
         """Forget the handles (the caller stops them) and their shards' state."""
         handles, self.handles = self.handles or [], None
         self.shard_versions, self.shard_sketches, self.shard_bytes = [], [], []
+        self.shard_errors = []
         return handles
 
     def set_shard(self, shard: int, handle: WorkerHandle | None,
@@ -244,6 +248,7 @@ class QueryRuntime:
         self.shard_versions[shard] = dict(status.versions)
         self.shard_sketches[shard] = BitMap.deserialize(status.sketch)
         self.shard_bytes[shard] = status.state_bytes
+        self.shard_errors[shard] = status.errors
 
     # -- derived ----------------------------------------------------------------------------
     @property
@@ -262,6 +267,17 @@ class QueryRuntime:
     @property
     def state_bytes(self) -> int:
         return sum(self.shard_bytes)
+
+    def check_errors(self) -> None:
+        """ANSI mode: raise ``SqlRuntimeError`` while rows of some shard raise (the
+        shards' counts added, as each counts its own rows)."""
+        total = ErrorTally()
+        for text in self.shard_errors:
+            if text and text != "{}":
+                shard = ErrorTally.restore(text)
+                for (op, cls), n in shard.counts.items():
+                    total.add_count(op, cls, n, shard.where[(op, cls)])
+        total.check()
 
     @property
     def strategy(self) -> Strategy:

@@ -25,6 +25,7 @@ from imp_actors.registry import QueryRecord
 from imp_actors.sharding import route_rows
 from imp_actors.worker import WorkerSpec, WorkerStatus
 from imp_core.errors import SnapshotError, WorkerLostError
+from imp_core.plan.strict import is_strict
 from imp_core.query.driver import bootstrap_mode, first_changes
 from imp_core.query.driver import read_columns as spec_columns
 
@@ -195,7 +196,11 @@ class ShardManager:
 
     def spark_bootstrap(self, q: QueryRuntime, versions: Mapping[str, int]) -> bool:
         """Whether ``q``'s first state is computed on Spark: by configuration, or (auto)
-        when the bytes of the columns it reads exceed ``spark_bootstrap_min_bytes``."""
+        when the bytes of the columns it reads exceed ``spark_bootstrap_min_bytes``; never
+        for a query in ANSI mode, whose rows that raise only the engine counts."""
+        if is_strict(q.plan.root):
+            return False
+
         def read_bytes(limit: int) -> int:
             size = 0
             for t, v in versions.items():

@@ -88,6 +88,7 @@ class ApplyResult:
     seconds: float
     state_bytes: int
     applied: bool  # False: the batch had been applied before (acknowledged only)
+    errors: str = "{}"  # ANSI mode: the shard's counts of rows that raise (ErrorTally)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class WorkerStatus:
     pid: int
     host: str
     sketch: bytes
+    errors: str = "{}"  # as ApplyResult.errors
 
 
 class QueryWorker:
@@ -175,7 +177,8 @@ class QueryWorker:
     def _result(self, t0: float, added: int, removed: int, applied: bool) -> ApplyResult:
         pipeline = self._hosted().pipeline
         return ApplyResult(dict(self.versions), pipeline.merge.sketch().serialize(), added,
-                           removed, time.perf_counter() - t0, pipeline.state_bytes(), applied)
+                           removed, time.perf_counter() - t0, pipeline.state_bytes(), applied,
+                           pipeline.errors.snapshot())
 
     def sketch(self) -> bytes:
         return self._hosted().pipeline.merge.sketch().serialize()
@@ -199,7 +202,8 @@ class QueryWorker:
             spec.query if spec else None, spec.shard if spec else 0,
             spec.shards if spec else 0, spec.generation if spec else 0, dict(self.versions),
             p.state_bytes() if p else 0, p.batches if p else 0, os.getpid(),
-            socket.gethostname(), p.merge.sketch().serialize() if p else BitMap().serialize())
+            socket.gethostname(), p.merge.sketch().serialize() if p else BitMap().serialize(),
+            p.errors.snapshot() if p else "{}")
 
     def ping(self) -> int:
         return os.getpid()

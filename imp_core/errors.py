@@ -144,6 +144,21 @@ class DomainViolationError(ImpError):
     code = "FAILED_PRECONDITION"
 
 
+class SqlRuntimeError(ImpError):
+    """The query raises when run, as Spark does with ANSI mode on (a zero divisor, an
+    overflow, a string that is no number): ``error_class`` is Spark's name for it
+    (DIVIDE_BY_ZERO, REMAINDER_BY_ZERO, ARITHMETIC_OVERFLOW, NUMERIC_VALUE_OUT_OF_RANGE,
+    CAST_INVALID_INPUT)
+    and ``rows`` how many current rows raise it (0 when not known)."""
+
+    code = "FAILED_PRECONDITION"
+
+    def __init__(self, error_class: str, message: str, rows: int = 0):
+        super().__init__(f"[{error_class}] {message}")
+        self.error_class = error_class
+        self.rows = rows
+
+
 class RequestLimitError(ImpError):
     """A request beyond a configured limit (fragments, shards, ...): refused before any
     work starts; the message names the limit and its setting."""

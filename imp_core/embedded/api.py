@@ -103,7 +103,9 @@ class RegisteredQuery:
     def result(self) -> pa.Table:
         """The maintained query result (a row per tuple occurrence), as SQL returns it:
         an aggregation without GROUP BY over no rows gives its one row of COUNT 0 and
-        NULLs (``imp_core.plan.empty_input``)."""
+        NULLs (``imp_core.plan.empty_input``). ``SqlRuntimeError`` while the query
+        raises (ANSI mode, ``imp_core.plan.ansi``)."""
+        self.pipeline.errors.check()
         batch = self.pipeline.result()
         idx = np.repeat(np.arange(len(batch)), np.maximum(batch.weights, 0))
         if len(idx) == 0:
@@ -114,6 +116,7 @@ class RegisteredQuery:
 
     def result_rows(self) -> Counter:
         """The result as {row tuple: multiplicity} (SQL's row over no input included)."""
+        self.pipeline.errors.check()
         out: Counter = Counter()
         for (row, _), m in self.pipeline.result().to_counter().items():
             out[row] += m
@@ -131,8 +134,11 @@ class RegisteredQuery:
 class Engine:
     """In-memory tables plus the incremental pipelines of the queries registered on them."""
 
-    def __init__(self, options: EngineOptions = EngineOptions()):
+    def __init__(self, options: EngineOptions = EngineOptions(), ansi: bool = False):
+        """``ansi``: the session's ANSI mode (Spark's ``spark.sql.ansi.enabled``, off by
+        default); a query's leading ``SET spark.sql.ansi.enabled = ...`` overrides it."""
         self.options = options
+        self.ansi = ansi
         self._tables: dict[str, MemTable] = {}
         self._queries: dict[str, RegisteredQuery] = {}
 
@@ -178,7 +184,7 @@ class Engine:
         from imp_core.query.prepare import prepare_query
 
         prepared = prepare_query(sql, self, partitions, fragments, force,
-                                 capture=self._capture)
+                                 capture=self._capture, ansi=self.ansi)
         plan, pset, verdicts = prepared.plan, prepared.partitions, list(prepared.verdicts)
         qname = name or f"q{len(self._queries) + 1}"
         if qname in self._queries:

@@ -27,6 +27,7 @@ from imp_core.engine.probed_side import VersionContext
 from imp_core.errors import UnknownQueryError, UnknownTableError
 from imp_core.oracle.reference import reference_capture
 from imp_core.plan.nodes import QueryPlan
+from imp_core.plan.strict import is_strict
 from imp_core.query.data_layer import DataLayer, JoinPlacement
 from imp_core.query.driver import (
     QueryDriver,
@@ -168,6 +169,8 @@ class Maintainer:
         mode = self._mode(bootstrap)
         prepared = prepare_query(sql, StoreTables(self.store), partitions, fragments, force,
                                  capture=self._capture(mode), layout=StoreLayout(self.store))
+        if is_strict(prepared.plan.root):
+            mode = "engine"  # only the engine counts the rows that raise (plan.ansi)
         q = self._start(name, prepared, mode, force)
         self.queries[name] = q
         return q

@@ -36,6 +36,7 @@ from imp_core.engine.snapshot import read_snapshot, write_snapshot
 from imp_core.engine.state import StateTable, StateTables, group_state, state_key
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
 from imp_core.errors import SnapshotError
+from imp_core.plan.ansi import ErrorTally
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -97,6 +98,9 @@ class IncrementalQuery:
     MERGE: ClassVar[str] = "merge"  # the owner of μ's tables in the flat state
     RESULT: ClassVar[StateTable] = StateTable(
         "result", "the kept query result as a batch (only with keep_result)")
+    ERRORS: ClassVar[StateTable] = StateTable(
+        "errors", "ANSI mode: the count of current rows raising per operator and error "
+                  "class, as one JSON text (only when some count is not zero)")
 
     def __init__(self, plan: QueryPlan, partitions: PartitionSet,
                  options: EngineOptions = EngineOptions(), source: SourceFn | None = None,
@@ -111,6 +115,10 @@ class IncrementalQuery:
         self.scans: dict[str, list[ScanOp]] = {}
         self.operators: list[Operator] = []
         self.root = self._wire(plan.root, OperatorPath.ROOT)
+        # rows that raise under ANSI mode, counted by the operators evaluating them
+        self.errors = ErrorTally()
+        for op in self.operators:
+            op.errors = self.errors
         self.merge = MergeOp(partitions.size)
         self._result: list[DeltaBatch] = []
         self._result_rows = 0
@@ -197,6 +205,8 @@ class IncrementalQuery:
 
     # -- reading ------------------------------------------------------------------------
     def sketch(self) -> Sketch:
+        """The current sketch; ``SqlRuntimeError`` while the query raises (ANSI mode)."""
+        self.errors.check()
         return Sketch(self.partitions, self.merge.sketch())
 
     def result_bag(self) -> DeltaBatch:
@@ -274,6 +284,8 @@ class IncrementalQuery:
             tables[state_key(self.MERGE, name)] = t
         if result is not None:
             tables[self.RESULT.name] = batch_to_arrow(result)
+        if self.errors.counts:
+            tables[self.ERRORS.name] = pa.table({"counts": [self.errors.snapshot()]})
         return tables
 
     def snapshot(self, extra: Mapping[str, object] | None = None) -> bytes:
@@ -302,10 +314,15 @@ class IncrementalQuery:
             fresh.merge.restore(grouped[self.MERGE])
             result = [batch_from_arrow(tables[self.RESULT.name])] \
                 if self.RESULT.name in tables else []
+            errors = ErrorTally.restore(tables[self.ERRORS.name].column(0)[0].as_py()) \
+                if self.ERRORS.name in tables else ErrorTally()
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid) as exc:
             raise SnapshotError(f"state does not fit this pipeline: {exc}") from None
         self.scans, self.operators, self.root = fresh.scans, fresh.operators, fresh.root
         self.merge = fresh.merge
+        self.errors = errors
+        for op in self.operators:
+            op.errors = errors
         self._result = [b for b in result if len(b)]
         self._result_rows = sum(len(b) for b in result)
         self.batches = batches

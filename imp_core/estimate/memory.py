@@ -99,6 +99,7 @@ from imp_core.plan.expr import (
     ColumnRef,
     Expr,
     Literal,
+    Strict,
 )
 from imp_core.plan.nodes import (
     Aggregate,
@@ -392,8 +393,8 @@ def _shrink(rel: _Rel, rows: float) -> _Rel:
 
 
 def _project_col(expr: Expr, child: _Rel) -> _Col:
-    while isinstance(expr, Cast):
-        expr = expr.operand
+    while isinstance(expr, (Cast, Strict)):
+        expr = expr.operand if isinstance(expr, Cast) else expr.inner
     if isinstance(expr, ColumnRef):
         return child.cols.get(expr.name, _Col(domain=child.rows)).bounded(child.rows)
     if isinstance(expr, Literal):

@@ -31,6 +31,7 @@ from pyroaring import BitMap
 
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.zset import DeltaBatch
+from imp_core.errors import SqlRuntimeError
 from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.aggregates.exact import FLOAT_SHIFT, kind_of, python_exact
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
@@ -493,6 +494,10 @@ def _aggregate(node: Aggregate, schema: pa.Schema, tables, partitions) -> Bag:
             powers = [_power_sums(codes, groups, col, t, child.mult, k)
                       for k in range(1, fn.moments + 1)]
             state = GroupState(counts, nonnull, powers)
+            raising = fn.raises(state, t)  # ANSI mode: a group's value raises
+            if raising is not None:
+                raise SqlRuntimeError(raising[0], f"{agg.func}({agg.arg}) overflows its "
+                                      f"type in {int(raising[1].sum())} group(s)")
             cols.append(fn.finalize(state, t).cast(out_type))
         else:
             g = pa.table({"g": pa.array(codes), "v": col}).group_by("g").aggregate(

@@ -116,7 +116,8 @@ def _div_half_up(num: int, den: int) -> int:
 def to_double(v: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     """A decimal array (or scalar) as correctly rounded doubles; other types by a cast."""
     if not pa.types.is_decimal(v.type):
-        return pc.cast(v, pa.float64())
+        # integers beyond 2^53 round to the nearest double, as Java's (double) does
+        return pc.cast(v, pa.float64(), safe=not pa.types.is_integer(v.type))
     scale = v.type.scale
     if isinstance(v, pa.Scalar):
         x = v.as_py()

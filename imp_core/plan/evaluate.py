@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from typing import Mapping
+from contextlib import contextmanager
+from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
-from imp_core.plan import decimal64, division, string_casts
+from imp_core.plan import ansi, decimal64, division, string_casts
 from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
     BinaryOp,
@@ -30,6 +31,7 @@ from imp_core.plan.expr import (
     InList,
     Like,
     Literal,
+    Strict,
     UnaryOp,
 )
 
@@ -86,7 +88,8 @@ def aggregate_type(func: str, dtype: pa.DataType | None) -> pa.DataType:
 
 
 class _Evaluator:
-    def __init__(self, table: pa.Table, scalars: Mapping[str, pa.Scalar] | None = None):
+    def __init__(self, table: pa.Table, scalars: Mapping[str, pa.Scalar] | None = None,
+                 strict: bool = False):
         self.table = table
         self.n = table.num_rows
         # each column combined once per evaluation; ``scalars``: columns of one value
@@ -94,9 +97,30 @@ class _Evaluator:
         # results of compound subexpressions: the expressions of one projection often
         # share them (TPC-H q01's price * (1 - discount) feeds two sums)
         self._memo: dict[Expr, pa.Array | pa.Scalar] = {}
+        # ANSI mode (``Strict`` nodes present): the rows Spark evaluates a subexpression
+        # on (None: all), narrowed by AND, OR, CASE and COALESCE, and the rows that raise
+        self.strict = strict
+        self.live: np.ndarray | None = None
+        self.errors = ansi.RowErrors(self.n)
+
+    @contextmanager
+    def _only(self, mask: np.ndarray) -> Iterator[None]:
+        saved = self.live
+        self.live = mask if saved is None else saved & mask
+        try:
+            yield
+        finally:
+            self.live = saved
+
+    def _mask(self, v: pa.Array | pa.Scalar, null_as: bool) -> np.ndarray:
+        """``v`` (booleans) as a numpy mask, NULL taken as ``null_as``."""
+        v = pc.fill_null(self._broadcast(v), null_as)
+        return np.asarray(v.to_numpy(zero_copy_only=False), dtype=bool)
 
     def eval(self, expr: Expr) -> pa.Array | pa.Scalar:
         if isinstance(expr, (ColumnRef, Literal)):
+            return getattr(self, "_" + type(expr).__name__)(expr)
+        if self.strict:  # errors depend on the live rows: no memo
             return getattr(self, "_" + type(expr).__name__)(expr)
         try:
             found = self._memo.get(expr)
@@ -125,41 +149,75 @@ class _Evaluator:
 
     # -- operators ------------------------------------------------------------------------
     def _BinaryOp(self, e: BinaryOp) -> pa.Array | pa.Scalar:
-        if e.op == "and":
-            return pc.and_kleene(self._bool(e.left), self._bool(e.right))
-        if e.op == "or":
-            return pc.or_kleene(self._bool(e.left), self._bool(e.right))
+        if e.op in ("and", "or"):
+            left = self._bool(e.left)
+            if self.strict:  # Spark skips the right side where the left decides
+                with self._only(self._mask(left, True) if e.op == "and"
+                                else ~self._mask(left, False)):
+                    right = self._bool(e.right)
+            else:
+                right = self._bool(e.right)
+            return (pc.and_kleene if e.op == "and" else pc.or_kleene)(left, right)
         left, right = self.eval(e.left), self.eval(e.right)
         if e.op in _CMP:
             narrowed = _compare_at_column_scale(left, right, e.op)
             if narrowed is not None:
                 return narrowed
         left, right = _coerce_pair(left, right, e.op)
-        if e.op in _CMP:
-            return pc.call_function(_CMP[e.op], [left, right])
-        if e.op == "/":  # Spark's rules, ANSI off (``imp_core.plan.division``)
-            return division.divide(left, right)
-        if e.op == "%":
-            return division.remainder(left, right)
-        fn = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[e.op]
-        if _is_decimal(left.type) and _is_decimal(right.type):
-            return _decimal_arith(e.op, left, right)
-        return pc.call_function(fn, [left, right])
+        return _binary(e.op, left, right)
 
     def _UnaryOp(self, e: UnaryOp) -> pa.Array | pa.Scalar:
         v = self.eval(e.operand)
         if e.op == "not":
             return pc.invert(v)
         if e.op == "neg":
-            return pc.negate_checked(v)
+            return pc.negate(v)  # wraps, as Spark with ANSI off
         if e.op == "is_null":
             return pc.is_null(v)
         return pc.is_valid(v)
 
+    def _Strict(self, e: Strict) -> pa.Array | pa.Scalar:
+        inner = e.inner
+        if isinstance(inner, BinaryOp):
+            operands = list(_coerce_pair(self.eval(inner.left), self.eval(inner.right),
+                                         inner.op))
+            value = _binary(inner.op, *operands)
+        elif isinstance(inner, UnaryOp):
+            operands = [self.eval(inner.operand)]
+            value = pc.negate(operands[0])
+        elif isinstance(inner, FuncCall):
+            operands = [self.eval(a) for a in inner.args]
+            if inner.name in ("pmod", "div"):
+                operands = list(_coerce_pair(operands[0], operands[1], "%"))
+            value = self._function(inner.name, operands)
+        else:
+            assert isinstance(inner, Cast), inner
+            operands = [self.eval(inner.operand)]
+            value = _cast_value(operands[0], inner.to)
+        found = ansi.strict_errors(e, operands, value, self.n)
+        if found is not None:
+            cls, rows = found
+            self.errors.add(cls, rows if self.live is None else rows & self.live, inner)
+        return value
+
     def _Case(self, e: Case) -> pa.Array:
-        conds = [self._bool(c) for c, _ in e.whens]
-        values = [self.eval(v) for _, v in e.whens]
-        default = self.eval(e.default) if e.default is not None else pa.scalar(None)
+        if self.strict:  # a branch is evaluated only where it is taken
+            conds, values, undecided = [], [], np.ones(self.n, dtype=bool)
+            for c, v in e.whens:
+                with self._only(undecided):
+                    cond = self._bool(c)
+                taken = self._mask(cond, False)
+                with self._only(undecided & taken):
+                    values.append(self.eval(v))
+                conds.append(cond)
+                undecided &= ~taken
+            with self._only(undecided):
+                default = self.eval(e.default) if e.default is not None \
+                    else pa.scalar(None)
+        else:
+            conds = [self._bool(c) for c, _ in e.whens]
+            values = [self.eval(v) for _, v in e.whens]
+            default = self.eval(e.default) if e.default is not None else pa.scalar(None)
         out_type = _common_type([v.type for v in values] + [default.type])
         values = [_cast(v, out_type) for v in values]
         default = _cast(default, out_type)
@@ -195,38 +253,43 @@ class _Evaluator:
         return pc.invert(out) if e.negated else out
 
     def _FuncCall(self, e: FuncCall) -> pa.Array | pa.Scalar:
-        args = [self.eval(a) for a in e.args]
-        if e.name in ("upper", "lower", "substring") and (
+        if e.name == "coalesce" and self.strict:  # an argument is evaluated while NULL
+            args, undecided = [], np.ones(self.n, dtype=bool)
+            for a in e.args:
+                with self._only(undecided):
+                    args.append(self.eval(a))
+                undecided &= ~self._mask(pc.is_valid(self._broadcast(args[-1])), False)
+        else:
+            args = [self.eval(a) for a in e.args]
+        if e.name in ("pmod", "div"):
+            args = list(_coerce_pair(args[0], args[1], "%"))
+        return self._function(e.name, args)
+
+    def _function(self, name: str, args: list) -> pa.Array | pa.Scalar:
+        if name in ("upper", "lower", "substring") and (
                 pa.types.is_string_view(args[0].type) or pa.types.is_large_string(args[0].type)):
             args[0] = _cast(args[0], pa.string())  # the utf8 kernels take plain strings
-        if e.name in ("year", "month", "day"):
-            return pc.cast(pc.call_function(e.name, [args[0]]), pa.int32())
-        if e.name in ("pmod", "div"):
-            left, right = _coerce_pair(args[0], args[1], "%")
-            return (division.pmod if e.name == "pmod" else division.integral_divide)(
-                left, right)
-        if e.name == "abs":
-            return pc.abs_checked(args[0])
-        if e.name == "upper":
+        if name in ("year", "month", "day"):
+            return pc.cast(pc.call_function(name, [args[0]]), pa.int32())
+        if name in ("pmod", "div"):
+            return (division.pmod if name == "pmod" else division.integral_divide)(*args)
+        if name == "abs":
+            return pc.abs(args[0])  # abs of the least integer is itself, as in Spark
+        if name == "upper":
             return pc.utf8_upper(args[0])
-        if e.name == "lower":
+        if name == "lower":
             return pc.utf8_lower(args[0])
-        if e.name == "coalesce":
+        if name == "coalesce":
             out_type = _common_type([a.type for a in args])
             return pc.coalesce(*[_cast(a, out_type) for a in args])
-        if e.name == "substring":
+        if name == "substring":
             start = args[1].as_py() - 1
             stop = None if len(args) < 3 else start + args[2].as_py()
             return pc.utf8_slice_codeunits(args[0], start, stop)
-        raise AssertionError(e.name)
+        raise AssertionError(name)
 
     def _Cast(self, e: Cast) -> pa.Array | pa.Scalar:
-        v = self.eval(e.operand)
-        # an explicit CAST of strings parses as Spark does (NULL for what does not
-        # parse); implicit coercions of strings into numbers stay refused
-        if string_casts.handles(v.type, e.to):
-            return string_casts.cast_strings(v, e.to)
-        return _cast(v, e.to)
+        return _cast_value(self.eval(e.operand), e.to)
 
     # -- helpers --------------------------------------------------------------------------
     def _bool(self, e: Expr) -> pa.Array | pa.Scalar:
@@ -239,6 +302,68 @@ class _Evaluator:
         if isinstance(v, pa.Scalar):
             return pa.repeat(v, self.n) if v.type != pa.null() else pa.nulls(self.n)
         return v
+
+
+def _binary(op: str, left, right) -> pa.Array | pa.Scalar:
+    """Arithmetic or comparison of two operands of a common kind, Spark's rules with ANSI
+    off: integers wrap, a decimal beyond 38 digits or a zero divisor is NULL."""
+    if op in _CMP:
+        return pc.call_function(_CMP[op], [left, right])
+    if op == "/":  # ``imp_core.plan.division``
+        return division.divide(left, right)
+    if op == "%":
+        return division.remainder(left, right)
+    if _is_decimal(left.type) and _is_decimal(right.type):
+        try:
+            return _decimal_arith(op, left, right)
+        except pa.ArrowInvalid:  # some row overflows its type: NULL there
+            return _decimal_arith_rows(op, left, right)
+    return pc.call_function({"+": "add", "-": "subtract", "*": "multiply"}[op],
+                            [left, right])
+
+
+def _decimal_arith_rows(op: str, left, right) -> pa.Array | pa.Scalar:
+    """``_decimal_arith`` one row at a time, NULL where the value does not fit its type."""
+    out_type = _decimal_arith(op, _empty(left), _empty(right)).type
+    n = _length(left, right)
+    a = _values_of(left, n)
+    b = _values_of(right, n)
+    fn = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}[op]
+    step = decimal.Decimal(1).scaleb(-out_type.scale)
+    out = []
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            out.append(None)
+            continue
+        v = fn(x, y).quantize(step, rounding=decimal.ROUND_HALF_UP, context=_EXACT)
+        out.append(v if abs(v.scaleb(out_type.scale)) < 10 ** out_type.precision else None)
+    arr = pa.array(out, out_type)
+    return arr[0] if n is None else arr
+
+
+def _empty(v: pa.Array | pa.Scalar) -> pa.Array:
+    return pa.array([], v.type)
+
+
+def _length(*vs) -> int | None:
+    for v in vs:
+        if not isinstance(v, pa.Scalar):
+            return len(v)
+    return None
+
+
+def _values_of(v: pa.Array | pa.Scalar, n: int | None) -> list:
+    if isinstance(v, pa.Scalar):
+        return [v.as_py()] * (1 if n is None else n)
+    return v.to_pylist()
+
+
+def _cast_value(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
+    """An explicit CAST: strings parse as Spark does (NULL for what does not parse);
+    implicit coercions of strings into numbers stay refused."""
+    if string_casts.handles(v.type, to):
+        return string_casts.cast_strings(v, to)
+    return _cast(v, to)
 
 
 def _cast(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
@@ -285,6 +410,7 @@ _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _ROUNDING = {">": decimal.ROUND_FLOOR, "<=": decimal.ROUND_FLOOR,
              "<": decimal.ROUND_CEILING, ">=": decimal.ROUND_CEILING}
 _WIDE = decimal.Context(prec=2 * MAX_PRECISION)
+_EXACT = decimal.Context(prec=4 * MAX_PRECISION)  # a product of two 38-digit decimals
 
 
 def _compare_at_column_scale(left, right, op: str) -> pa.Array | None:
@@ -374,19 +500,40 @@ def _decimal_arith(op: str, left, right):
     return pc.cast(wide, pa.decimal128(target_p, target_s))
 
 
+def _strict(*exprs: Expr) -> bool:
+    return any(isinstance(x, Strict) for e in exprs for x in e.walk())
+
+
+def _report(ev: _Evaluator, errors: ansi.RowErrors | None) -> None:
+    """Hand the rows that raise to ``errors``; with none given, raise the first."""
+    if not ev.errors:
+        return
+    if errors is None:
+        ev.errors.raise_first()
+    for cls, mask in ev.errors.masks.items():
+        errors.add(cls, mask, ev.errors.where[cls])
+
+
 def evaluate(expr: Expr, table: pa.Table,
-             scalars: Mapping[str, pa.Scalar] | None = None) -> pa.Array:
+             scalars: Mapping[str, pa.Scalar] | None = None,
+             errors: ansi.RowErrors | None = None) -> pa.Array:
     """Evaluate ``expr`` on every row of ``table``; always returns an array of len(table).
     ``scalars``: columns holding one value on every row, given once (a scalar
-    subquery's value) rather than repeated as a column."""
-    return _finish(_Evaluator(table, scalars), expr)
+    subquery's value) rather than repeated as a column. ``errors``: where rows that
+    raise under ANSI mode (``Strict`` nodes) are reported; without it they raise
+    ``SqlRuntimeError``."""
+    ev = _Evaluator(table, scalars, _strict(expr))
+    out = _finish(ev, expr)
+    _report(ev, errors)
+    return out
 
 
-def evaluate_all(exprs: list[Expr], table: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+def evaluate_all(exprs: list[Expr], table: pa.Table,
+                 errors: ansi.RowErrors | None = None) -> list[pa.Array | pa.ChunkedArray]:
     """``evaluate`` of each of ``exprs`` over one ``table``, sharing the columns read and
     the subexpressions computed; a bare column comes back as it is stored (possibly
     chunked, not copied)."""
-    ev = _Evaluator(table)
+    ev = _Evaluator(table, strict=_strict(*exprs))
     out = []
     for e in exprs:
         col = table.column(e.name) if isinstance(e, ColumnRef) and e.name in \
@@ -396,6 +543,7 @@ def evaluate_all(exprs: list[Expr], table: pa.Table) -> list[pa.Array | pa.Chunk
             out.append(col)
         else:
             out.append(_finish(ev, e))
+    _report(ev, errors)
     return out
 
 
@@ -411,10 +559,11 @@ def _finish(ev: _Evaluator, expr: Expr) -> pa.Array:
 
 
 def evaluate_predicate(expr: Expr, table: pa.Table,
-                       scalars: Mapping[str, pa.Scalar] | None = None) -> np.ndarray:
-    """Boolean mask of rows where ``expr`` is TRUE (NULL counts as false); ``scalars`` as
-    for ``evaluate``."""
-    out = evaluate(expr, table, scalars)
+                       scalars: Mapping[str, pa.Scalar] | None = None,
+                       errors: ansi.RowErrors | None = None) -> np.ndarray:
+    """Boolean mask of rows where ``expr`` is TRUE (NULL counts as false); ``scalars`` and
+    ``errors`` as for ``evaluate``."""
+    out = evaluate(expr, table, scalars, errors)
     if out.null_count:
         out = pc.fill_null(out, False)
     return out.to_numpy(zero_copy_only=False).astype(bool, copy=False)

@@ -162,6 +162,22 @@ class Cast(Expr):
         return f"CAST({self.operand} AS {self.to})"
 
 
+@dataclass(frozen=True)
+class Strict(Expr):
+    """``inner`` as Spark evaluates it with ANSI mode on: its value is the ANSI-off one,
+    but a row whose evaluation would overflow, divide by zero or fail to parse makes the
+    query raise instead (``imp_core.plan.ansi``). ``inner`` is an arithmetic
+    ``BinaryOp``, a ``neg``, an ``abs`` / ``pmod`` / ``div`` call or a ``Cast``."""
+
+    inner: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.inner,)
+
+    def __str__(self) -> str:
+        return str(self.inner)
+
+
 def conjuncts(expr: Expr | None) -> list[Expr]:
     """Split a predicate on top-level AND."""
     if expr is None:
@@ -201,4 +217,6 @@ def rename_columns(expr: Expr, mapping: dict[str, Expr]) -> Expr:
         return FuncCall(expr.name, tuple(rename_columns(a, mapping) for a in expr.args))
     if isinstance(expr, Cast):
         return Cast(rename_columns(expr.operand, mapping), expr.to)
+    if isinstance(expr, Strict):
+        return Strict(rename_columns(expr.inner, mapping))
     return expr

@@ -5,8 +5,10 @@ fit the target type, becomes NULL (never an error):
 
 - integers: an optional sign and digits, optionally followed by a fraction that is
   dropped (``'7.9'`` is 7, ``'-7.9'`` is -7); beyond the type's range: NULL;
-- doubles: a decimal or exponent number, ``NaN``, ``Infinity`` / ``inf`` (any case,
-  signed);
+- doubles: what Java's ``Double.parseDouble`` reads (Spark calls it): a decimal or
+  exponent number with an optional type suffix (``'1.5d'``, ``'2e3F'``), a hexadecimal
+  number with a binary exponent (``'0x1.8p1'`` is 3.0), and ``NaN``, ``Infinity`` /
+  ``inf`` (any case, signed);
 - decimals: any number text, rounded half up to the type's scale; more integer digits
   than the type holds: NULL;
 - booleans: ``t``, ``true``, ``y``, ``yes``, ``1`` and ``f``, ``false``, ``n``, ``no``,
@@ -32,6 +34,9 @@ import pyarrow as pa
 
 _INT = re.compile(r"[+-]?\d+(\.\d*)?")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_JAVA_DOUBLE = re.compile(r"([+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[dDfF]?")
+_HEX_DOUBLE = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
+                         r"[pP][+-]?\d+[dDfF]?")
 _DATE = re.compile(r"(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?(?:[ T].*)?")
 _TRUE = {"t", "true", "y", "yes", "1"}
 _FALSE = {"f", "false", "n", "no", "0"}
@@ -66,10 +71,17 @@ def _double(text: str) -> float | None:
     special = _SPECIAL.get(low.lstrip("+-"))
     if special is not None:
         return math.nan if math.isnan(special) else sign * special
-    return float(text) if _NUMBER.fullmatch(text) else None  # the regex admits only floats
+    m = _JAVA_DOUBLE.fullmatch(text)
+    if m is not None:
+        return float(m.group(1))  # the regex admits only what float() reads alike
+    if _HEX_DOUBLE.fullmatch(text):
+        return float.fromhex(text.rstrip("dDfF"))
+    return None
 
 
 def _decimal(text: str, t: pa.Decimal128Type) -> decimal.Decimal | None:
+    if not _NUMBER.fullmatch(text):  # Java's BigDecimal: no underscores, no NaN
+        return None
     try:
         value = decimal.Decimal(text)
     except decimal.InvalidOperation:

@@ -121,7 +121,8 @@ def prepare_query(sql: str, source: TableSource,
                   clustered: Callable[[str, int, str], bool] | None = None,
                   not_null: Callable[[str, str], bool] | None = None,
                   capture: Capture | None = None, layout: LayoutOf | None = None,
-                  progress: Callable[[str], None] | None = None) -> PreparedQuery:
+                  progress: Callable[[str], None] | None = None,
+                  ansi: bool = False) -> PreparedQuery:
     """Plan, check and partition ``sql`` over ``source``; raises the domain error of the
     first problem (bad SQL, unknown table or column, bad partition, a plan too large for
     memory, unsafe attribute).
@@ -130,6 +131,8 @@ def prepare_query(sql: str, source: TableSource,
     (``imp_core.advice.attributes.advise``) chooses them, capturing candidates with ``capture``
     and estimating their reads from ``layout``; the choice is checked as any other.
 
+    ``ansi``: the session's ANSI mode (Spark's ``spark.sql.ansi.enabled``), which a
+    ``SET`` statement at the head of ``sql`` overrides.
     ``pushdown=False`` keeps every selection above its scan (the scan specs carry no
     predicate): deltas then reach the pipeline unfiltered.
     ``memory_budget_bytes``: the most memory one operator of the plan may need (its
@@ -147,10 +150,11 @@ def prepare_query(sql: str, source: TableSource,
     """
     from imp_core.safety import require_safe
     from imp_core.sql import plan_sql
+    from imp_core.sql.session import Session
 
     budget = memory_budget(memory_budget_bytes)  # a bad setting is refused first
     catalog = source.catalog()
-    plan = plan_sql(sql, catalog)
+    plan = plan_sql(sql, catalog, Session(ansi=ansi))
     wanted = partition_specs(sql, partitions, fragments)
     tables = sorted(plan.root.tables())
     auto = wanted == AUTO_PARTITIONS

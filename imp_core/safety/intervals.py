@@ -13,7 +13,17 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from imp_core.plan.expr import BinaryOp, Case, Cast, ColumnRef, Expr, FuncCall, Literal, UnaryOp
+from imp_core.plan.expr import (
+    BinaryOp,
+    Case,
+    Cast,
+    ColumnRef,
+    Expr,
+    FuncCall,
+    Literal,
+    Strict,
+    UnaryOp,
+)
 
 # table -> column -> declared ``(low, high)`` (``None`` for an open side)
 Domains = Mapping[str, Mapping[str, Any]]
@@ -91,6 +101,8 @@ def interval_of(expr: Expr, cols: Mapping[str, Interval]) -> Interval:
         return UNKNOWN if n is None else Interval(n, n)
     if isinstance(expr, Cast):
         return interval_of(expr.operand, cols)
+    if isinstance(expr, Strict):  # the same value where it does not raise
+        return interval_of(expr.inner, cols)
     if isinstance(expr, UnaryOp) and expr.op == "neg":
         x = interval_of(expr.operand, cols)
         return x if x.empty else Interval(-x.hi, -x.lo)

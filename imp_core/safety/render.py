@@ -17,6 +17,7 @@ from imp_core.plan.expr import (
     InList,
     Like,
     Literal,
+    Strict,
     UnaryOp,
 )
 from imp_core.plan.literal import sql_literal
@@ -55,5 +56,7 @@ def sql_text(e: Expr) -> str:
         return f"{e.name}({', '.join(sql_text(a) for a in e.args)})"
     if isinstance(e, Cast):
         return f"CAST({sql_text(e.operand)} AS {e.to})"
+    if isinstance(e, Strict):
+        return sql_text(e.inner)
     return str(e)
 

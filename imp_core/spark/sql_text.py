@@ -36,6 +36,7 @@ from imp_core.plan.expr import (
     InList,
     Like,
     Literal,
+    Strict,
     UnaryOp,
 )
 
@@ -163,7 +164,19 @@ class _ExprWriter:
             return f"{_FUNCS[e.name]}({', '.join(self.write(a) for a in e.args)})"
         if isinstance(e, Cast):
             return f"CAST({self.write(e.operand)} AS {spark_type(e.to)})"
+        if isinstance(e, Strict):  # ANSI mode: Spark's own operator, raising in its session
+            return self._strict(e.inner)
         raise SparkCompileError(f"no Spark SQL translation for {type(e).__name__}")
+
+    def _strict(self, e: Expr) -> str:
+        if isinstance(e, BinaryOp):
+            return f"({self.write(e.left)} {e.op} {self.write(e.right)})"
+        if isinstance(e, FuncCall) and e.name == "div":
+            left, right = (self.write(a) for a in e.args)
+            return f"({left} DIV {right})"
+        if isinstance(e, FuncCall) and e.name == "pmod":
+            return f"pmod({', '.join(self.write(a) for a in e.args)})"
+        return self.write(e)
 
     def _binary(self, e: BinaryOp) -> str:
         left, right = self.write(e.left), self.write(e.right)

@@ -31,18 +31,23 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
 from imp_core.plan.nodes import PlanNode, QueryPlan
+from imp_core.plan.strict import strict_node
 from imp_core.sql.from_clause import set_operation_name
 from imp_core.sql.normalize import normalize_statements
 from imp_core.sql.prune import prune_join_inputs
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
+from imp_core.sql.session import DEFAULT_SESSION, Session, split_settings
 from imp_core.sql.syntax_errors import describe_parse_error, strip_internals
 from imp_core.sql.text import SqlText
 
 _SKETCH_LINE = re.compile(r"--\s*sketch\s*:(.*)$", re.IGNORECASE)
 
 
-def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
-    """Plan one SELECT statement over ``catalog`` (lower-case table name -> schema).
+def plan_sql(sql: str, catalog: Mapping[str, pa.Schema],
+             session: Session = DEFAULT_SESSION) -> QueryPlan:
+    """Plan one SELECT statement over ``catalog`` (lower-case table name -> schema), in
+    ``session`` as the text's leading ``SET`` statements change it
+    (``imp_core.sql.session``; with ANSI mode on, ``imp_core.plan.ansi.strict_node``).
 
     >>> schema = pa.schema([("a", pa.int64()), ("b", pa.int64())])
     >>> plan = plan_sql("SELECT a, sum(b) AS s FROM t WHERE b > 1 GROUP BY a", {"t": schema})
@@ -54,7 +59,9 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
             Scan t [t.a, t.b]
     """
     text = SqlText(sql)
-    statements = _parse_statements(text)
+    session, statements = split_settings(_parse_statements(text), session)
+    if not statements:
+        raise SqlSyntaxError("expected a SELECT statement after the SET statements")
     tables = {name.lower(): schema for name, schema in catalog.items()}
     try:
         select = _only_select(normalize_statements(statements, text), text)
@@ -65,6 +72,8 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema]) -> QueryPlan:
         raise UnsupportedSqlError("deeply nested expression") from None
     root = prune_join_inputs(planned.node)
     _check_types(root)
+    if session.ansi:
+        root = strict_node(root)
     return QueryPlan(sql=sql, root=root, order_by=planned.order_by)
 
 

@@ -7,7 +7,9 @@ anywhere in it may write (INSERT, CTAS, ``SELECT ... INTO``, MERGE, ...), change
 session (SET, USE, CACHE, ADD JAR, ...), call into the JVM (``reflect``,
 ``java_method``) or read files by path (``parquet.`/some/dir```).
 
-The one script accepted is the one the planner accepts (TPC-H Q15 as written):
+Leading ``SET spark.sql.ansi.enabled = ...`` statements are the one change of session
+a query may carry (``imp_core.sql.session``); they only select the semantics the query
+is planned with. The one script accepted is the one the planner accepts (TPC-H Q15 as written):
 ``CREATE [TEMP] VIEW v AS <select>; <select>; DROP VIEW v``. Its statements are never
 run: the planner inlines the views, so the script reads what its SELECTs read; those
 are checked like any query.
@@ -20,6 +22,7 @@ from sqlglot import TokenType, exp
 from imp_core.errors import NotReadOnlyError, SqlSyntaxError, UnsupportedSqlError
 from imp_core.sql.normalize import split_script
 from imp_core.sql.planner import _parse_statements
+from imp_core.sql.session import leading_settings
 from imp_core.sql.text import SqlText
 
 # Statement kinds that never belong inside a query; sqlglot parses what it does not know
@@ -49,6 +52,9 @@ a DELETE statement at line 1, column 1
     """
     text = SqlText(sql)
     statements = _parse_statements(text)
+    statements = statements[leading_settings(statements):]  # SET spark.sql.ansi.enabled
+    if not statements:
+        raise SqlSyntaxError("expected a SELECT statement after the SET statements", 1, 1)
     try:
         views, root = split_script(statements, text)
     except UnsupportedSqlError as error:

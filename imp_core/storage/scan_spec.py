@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from imp_core.engine.operators.base import FRAGMENT_COLUMN, TableDelta
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.expr import ColumnRef, Expr, rename_columns
+from imp_core.plan.expr import ColumnRef, Expr, Strict, conjoin, conjuncts, rename_columns
 from imp_core.plan.nodes import PlanNode, Scan, Select
 from imp_core.sketch.partition import PartitionSet, RangePartition
 
@@ -52,9 +52,21 @@ def scan_specs(root: PlanNode, partitions: PartitionSet) -> dict[str, ScanSpec]:
                 scan = found[0]
                 mapping = {f.name: ColumnRef(src)
                            for f, src in zip(scan.fields, scan.source_columns)}
-                predicate = rename_columns(parent.predicate, mapping)
+                predicate = _before_raising(rename_columns(parent.predicate, mapping))
         out[table] = ScanSpec(table, tuple(columns), predicate, part)
     return out
+
+
+def _before_raising(predicate: Expr) -> Expr | None:
+    """The conjuncts Spark evaluates before the first one that may raise (ANSI mode,
+    ``Strict``): a row they drop never reaches it, so the pipeline counts every row that
+    raises."""
+    kept = []
+    for part in conjuncts(predicate):
+        if any(isinstance(e, Strict) for e in part.walk()):
+            break
+        kept.append(part)
+    return conjoin(kept)
 
 
 def restrict_delta(delta: TableDelta, spec: ScanSpec | None) -> TableDelta:

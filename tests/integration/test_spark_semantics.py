@@ -3,7 +3,7 @@ default session's semantics), gives the rows the engine maintains and the projec
 compiled Spark SQL returns: NULLs in IN lists, ``%`` and ``pmod`` of negative values,
 ``div``, exact decimal division (Spark's result types), grouping and comparing on
 computed decimals, zero divisors, BIGINT sums that overflow, NULLs in ORDER BY, casts of
-strings that do not parse."""
+strings that do not parse and of Java's rarer number forms."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ R = pa.table({
                   pa.decimal128(15, 2)),
     "big": pa.array([2**62, 2**62, 1, -2**62, 2**62, 2**62], pa.int64()),
     "t": [" 12 ", "7.9", "x", "2020-1-5", "2020-02-30", None],
+    "u": ["1.5d", "0x1.8p1", " 2e3F ", "1_000", "-0X.8P-1d", "-Infinity"],
 })
 CASES = {
     "not_in_with_null": "SELECT k FROM r WHERE name NOT IN ('ASIA', NULL)",
@@ -43,6 +44,8 @@ CASES = {
     "string_casts": "SELECT k, CAST(t AS INT) AS i, CAST(t AS BIGINT) AS b, "
                     "CAST(t AS DOUBLE) AS f, CAST(t AS DECIMAL(5,1)) AS m, "
                     "CAST(t AS DATE) AS d FROM r",
+    "java_number_forms": "SELECT k, CAST(u AS DOUBLE) AS f, CAST(u AS DECIMAL(10,2)) AS m, "
+                         "CAST(u AS INT) AS i FROM r",
     "sum_overflow": "SELECT name, sum(big) AS s FROM r GROUP BY name",
     "null_order": "SELECT k, x FROM r ORDER BY x LIMIT 3",
     "null_order_desc": "SELECT k, i FROM r ORDER BY i DESC, k LIMIT 4",

@@ -31,8 +31,8 @@ from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
 from imp_core.engine.operators.minmax import MinMaxSets
 from imp_core.engine.state import StateLayout, StateTable, StateTables
 from imp_core.engine.zset import DeltaBatch
-from imp_core.errors import StateExhaustedError
-from imp_core.plan.aggregates.base import GroupState
+from imp_core.errors import SqlRuntimeError, StateExhaustedError
+from imp_core.plan.aggregates.base import AggregateFunction, GroupState
 from imp_core.plan.aggregates.exact import exact_values, kind_of
 from imp_core.plan.nodes import Aggregate
 
@@ -118,6 +118,9 @@ class AggregateOp(Operator):
             for f in self.funcs]
         self.source = source
         self.refills = 0
+        # aggregates that raise under ANSI mode (ansi_sum)
+        self.raising = [i for i, f in enumerate(self.funcs)
+                        if type(f).raises is not AggregateFunction.raises]
         for f, t in zip(self.funcs, self.arg_types):
             if f.numeric_only:
                 kind_of(t)  # rejects non-numeric arguments at build time
@@ -140,6 +143,28 @@ class AggregateOp(Operator):
             self.sums[i] = arr
         else:
             self.higher[i][k - 1] = arr
+
+    def _raising(self, cnt: np.ndarray, nonnull: list[np.ndarray],
+                 sums: list[list[np.ndarray]]) -> dict[str, np.ndarray]:
+        """ANSI mode: the groups whose values raise, per Spark error class."""
+        out: dict[str, np.ndarray] = {}
+        for i in self.raising:
+            found = self.funcs[i].raises(GroupState(cnt, nonnull[i], sums[i]),
+                                         self.arg_types[i])
+            if found is not None:
+                cls, mask = found
+                out[cls] = out[cls] | mask if cls in out else mask
+        return out
+
+    def _count_raising(self, old: dict[str, np.ndarray], new: dict[str, np.ndarray],
+                       dele: np.ndarray, ins: np.ndarray) -> None:
+        for cls in set(old) | set(new):
+            delta = int((new[cls] & ins).sum()) if cls in new else 0
+            delta -= int((old[cls] & dele).sum()) if cls in old else 0
+            if self.errors is None and delta > 0:
+                raise SqlRuntimeError(cls, f"SUM overflows its type in {self.node}")
+            if self.errors is not None:
+                self.errors.add_count(self.op_id, cls, delta, "SUM")
 
     def _values(self, gids: np.ndarray, cnt: np.ndarray, nonnull: list[np.ndarray],
                 sums: list[list[np.ndarray]], extremes: list) -> list[pa.Array]:
@@ -212,8 +237,20 @@ class AggregateOp(Operator):
         same &= ~np.isin(cg, np.fromiter(before, dtype=np.int64)) if before else True
         for oc, nc in zip(old_cols[len(self.agg.group_by):], new_cols[len(self.agg.group_by):]):
             same &= _equal_or_both_null(oc, nc)
+        if self.raising:
+            old_raising = self._raising(old_cnt[changed], [a[changed] for a in old_nonnull],
+                                        [[p[changed] for p in ps] for ps in old_sums])
+            new_raising = self._raising(
+                self.cnt[cg], [a[cg] for a in self.nonnull],
+                [[p[cg] for p in self._powers(i)] for i in range(len(self.funcs))])
+            for cls in set(old_raising) | set(new_raising):
+                zero = np.zeros(len(cg), dtype=bool)
+                same &= old_raising.get(cls, zero) == new_raising.get(cls, zero)
         dele = old_exists & ~same
         ins = new_exists & ~same
+        if self.raising:
+            self._count_raising(old_raising, new_raising, dele & old_exists,
+                                ins & new_exists)
         parts = []
         if dele.any():
             idx = np.flatnonzero(dele)

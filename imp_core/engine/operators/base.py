@@ -18,6 +18,7 @@ import pyarrow as pa
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.state import StateLayout
 from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.ansi import ErrorTally, RowErrors
 from imp_core.plan.evaluate import evaluate_all, evaluate_predicate
 from imp_core.plan.nodes import PlanNode, Project, Scan, Select, arrow_schema
 from imp_core.sketch.partition import PartitionSet
@@ -65,6 +66,19 @@ class Operator:
         self.output_schema = arrow_schema(node.schema)
         self.stats = OperatorStats()
         self.children: list[Operator] = []
+        # where rows that raise under ANSI mode are counted (the pipeline's); None: raise
+        self.errors: ErrorTally | None = None
+
+    def _row_errors(self, batch: DeltaBatch) -> RowErrors:
+        return RowErrors(len(batch))
+
+    def _count(self, errors: RowErrors, weights: np.ndarray) -> None:
+        """Count the delta rows that raise (``imp_core.plan.ansi``) with their weights."""
+        if not errors:
+            return
+        if self.errors is None:
+            errors.raise_first()
+        self.errors.add(self.op_id, errors, weights)
 
     def step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
         t0 = time.perf_counter()
@@ -154,7 +168,10 @@ class SelectOp(Operator):
         (batch,) = inputs
         if len(batch) == 0:
             return batch
-        return batch.filter(evaluate_predicate(self.predicate, batch.data))
+        errors = self._row_errors(batch)
+        keep = evaluate_predicate(self.predicate, batch.data, errors=errors)
+        self._count(errors, batch.weights)
+        return batch.filter(keep)
 
 
 class ProjectOp(Operator):
@@ -180,7 +197,9 @@ class ProjectOp(Operator):
         if self.rename_only:
             data = batch.data.select([e.expr.name for e in self.exprs])
             return batch.with_data(data.rename_columns(self.output_schema.names))
-        cols = evaluate_all([e.expr for e in self.exprs], batch.data)
+        errors = self._row_errors(batch)
+        cols = evaluate_all([e.expr for e in self.exprs], batch.data, errors)
+        self._count(errors, batch.weights)
         cols = [c.cast(f.type) if c.type != f.type else c
                 for c, f in zip(cols, self.output_schema)]
         return batch.with_data(pa.Table.from_arrays(cols, schema=self.output_schema))

@@ -62,7 +62,10 @@ class JoinOp(TwoSidedOp):
         ann = lrows.annotation.union_rows(rrows.annotation, dedupe=self.dedupe)
         out = DeltaBatch(data, lrows.weights * rrows.weights, ann)
         if self.residual is not None:
-            out = out.filter(evaluate_predicate(self.residual, out.data))
+            errors = self._row_errors(out)
+            keep = evaluate_predicate(self.residual, out.data, errors=errors)
+            self._count(errors, out.weights)  # a pair's weight: its count in the join
+            out = out.filter(keep)
         return out
 
     def _delta_left(self, dl: DeltaBatch) -> DeltaBatch:

@@ -102,6 +102,12 @@ class AggregateFunction:
         """Whether Spark's own evaluation equals ``finalize`` bit for bit."""
         return True
 
+    def raises(self, state: GroupState, dtype: pa.DataType | None
+               ) -> tuple[str, np.ndarray] | None:
+        """For a function that raises under ANSI mode: its Spark error class and the
+        groups of ``state`` that raise it (None: the function never raises)."""
+        return None
+
     def label(self) -> str:
         """The name shown to users (count(*) is shown as count)."""
         return self.name

@@ -96,5 +96,44 @@ def finalize_sum(sums: Sequence[int], nonnull: Sequence[int], dtype: pa.DataType
     return pa.array(vals, type=out_type)
 
 
+class AnsiSum(Sum):
+    """SUM under Spark's ANSI mode (``imp_core.plan.ansi.strict_node`` puts it in place of
+    ``sum``): the same state and values, but a group whose exact sum does not fit the
+    result type raises ARITHMETIC_OVERFLOW (BIGINT) or NUMERIC_VALUE_OUT_OF_RANGE
+    (decimal) instead of wrapping or giving NULL. Spark may also raise when a partial sum
+    overflows on the way to a final one that fits, depending on the order it adds rows;
+    the final sum decides here."""
+
+    name = "ansi_sum"
+    sql_keys = ()
+
+    def finalize(self, state: GroupState, dtype: pa.DataType | None) -> pa.Array:
+        out = super().finalize(state, dtype)
+        found = self.raises(state, dtype)
+        if found is None:
+            return out
+        return pa.array(out.to_pylist(), out.type, mask=found[1])
+
+    def raises(self, state: GroupState, dtype: pa.DataType | None
+               ) -> tuple[str, np.ndarray] | None:
+        assert dtype is not None
+        k = kind_of(dtype)
+        if k == "float":
+            return None
+        sums = state.sums[0]
+        nonnull = np.asarray(state.nonnull)
+        if k == "int":
+            if isinstance(sums, np.ndarray) and sums.dtype != object:
+                return None  # int64 state: the exact sum fits
+            bad = [n > 0 and not -2**63 <= int(s) < 2**63 for s, n in zip(sums, nonnull)]
+            error = "ARITHMETIC_OVERFLOW"
+        else:
+            limit = 10 ** SUM.result_type(dtype).precision
+            bad = [n > 0 and abs(int(s)) >= limit for s, n in zip(sums, nonnull)]
+            error = "NUMERIC_VALUE_OUT_OF_RANGE"
+        mask = np.asarray(bad, dtype=bool)
+        return (error, mask) if mask.any() else None
+
+
 SUM = Sum()
-FUNCTIONS = (SUM,)
+FUNCTIONS = (SUM, AnsiSum())

@@ -1,0 +1,110 @@
+"""The plan rule of Spark's ANSI mode: every expression that can raise wrapped in a
+``Strict`` node, every SUM made ``ansi_sum`` (``imp_core.plan.ansi`` says which rows
+raise and how the pipeline counts them).
+
+Invariant: the rule changes no value (a ``Strict`` node's value is its inner
+expression's, ``ansi_sum``'s is SUM's where it does not raise); it only adds errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from imp_core.errors import UnsupportedSqlError
+from imp_core.plan.expr import ARITHMETIC, BinaryOp, Cast, Expr, FuncCall, Strict, UnaryOp
+from imp_core.plan.nodes import AggCall, Join, NamedExpr, PlanNode, scalar_filter_parts
+
+_FUNCTIONS_THAT_RAISE = frozenset({"abs", "pmod", "div"})
+
+
+def strict_expr(expr: Expr) -> Expr:
+    """``expr`` with every subexpression that raises under ANSI mode wrapped in ``Strict``."""
+    if isinstance(expr, Strict):
+        return expr
+    rebuilt = _map_children(expr, strict_expr)
+    if _can_raise(rebuilt):
+        return Strict(rebuilt)
+    return rebuilt
+
+
+def _can_raise(e: Expr) -> bool:
+    if isinstance(e, BinaryOp):
+        return e.op in ARITHMETIC
+    if isinstance(e, UnaryOp):
+        return e.op == "neg"
+    if isinstance(e, FuncCall):
+        return e.name in _FUNCTIONS_THAT_RAISE
+    return isinstance(e, Cast)
+
+
+def _map_children(e: Expr, fn) -> Expr:
+    if not dataclasses.is_dataclass(e) or not e.children():
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        value = getattr(e, f.name)
+        if isinstance(value, Expr):
+            changes[f.name] = fn(value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, Expr) for v in value):
+            changes[f.name] = tuple(fn(v) for v in value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
+            changes[f.name] = tuple(tuple(fn(x) if isinstance(x, Expr) else x for x in v)
+                                    for v in value)
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def strict_node(node):
+    """A plan (sub)tree under ANSI mode: every expression through ``strict_expr``, every
+    SUM raising on overflow (``ansi_sum``).
+
+    Rows that raise are counted where a selection, a projection or an inner join's
+    condition evaluates them. An expression that can raise in a condition of a
+    semi-, anti- or outer join, or in a comparison with a scalar subquery, is refused
+    (``UnsupportedSqlError``): those operators re-evaluate conditions over their state,
+    so their rows that raise have no count to keep."""
+    guarded = scalar_filter_parts(node)
+    if guarded is not None:
+        _refuse_raising(guarded[2], "a comparison with a scalar subquery")
+    changes = {}
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, PlanNode):
+            changes[f.name] = strict_node(value)
+        elif isinstance(value, Expr):
+            if not isinstance(node, Join) and f.name == "condition":
+                _refuse_raising(value, f"the condition of a {type(node).__name__}")
+                continue
+            changes[f.name] = strict_expr(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], NamedExpr):
+            changes[f.name] = tuple(NamedExpr(v.name, strict_expr(v.expr)) for v in value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], AggCall):
+            changes[f.name] = tuple(dataclasses.replace(a, func="ansi_sum")
+                                    if a.func == "sum" else a for a in value)
+    return dataclasses.replace(node, **changes) if changes else node
+
+
+def _refuse_raising(expr: Expr, where: str) -> None:
+    for e in expr.walk():
+        if _can_raise(e):
+            raise UnsupportedSqlError(
+                f"{e} in {where} under ANSI mode", detail="the expression may raise there "
+                "and its rows that raise cannot be counted incrementally; run the query "
+                "with spark.sql.ansi.enabled=false or use try_divide / try_cast")
+
+
+def is_strict(node) -> bool:
+    """Whether a plan (sub)tree was made for ANSI mode (holds a ``Strict`` or ansi_sum)."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, PlanNode) and is_strict(value):
+            return True
+        if isinstance(value, Expr) and any(isinstance(e, Strict) for e in value.walk()):
+            return True
+        if isinstance(value, tuple):
+            for v in value:
+                if isinstance(v, NamedExpr) and any(isinstance(e, Strict)
+                                                    for e in v.expr.walk()):
+                    return True
+                if isinstance(v, AggCall) and v.func == "ansi_sum":
+                    return True
+    return False

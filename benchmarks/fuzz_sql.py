@@ -21,6 +21,11 @@ session also runs the SQL text unchanged, ANSI off (a default session's semantic
 temp views of the same Arrow tables after registering and after the last batch; result
 types and values (decimals exactly) must be Spark's.
 
+Every fourth case runs in ANSI mode (``Engine(ansi=True)``; Spark with
+``spark.sql.ansi.enabled`` on): after each batch the query must raise exactly when the
+reference evaluator raises (a zero divisor among the current rows, an overflow), Spark
+must raise too where it runs, and where nothing raises the checks above apply.
+
 A finding is a mismatch or an exception that is not a refusal (``ImpError``: the
 construct is unsupported, or the attribute unsafe); refusals are counted by kind. Each
 names the SQL, the seed and the case (``random.Random(seed * 1_000_003 + case)`` replays
@@ -64,12 +69,15 @@ class FuzzReport:
     oracle: str = "duckdb"
     duckdb_skipped: int = 0  # registered cases dividing a decimal: not compared with DuckDB
     spark_checks: int = 0  # results compared with Spark's
+    ansi_cases: int = 0  # registered cases run in ANSI mode
+    ansi_raised: int = 0  # checks at which an ANSI case raised (and every oracle agreed)
 
     def to_json(self) -> dict[str, Any]:
         return {"queries": self.queries, "registered": self.registered,
                 "batches": self.batches, "refused": dict(self.refused.most_common()),
                 "oracle": self.oracle, "duckdb_skipped": self.duckdb_skipped,
-                "spark_checks": self.spark_checks,
+                "spark_checks": self.spark_checks, "ansi_cases": self.ansi_cases,
+                "ansi_raised": self.ansi_raised,
                 "findings": self.findings, "seconds": round(self.seconds, 2)}
 
 
@@ -302,15 +310,23 @@ class SparkOracle:
             session = get_spark(SparkConfig(master="local[2]", driver_memory="2g"))
         self.spark = session
 
-    def rows(self, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    def rows(self, sql: str, tables: dict[str, pa.Table], ansi: bool = False
+             ) -> pa.Table | str:
+        """Spark's rows for ``sql``, or (``ansi``) the error class it raises."""
         from imp_core.spark.tables import arrow_to_dataframe
 
         for name, data in tables.items():
             arrow_to_dataframe(self.spark, data).createOrReplaceTempView(name)
         before = self.spark.conf.get("spark.sql.ansi.enabled")
-        self.spark.conf.set("spark.sql.ansi.enabled", "false")
+        self.spark.conf.set("spark.sql.ansi.enabled", "true" if ansi else "false")
         try:
             return self.spark.sql(sql).toArrow()
+        except Exception as error:  # noqa: BLE001 - Spark's errors carry their class
+            condition = getattr(error, "getCondition", None) or getattr(
+                error, "getErrorClass", None)
+            if not ansi or condition is None or not condition():
+                raise
+            return str(condition()).split(".")[0]
         finally:
             self.spark.conf.set("spark.sql.ansi.enabled", before)
 
@@ -341,18 +357,20 @@ def _duckdb_rows(sql: str, tables: dict[str, pa.Table]) -> list[tuple]:
 
 def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
                report: FuzzReport, duckdb_sql: str | None = None,
-               spark: SparkOracle | None = None, tag: dict[str, Any] | None = None) -> None:
+               spark: SparkOracle | None = None, tag: dict[str, Any] | None = None,
+               ansi: bool = False) -> None:
     """Register ``sql`` over fresh random tables and check it over ``batches`` batches.
 
     After registering and after every batch: sketch == recapture, and the result equals
     DuckDB's for ``duckdb_sql`` (``sql`` spelled for DuckDB; None: no DuckDB comparison).
     With ``spark``, also after registering and after the last batch: the result (types and
-    values) equals Spark's for ``sql`` itself. ``tag`` (seed, case) goes into findings."""
+    values) equals Spark's for ``sql`` itself. ``tag`` (seed, case) goes into findings.
+    ``ansi``: Spark's ANSI mode; the query must raise exactly when the oracles do."""
     from imp_core.embedded.api import Engine
-    from imp_core.errors import ImpError
+    from imp_core.errors import ImpError, SqlRuntimeError
     from imp_core.oracle.reference import reference_capture
 
-    eng = Engine()
+    eng = Engine(ansi=ansi)
     r, s = _rows(rng, 8, 0)
     eng.create_table("r", r, key="a")
     eng.create_table("s", s, key="c")
@@ -364,24 +382,44 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
         report.refused[f"{type(exc).__name__}: {construct}"] += 1
         return
     report.registered += 1
+    report.ansi_cases += ansi
     if duckdb_sql is None:
         report.duckdb_skipped += 1
 
+    def raised(fn) -> tuple[Any, str | None]:
+        try:
+            return fn(), None
+        except SqlRuntimeError as error:
+            return None, error.error_class
+
     def check(step: int) -> bool:
         tables = eng.tables()
-        ref = reference_capture(q.plan, tables, q.partitions)
-        result = q.result()
+        ref, ref_raised = raised(lambda: reference_capture(q.plan, tables, q.partitions))
+        result, ours_raised = raised(q.result)
         problem = None
-        if q.sketch != ref.sketch:
+        if ours_raised is not None or ref_raised is not None:
+            if ours_raised is None or ref_raised is None:
+                problem = f"raised {ours_raised} != reference {ref_raised}"
+            elif spark is not None and step in (0, batches):
+                report.spark_checks += 1
+                theirs = spark.rows(sql, tables, ansi=True)
+                if not isinstance(theirs, str):
+                    problem = f"raised {ours_raised}; Spark returned {theirs.num_rows} rows"
+            if problem is None:
+                report.ansi_raised += 1
+        elif q.sketch != ref.sketch:
             problem = f"sketch {q.sketch} != recapture {ref.sketch}"
         elif duckdb_sql is not None:
             theirs = _duckdb_rows(duckdb_sql, tables)
             ours = _normalized([tuple(row.values()) for row in result.to_pylist()])
             if not _same(ours, theirs):
                 problem = f"result {ours[:6]} != DuckDB {theirs[:6]}"
-        if problem is None and spark is not None and step in (0, batches):
+        if problem is None and result is not None and spark is not None \
+                and step in (0, batches):
             report.spark_checks += 1
-            problem = spark_difference(result, spark.rows(sql, tables))
+            theirs = spark.rows(sql, tables, ansi=ansi)
+            problem = f"Spark raised {theirs}" if isinstance(theirs, str) \
+                else spark_difference(result, theirs)
         if problem:
             report.findings.append({"sql": sql, "attribute": attribute, **(tag or {}),
                                     "batch": step, "problem": problem})
@@ -428,10 +466,10 @@ def run_sql_fuzz(seed: int = 0, queries: int = 100, batches: int = 5,
         rng = random.Random(seed * 1_000_003 + i)
         gen = QueryGen(rng)
         sql, attribute = gen.query()
-        tag = {"seed": seed, "case": i}
+        tag = {"seed": seed, "case": i, "ansi": i % 4 == 3}
         try:
             check_case(sql, attribute, rng, batches, report, duckdb_sql=gen.duckdb_sql(sql),
-                       spark=spark, tag=tag)
+                       spark=spark, tag=tag, ansi=i % 4 == 3)
         except Exception as exc:  # noqa: BLE001 - a crash is a finding, not the end
             report.findings.append({"sql": sql, "attribute": attribute, **tag,
                                     "problem": f"{type(exc).__name__}: {exc}"[:500]})

@@ -145,7 +145,8 @@ def _bench_coverage(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         report = run_coverage(folder=args.folder, suite=args.suite, sf=args.sf,
                               data_root=args.data_root, fragments=args.fragments,
-                              progress=not args.quiet)
+                              progress=not args.quiet, benchmark=args.benchmark,
+                              advisor=args.advisor)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))
@@ -344,19 +345,26 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_bench_grpc)
 
     cov = bsub.add_parser("coverage", help="which queries of a folder of .sql files register "
-                          "(embedded engine, small TPC-H, each file's sketch header) and why "
-                          "the others are refused, by construct (no Spark, no Ray)")
+                          "(embedded engine, small TPC-H or TPC-DS, each file's sketch "
+                          "header) and why the others are refused, by construct (no Spark, "
+                          "no Ray)")
     where = cov.add_mutually_exclusive_group()
     where.add_argument("--folder", default=None,
                        help="folder of .sql query files (default: the tpch22 suite's)")
     where.add_argument("--suite", default=None,
-                       help="a workload suite's folder instead (tpch, tpch22, ...)")
+                       help="a workload suite's folder instead (tpch, tpch22, tpcds99, ...)")
+    cov.add_argument("--benchmark", choices=("tpch", "tpcds"), default=None,
+                     help="whose tables to load (default: tpcds for the tpcds99 suite, "
+                     "else tpch)")
+    cov.add_argument("--advisor", action=argparse.BooleanOptionalAction, default=None,
+                     help="after an unsafe header attribute, try the advisor's (default: "
+                     "on for tpcds99)")
     cov.add_argument("--json", action="store_true",
                      help="print only the JSON report (parameters, summary, results)")
-    cov.add_argument("--sf", type=float, default=0.01, help="TPC-H scale factor")
+    cov.add_argument("--sf", type=float, default=0.01, help="TPC-H or TPC-DS scale factor")
     cov.add_argument("--fragments", type=int, default=64,
                      help="ranges per sketch attribute")
-    cov.add_argument("--data-root", default=".imp", help="TPC-H cache (<root>/data)")
+    cov.add_argument("--data-root", default=".imp", help="generated data cache (<root>/data)")
     cov.add_argument("--out", default="bench-results/coverage.json",
                      help="where to write the full JSON report")
     cov.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -1,5 +1,5 @@
-"""Loading tables into a service's table store: generated workloads, Parquet files or
-existing Delta tables (copied).
+"""Loading tables into a service's table store: generated workloads (TPC-H, TPC-DS,
+synthetic), Parquet files or existing Delta tables (copied).
 
 Used by ``imp data`` (on the machine or pod that holds the store; the running service
 sees new tables at once, its catalog re-reads ``catalog.json`` when it changes). Each
@@ -46,13 +46,52 @@ def load_tpch(store, scale: float, work_dir: Path, tables: Sequence[str] | None 
     _check_new(store, wanted)
     paths = generate_tpch(scale, work_dir / f"tpch-sf{scale:g}", progress=progress,
                           tables=wanted)
-    for name in wanted:
-        t0 = time.perf_counter()
-        info = TABLES[name]
-        store.create_table_from_parquet(name, paths[name], key=info.key, domains=info.domains,
-                                        cluster_by=CLUSTER.get(name, ()), progress=progress)
-        _say(progress, f"loaded {name} ({time.perf_counter() - t0:.1f} s)")
+    _load_generated(store, paths, TABLES, CLUSTER, progress)
     return wanted
+
+
+def load_tpcds(store, scale: float, work_dir: Path, tables: Sequence[str] | None = None,
+               progress: bool = True) -> list[str]:
+    """Generate TPC-DS at ``scale`` with tpcgen-cli into ``work_dir`` and load it (the 24
+    tables, or ``tables``), each with its key and domains (``tpcds_schemas.TPCDS``) and
+    clustered on the sketch attribute the ``tpcds99`` queries use on it. TPC-DS has its
+    own ``customer``: a store that holds TPC-H's cannot take TPC-DS too."""
+    from imp_core.workloads.tpcds import generate_tpcds
+    from imp_core.workloads.tpcds_schemas import TPCDS, TPCDS_TABLES
+
+    wanted = list(tables or TPCDS_TABLES)
+    if "customer" in wanted and "customer" in store.tables() and "c_custkey" in \
+            store.schema("customer").names:
+        raise TableExistsError("this store holds TPC-H, whose customer table is not "
+                               "TPC-DS's: load TPC-DS into a store of its own (--root)")
+    _check_new(store, wanted)
+    paths = generate_tpcds(scale, work_dir / f"tpcds-sf{scale:g}", progress=progress,
+                           tables=wanted)
+    _load_generated(store, paths, TPCDS, tpcds_cluster(), progress)
+    return wanted
+
+
+def tpcds_cluster() -> dict[str, tuple[str, ...]]:
+    """Per TPC-DS table, the sketch attribute the most ``tpcds99`` query headers use on it."""
+    from collections import Counter
+
+    from imp_core.workloads.queries import list_queries
+
+    uses = Counter(attr for q in list_queries("tpcds99") for attr in q.sketch)
+    out: dict[str, tuple[str, ...]] = {}
+    for (table, column), _ in uses.most_common():
+        out.setdefault(table, (column,))
+    return out
+
+
+def _load_generated(store, paths, infos, cluster, progress: bool) -> None:
+    """Each generated Parquet file as a table with its workload key and domains."""
+    for name, path in paths.items():
+        t0 = time.perf_counter()
+        info = infos[name]
+        store.create_table_from_parquet(name, path, key=info.key, domains=info.domains,
+                                        cluster_by=cluster.get(name, ()), progress=progress)
+        _say(progress, f"loaded {name} ({time.perf_counter() - t0:.1f} s)")
 
 
 def load_synthetic(store, names: Sequence[str], rows: int, seed: int = 0,

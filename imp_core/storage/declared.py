@@ -8,8 +8,8 @@ shows them:
 - ``parse_key`` / ``parse_domain``: the ``imp data load --key COL[,COL]`` and
   ``--domain COL=LO..HI`` flags, checked against the input's Arrow schema;
 - ``constraint_domains``: the simple bounds among a Delta table's CHECK constraints
-  (``delta.constraints.*`` properties such as ``x >= 0 AND x <= 100`` or
-  ``x BETWEEN a AND b``);
+  (``delta.constraints.*`` properties such as ``x >= 0 AND x <= 100``,
+  ``x BETWEEN a AND b`` or ``x IS NULL OR x >= 0``);
 - ``with_declared`` / ``declared_of``: key and domains carried in an Arrow schema's
   metadata, so a schema sent over the wire (ListTables) tells the client too;
 - ``describe_key`` / ``describe_domains``: one-line text for ``imp data ls`` / ``imp ls``.
@@ -156,14 +156,14 @@ def constraint_domains(configuration: Mapping[str, str], schema: pa.Schema
     """The domains the CHECK constraints among a Delta table's ``configuration``
     (``delta.constraints.<name>`` -> SQL) imply through simple bounds: conjuncts
     ``col OP constant`` (OP one of ``>= > <= < =``, either side) and ``col BETWEEN a AND
-    b`` on numeric, date or timestamp columns. Anything else (OR, functions, other
-    columns, NOT ...) is ignored: each conjunct of a constraint holds on its own, so the
-    simple ones alone still bound every row. A strict bound on an integer or date column
+    b`` on numeric, date or timestamp columns, also under ``col IS NULL OR (...)``.
+    Anything else (other ORs, functions, other columns, NOT ...) is ignored: each
+    conjunct of a constraint holds on its own, so the simple ones alone still bound
+    every row. A strict bound on an integer or date column
     becomes the next value; on other types it is kept as is (a bound that is a little
     wider is still true)."""
     # sqlglot only here: a store that reads no constraints does not load the parser
     import sqlglot
-    from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
     bounds: dict[str, list[Bound]] = {}
@@ -174,15 +174,47 @@ def constraint_domains(configuration: Mapping[str, str], schema: pa.Schema
             tree = sqlglot.parse_one(sql, read="spark")
         except SqlglotError:
             continue  # not SQL we read: it bounds nothing we could use
-        for conjunct in tree.flatten() if isinstance(tree, exp.And) else [tree]:
-            for column, side, value in _simple_bounds(conjunct, schema):
-                low_high = bounds.setdefault(column, [None, None])
-                if side in ("low", "both") and (low_high[0] is None or value > low_high[0]):
-                    low_high[0] = value
-                if side in ("high", "both") and (low_high[1] is None or value < low_high[1]):
-                    low_high[1] = value
+        for column, side, value in _conjunct_bounds(tree, schema):
+            low_high = bounds.setdefault(column, [None, None])
+            if side in ("low", "both") and (low_high[0] is None or value > low_high[0]):
+                low_high[0] = value
+            if side in ("high", "both") and (low_high[1] is None or value < low_high[1]):
+                low_high[1] = value
     return {c: (lo, hi) for c, (lo, hi) in bounds.items()
             if lo is None or hi is None or lo <= hi}
+
+
+def _conjunct_bounds(tree: Any, schema: pa.Schema) -> list[tuple[str, str, Bound]]:
+    """The simple bounds of every conjunct of ``tree``. A conjunct ``col IS NULL OR
+    (...)`` (what IMP writes for a nullable column's domain) bounds ``col`` by the simple
+    bounds on ``col`` among the conjuncts of its other side: a domain bounds values, and
+    NULL is none."""
+    from sqlglot import exp
+
+    out: list[tuple[str, str, Bound]] = []
+    for conjunct in tree.flatten() if isinstance(tree, exp.And) else [tree]:
+        conjunct = conjunct.unnest() if isinstance(conjunct, exp.Paren) else conjunct
+        if isinstance(conjunct, exp.Or):
+            for null_side, other in ((conjunct.this, conjunct.expression),
+                                     (conjunct.expression, conjunct.this)):
+                column = _null_test_of(null_side, schema)
+                if column is not None:
+                    other = other.unnest() if isinstance(other, exp.Paren) else other
+                    out += [b for b in _conjunct_bounds(other, schema) if b[0] == column]
+                    break
+            continue
+        out += _simple_bounds(conjunct, schema)
+    return out
+
+
+def _null_test_of(node: Any, schema: pa.Schema) -> str | None:
+    """The column of ``node`` if it is ``col IS NULL``, else None."""
+    from sqlglot import exp
+
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        return _column_of(node.this, schema)
+    return None
 
 
 def _simple_bounds(node: Any, schema: pa.Schema) -> list[tuple[str, str, Bound]]:

@@ -18,7 +18,7 @@ import datetime as dt
 import decimal
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,11 +126,13 @@ def _constraint_literal(value: Any) -> str | None:
     return None
 
 
-def domain_constraints(domains: Mapping[str, tuple[Any, Any]]) -> dict[str, str]:
+def domain_constraints(domains: Mapping[str, tuple[Any, Any]],
+                       nullable: Container[str] = ()) -> dict[str, str]:
     """Delta CHECK constraints (name -> SQL) that hold the declared domains for every
     writer that honours Delta constraints (delta-rs, Spark): ``imp_domain_<column>``.
     A column whose name or bounds SQL cannot carry plainly gets none (the change feed's
-    check still sees its values)."""
+    check still sees its values). A column of ``nullable`` gets ``col IS NULL OR (...)``:
+    a domain bounds the values, and delta-rs refuses a NULL for a plain ``col >= 1``."""
     out: dict[str, str] = {}
     for column, (low, high) in domains.items():
         if not _PLAIN_NAME.match(column):
@@ -145,7 +147,9 @@ def domain_constraints(domains: Mapping[str, tuple[Any, Any]]) -> dict[str, str]
                 break
             parts.append(f"{column} {op} {literal}")
         if parts:
-            out[f"imp_domain_{column}"] = " AND ".join(parts)
+            bounds = " AND ".join(parts)
+            out[f"imp_domain_{column}"] = (f"{column} IS NULL OR ({bounds})"
+                                           if column in nullable else bounds)
     return out
 
 
@@ -184,7 +188,8 @@ def write_source(entry: TableEntry, schema: pa.Schema, batches: Iterable[pa.Reco
     else:
         write_ordered_table(entry.location, schema, batches, options, TABLE_CONFIGURATION)
     table = DeltaTable(entry.location)
-    constraints = domain_constraints(entry.domains)
+    constraints = domain_constraints(entry.domains,
+                                     {f.name for f in schema if f.nullable})
     if constraints:
         table.alter.add_constraint(constraints)
     return table.version()

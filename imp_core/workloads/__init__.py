@@ -2,8 +2,10 @@
 
 - ``queries``: the Spark SQL text of every workload query with its sketch attribute(s).
 - ``schemas``: Arrow schema, key and declared value domains of every workload table.
+- ``tpcds_schemas``: the same for the 24 TPC-DS tables (a namespace of their own).
 - ``synthetic``: the paper's synthetic tables (``tNg``, ``tjoinhelp``) and ``crimes``.
 - ``tpch``: TPC-H Parquet files through the ``tpchgen-cli`` executable.
+- ``tpcds``: TPC-DS Parquet files through the ``tpcgen-cli`` executable.
 
 Every generator is deterministic: the same arguments give the same table.
 """

@@ -8,10 +8,15 @@ Query names are unique across suites.
 Suites: ``tpch`` (the IMP paper's TPC-H queries, rewritten into the supported subset),
 ``synthetic`` and ``crimes`` (the paper's other workloads), and ``tpch22``: the 22
 standard TPC-H queries as written (DataFusion's copies, Apache-2.0, ``h01`` .. ``h22``;
-``h15`` is the view script). ``list_queries()`` lists the ``DEFAULT_SUITES``, those of
-the paper's experiments, which the tests and benchmarks of the paper iterate over;
-``list_queries("tpch22")`` and ``load_query("h01")`` reach the 22, which have their own
-tests and ``imp bench tpch --queries all22``.
+``h15`` is the view script); ``tpcds99``: the 99 TPC-DS queries as written in Spark's
+dialect (apache/datafusion-benchmarks' copies, ``ds01`` .. ``ds99``, the four files
+holding two statements split into ``ds14a``/``ds14b``, ``ds23a``/``ds23b``,
+``ds24a``/``ds24b``, ``ds39a``/``ds39b``: 103 queries; their tables are
+``tpcds_schemas.TPCDS``).
+``list_queries()`` lists the ``DEFAULT_SUITES``, those of the paper's experiments, which
+the tests and benchmarks of the paper iterate over; ``list_queries("tpch22")`` and
+``load_query("h01")`` reach the 22, which have their own tests and ``imp bench tpch
+--queries all22``; ``load_query("ds01")`` a TPC-DS query.
 
 >>> load_query("q06").sketch
 (('lineitem', 'l_orderkey'),)
@@ -25,15 +30,21 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-Suite = Literal["tpch", "synthetic", "crimes", "tpch22"]
-SUITES: tuple[Suite, ...] = ("tpch", "synthetic", "crimes", "tpch22")
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from imp_core.workloads.schemas import TableInfo
+
+Suite = Literal["tpch", "synthetic", "crimes", "tpch22", "tpcds99"]
+SUITES: tuple[Suite, ...] = ("tpch", "synthetic", "crimes", "tpch22", "tpcds99")
 # the suites list_queries() lists when no suite is named (see the module docstring)
 DEFAULT_SUITES: tuple[Suite, ...] = ("tpch", "synthetic", "crimes")
 # what each suite is, in one line (``imp workloads``), in the order to show them
 SUITE_DESCRIPTIONS: dict[Suite, str] = {
     "tpch22": "the 22 TPC-H queries as written (h15 is its view script)",
+    "tpcds99": "the 99 TPC-DS queries as written (ds14, ds23, ds24, ds39 as a and b: 103)",
     "tpch": "the IMP paper's TPC-H queries, rewritten into the paper's SQL subset",
     "synthetic": "the IMP paper's synthetic queries over tNg and tjoinhelp",
     "crimes": "the IMP paper's queries over the crimes table",
@@ -110,6 +121,17 @@ def list_queries(suite: str | None = None) -> list[WorkloadQuery]:
         raise ValueError(f"unknown workload suite {suite!r}; expected one of {SUITES}")
     wanted = DEFAULT_SUITES if suite is None else (suite,)
     return [q for q in _all_queries() if q.suite in wanted]
+
+
+def suite_tables(suite: str) -> Mapping[str, TableInfo]:
+    """The tables a suite's queries read, by name: ``tpcds_schemas.TPCDS`` for
+    ``tpcds99``, ``schemas.TABLES`` (TPC-H, synthetic, crimes) for the others."""
+    from imp_core.workloads.schemas import TABLES
+    from imp_core.workloads.tpcds_schemas import TPCDS
+
+    if suite not in SUITES:
+        raise ValueError(f"unknown workload suite {suite!r}; expected one of {SUITES}")
+    return TPCDS if suite == "tpcds99" else TABLES
 
 
 def load_query(name: str) -> WorkloadQuery:

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from imp_core.process.progress import LineProgress, progress_bar
-from imp_core.workloads.schemas import TABLES, TPCH_TABLES
+from imp_core.workloads.schemas import TABLES, TPCH_TABLES, TableInfo
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -48,14 +48,20 @@ _FIXED_ROWS = {"region": 5, "nation": 25}
 
 def tpchgen_executable() -> str:
     """Path of ``tpchgen-cli``: next to the running interpreter (the venv), else on PATH."""
-    beside = Path(sys.executable).parent / EXECUTABLE
+    return find_executable(EXECUTABLE, "tpchgen-cli==4.0.0")
+
+
+def find_executable(name: str, requirement: str) -> str:
+    """Path of the executable ``name`` (of the package ``requirement``): next to the
+    running interpreter (the venv), else on PATH; FileNotFoundError saying how to get it."""
+    beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
-    found = shutil.which(EXECUTABLE)
+    found = shutil.which(name)
     if found is None:
         raise FileNotFoundError(
-            f"{EXECUTABLE} not found next to {sys.executable} nor on PATH; "
-            "install it with `pip install tpchgen-cli==4.0.0` (or run `make venv`)"
+            f"{name} not found next to {sys.executable} nor on PATH; "
+            f"install it with `pip install {requirement}` (or run `make venv`)"
         )
     return found
 
@@ -88,15 +94,28 @@ def generate_tpch(
     ``progress`` shows a tqdm bar (in rows) on stderr, or a line per table when stderr
     is not a terminal (``imp_core.process.progress``).
     """
+    return generate_tables([tpchgen_executable], scale, out_dir, tables, TPCH_TABLES,
+                           "TPC-H", lambda table: expected_rows(table, scale), progress)
+
+
+def generate_tables(
+    command: list[str | Callable[[], str]], scale: float, out_dir: Path,
+    tables: Iterable[str], known: Sequence[str], label: str, rows: Callable[[str], int],
+    progress: bool,
+) -> dict[str, Path]:
+    """``tables`` (some of ``known``) in ``out_dir``: those already there as they are,
+    the others made by one run of ``command`` (its first item a function finding the
+    executable, called only when something is missing); table -> Parquet path. A scale
+    that is not positive or an unknown table is a ValueError before anything runs."""
     if not scale > 0:
         raise ValueError(f"scale factor must be > 0, got {scale}")
     wanted = list(tables)
-    unknown = [t for t in wanted if t not in TPCH_TABLES]
+    unknown = [t for t in wanted if t not in known]
     if unknown:
-        raise ValueError(f"unknown TPC-H tables {unknown}; expected some of {TPCH_TABLES}")
+        raise ValueError(f"unknown {label} tables {unknown}; expected some of "
+                         f"{', '.join(known)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-
     paths: dict[str, Path] = {}
     missing: list[str] = []
     for table in wanted:
@@ -108,12 +127,12 @@ def generate_tpch(
     if not missing:
         return paths
 
-    exe = tpchgen_executable()
+    argv = [part() if callable(part) else part for part in command]
     bar = None
     if progress:  # a bar on a terminal, a line per table in a pipe or a log
-        bar = progress_bar(sum(expected_rows(t, scale) for t in missing), f"TPC-H SF {scale}")
+        bar = progress_bar(sum(rows(t) for t in missing), f"{label} SF {scale}")
     try:
-        paths.update(_run_tpchgen(exe, scale, out_dir, missing, bar))
+        paths.update(run_generator(argv, scale, out_dir, missing, bar, rows))
     finally:
         if bar is not None:
             bar.close()
@@ -124,18 +143,21 @@ _WRITING = re.compile(r"Writing table (\w+)")
 _GENERATED = re.compile(r"Generated table (\w+)")
 
 
-def _run_tpchgen(
-    exe: str, scale: float, out_dir: Path, tables: list[str], bar: tqdm | LineProgress | None
+def run_generator(
+    command: list[str], scale: float, out_dir: Path, tables: list[str],
+    bar: tqdm | LineProgress | None, rows: Callable[[str], int],
 ) -> dict[str, Path]:
-    """One ``tpchgen-cli`` run (it spends about a second on start-up) for all ``tables``.
+    """One run of ``command`` (``tpchgen-cli``, or ``tpcgen-cli tpcds``) writing Parquet
+    for all ``tables``; table -> its file (or part folder) in ``out_dir``.
 
     Its info log (``-v``, on stderr) names each table as it is written and when it is
-    done; that drives the progress bar. Output goes to a scratch directory inside
-    ``out_dir`` and each table is moved into place after the run succeeds.
+    done; that drives the progress bar (``rows(table)``: its expected rows). Output goes
+    to a scratch directory inside ``out_dir`` and each table is moved into place after
+    the run succeeds.
     """
     with tempfile.TemporaryDirectory(prefix=".tpchgen-", dir=out_dir) as scratch:
         cmd = [
-            exe,
+            *command,
             "parquet",
             f"--scale-factor={scale}",
             f"--output-dir={scratch}",
@@ -155,7 +177,7 @@ def _run_tpchgen(
                 if (m := _WRITING.search(line)) and m.group(1) in tables:
                     bar.set_postfix_str(m.group(1))
                 elif (m := _GENERATED.search(line)) and m.group(1) in tables:
-                    bar.update(expected_rows(m.group(1), scale))
+                    bar.update(rows(m.group(1)))
             code = proc.wait()
         if code != 0:
             tail = "\n".join(log[-20:])
@@ -164,7 +186,8 @@ def _run_tpchgen(
         for table in tables:
             produced = existing_table_path(Path(scratch), table)
             if produced is None:
-                raise RuntimeError(f"{exe} wrote no Parquet output for {table} in {scratch}")
+                raise RuntimeError(f"{command[0]} wrote no Parquet output for {table} in "
+                                   f"{scratch}")
             target = out_dir / produced.name
             os.replace(produced, target)
             out[table] = target
@@ -176,11 +199,17 @@ def load_tpch_tables(paths: Mapping[str, Path]) -> dict[str, pa.Table]:
 
     The cast turns ``string_view`` into ``string`` and drops the Parquet field ids.
     """
+    return load_tables(paths, TABLES, "TPC-H")
+
+
+def load_tables(paths: Mapping[str, Path], infos: Mapping[str, TableInfo],
+                label: str) -> dict[str, pa.Table]:
+    """Each table's Parquet file (or part directory) cast to ``infos[table].schema``."""
     out: dict[str, pa.Table] = {}
     for table, path in paths.items():
-        if table not in TABLES:
-            raise ValueError(f"unknown TPC-H table {table!r}")
-        schema = TABLES[table].schema
+        if table not in infos:
+            raise ValueError(f"unknown {label} table {table!r}")
+        schema = infos[table].schema
         data = pq.read_table(path)
         if data.schema.names != schema.names:
             raise ValueError(

@@ -21,6 +21,7 @@ from imp_core.process.stdout import json_out
 
 # where the tables of each suite come from
 _SUITE_DATA = {"tpch22": "imp data tpch", "tpch": "imp data tpch",
+               "tpcds99": "imp data tpcds --root DIR (a store of its own)",
                "synthetic": "imp data synthetic t50g t1000g t5000g t500000g tjoinhelp",
                "crimes": "imp data synthetic crimes"}
 
@@ -36,10 +37,15 @@ def add_catalog_commands(sub: argparse._SubParsersAction) -> None:
     dsub = data.add_subparsers(dest="what", required=True)
 
     tp = dsub.add_parser("tpch", help="generate TPC-H with tpchgen-cli and load it")
-    tp.add_argument("--sf", type=float, default=1.0, help="scale factor")
-    tp.add_argument("--tables", type=_columns, default=None,
-                    help="comma-separated subset (default: all eight)")
-    tp.add_argument("--work-dir", default=".imp/data", help="where tpchgen-cli writes Parquet")
+    ds = dsub.add_parser("tpcds", help="generate TPC-DS (24 tables) with tpcgen-cli and load "
+                         "it, with keys and domains (into a store without TPC-H: both have "
+                         "a customer table)")
+    for gen, tool, count in ((tp, "tpchgen-cli", "eight"), (ds, "tpcgen-cli", "24")):
+        gen.add_argument("--sf", type=float, default=1.0,
+                         help="scale factor")
+        gen.add_argument("--tables", type=_columns, default=None,
+                         help=f"comma-separated subset (default: all {count})")
+        gen.add_argument("--work-dir", default=".imp/data", help=f"where {tool} writes Parquet")
     syn = dsub.add_parser("synthetic", help="generate the synthetic workload tables")
     syn.add_argument("tables", nargs="+",
                      help="t50g, t1000g, t5000g, t500000g, tjoinhelp, crimes")
@@ -59,7 +65,7 @@ def add_catalog_commands(sub: argparse._SubParsersAction) -> None:
                     "column >= 0); rows outside are refused")
     ld.add_argument("--cluster-by", type=_columns, default=None, metavar="COL[,COL]",
                     help="sort on these columns (the sketch attributes)")
-    for cmd in (tp, syn, ld, dsub.add_parser("ls", help="the tables of the store, their "
+    for cmd in (tp, ds, syn, ld, dsub.add_parser("ls", help="the tables of the store, their "
                                              "keys and declared domains")):
         cmd.add_argument("--root", default=None,
                          help="table store root (default: IMP_TABLES, else IMP_ROOT, else "
@@ -84,7 +90,8 @@ def _data(args: argparse.Namespace) -> int:
         return _run_data(args)
     except BrokenPipeError:  # main ends quietly
         raise
-    except (ValueError, OSError) as exc:  # flags and files (an ImpError: main says it)
+    except (ValueError, OSError, RuntimeError) as exc:  # flags, files, a generator that
+        # failed (an ImpError: main says it)
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -99,6 +106,9 @@ def _run_data(args: argparse.Namespace) -> int:
     if args.what == "tpch":
         names = datasets.load_tpch(store, args.sf, Path(args.work_dir),
                                    tables=args.tables, progress=progress)
+    elif args.what == "tpcds":
+        names = datasets.load_tpcds(store, args.sf, Path(args.work_dir),
+                                    tables=args.tables, progress=progress)
     elif args.what == "synthetic":
         names = datasets.load_synthetic(store, args.tables, args.rows, args.seed, progress)
     elif args.what == "load":
@@ -118,11 +128,12 @@ def _run_data(args: argparse.Namespace) -> int:
     from imp_core.storage.declared import describe_domains, describe_key
 
     print(f"table store {root}")
+    width = max([12, *(len(r["table"]) for r in rows)])
     for r in rows:
-        print(f"  {r['table']:12s} version {r['version']:>5d}  {r['rows']:>12,d} rows  "
+        print(f"  {r['table']:{width}s} version {r['version']:>5d}  {r['rows']:>12,d} rows  "
               f"key {describe_key(r['key'])}")
         if r["domains"]:
-            print(f"  {'':12s} domains {describe_domains(r['domains'])}")
+            print(f"  {'':{width}s} domains {describe_domains(r['domains'])}")
     return 0
 
 

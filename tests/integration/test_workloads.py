@@ -31,7 +31,8 @@ def test_every_query_file_loads_with_a_sketch_header():
         assert q.sketch, q.name
         assert q.sql and not q.sql.lstrip().lower().startswith("-- sketch"), q.name
         for table, column in q.sketch:
-            assert column in schemas.TABLES[table].schema.names, (q.name, table, column)
+            info = queries.suite_tables(q.suite)[table]
+            assert column in info.schema.names, (q.name, table, column)
             assert table in q.sql, q.name
         assert queries.load_query(q.name) == q
         assert queries.load_query(q.qualified_name) == q

@@ -68,3 +68,13 @@ def workload_stores(root: Path) -> dict[str, object]:
                                cluster_by=sketch_cols)
         out[suite] = store
     return out
+
+
+@functools.cache
+def tpcds_tables() -> dict[str, pa.Table]:
+    """All 24 TPC-DS tables at SF 0.01 (tpcgen-cli; about 2.3 million rows, most of them
+    in the fixed-size customer_demographics)."""
+    from imp_core.workloads.tpcds import generate_tpcds, load_tpcds_tables
+
+    out = Path(tempfile.gettempdir()) / "imp-test-tpcds-sf0.01"
+    return load_tpcds_tables(generate_tpcds(0.01, out, progress=False))

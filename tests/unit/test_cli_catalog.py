@@ -134,12 +134,14 @@ def test_a_delta_tables_check_constraints_become_domains(capsys, tmp_path):
                                       "d": [dt.date(2000, 1, 1)] * 3}))
     DeltaTable(source).alter.add_constraint({
         "x_range": "x >= 0 AND x <= 100", "d_range": "d BETWEEN '1990-01-01' AND '2010-12-31'",
-        "p_pos": "p > 0 OR p IS NULL"})  # not a simple bound: ignored
+        "p_pos": "p > 0 OR p IS NULL",  # a bound of the values (NULL is none)
+        "p_or": "p > 1 OR x < 10"})  # not a simple bound: ignored
     root = str(tmp_path / "store")
     code, out, err = _run(capsys, "data", "load", "copy", source, "--root", root,
                           "--domain", "x=1..60")  # a flag wins over the constraint
     assert code == 0, err
     assert "domains from the CHECK constraints" in err
     entry = DeltaStore(root).entry("copy")
-    assert entry.domains == {"x": (1, 60), "d": (dt.date(1990, 1, 1), dt.date(2010, 12, 31))}
+    assert entry.domains == {"x": (1, 60), "d": (dt.date(1990, 1, 1), dt.date(2010, 12, 31)),
+                             "p": (0.0, None)}
     assert DeltaStore(root).read("copy").num_rows == 3

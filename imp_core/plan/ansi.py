@@ -16,6 +16,7 @@ weighted number of current rows raising at each expression, never negative.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -24,13 +25,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import SqlRuntimeError
-from imp_core.plan.expr import BinaryOp, Cast, Expr, FuncCall, Strict
+from imp_core.plan import string_casts
+from imp_core.plan.expr import ARITHMETIC, BinaryOp, Cast, Expr, FuncCall, Strict, UnaryOp
 
 DIVIDE_BY_ZERO = "DIVIDE_BY_ZERO"
 REMAINDER_BY_ZERO = "REMAINDER_BY_ZERO"
 ARITHMETIC_OVERFLOW = "ARITHMETIC_OVERFLOW"
 NUMERIC_VALUE_OUT_OF_RANGE = "NUMERIC_VALUE_OUT_OF_RANGE"
 CAST_INVALID_INPUT = "CAST_INVALID_INPUT"
+CAST_OVERFLOW = "CAST_OVERFLOW"
+SCALAR_SUBQUERY_TOO_MANY_ROWS = "SCALAR_SUBQUERY_TOO_MANY_ROWS"  # in either mode
 
 _HINTS = {
     DIVIDE_BY_ZERO: "Division by zero. Use `try_divide` to tolerate divisor being 0 and "
@@ -40,10 +44,56 @@ _HINTS = {
     ARITHMETIC_OVERFLOW: "Overflow. Use 'try_' functions to tolerate overflow and return "
                          "NULL instead.",
     NUMERIC_VALUE_OUT_OF_RANGE: "The value cannot be represented as its decimal type.",
+    SCALAR_SUBQUERY_TOO_MANY_ROWS: "More than one row returned by a subquery used as an "
+                                   "expression.",
+    CAST_OVERFLOW: "The value cannot be cast to its type due to an overflow. Use `try_cast` "
+                   "to tolerate overflow and return NULL instead.",
     CAST_INVALID_INPUT: "A string cannot be cast to its type because it is malformed. "
                         "Use `try_cast` to tolerate malformed input and return NULL "
                         "instead.",
 }
+
+
+# -- the expressions that may raise ------------------------------------------------------
+
+_FUNCTIONS_THAT_RAISE = frozenset({"abs", "pmod", "div"})
+
+
+def strict_expr(expr: Expr) -> Expr:
+    """``expr`` with every subexpression that raises under ANSI mode wrapped in ``Strict``."""
+    if isinstance(expr, Strict) or (isinstance(expr, FuncCall) and expr.name == "try"):
+        return expr  # try_...: never raises (``evaluate`` nulls what would)
+    rebuilt = _map_children(expr, strict_expr)
+    if can_raise(rebuilt):
+        return Strict(rebuilt)
+    return rebuilt
+
+
+def can_raise(e: Expr) -> bool:
+    """Whether ``e`` itself (not its children) may raise under ANSI mode."""
+    if isinstance(e, BinaryOp):
+        return e.op in ARITHMETIC
+    if isinstance(e, UnaryOp):
+        return e.op == "neg"
+    if isinstance(e, FuncCall):
+        return e.name in _FUNCTIONS_THAT_RAISE
+    return isinstance(e, Cast)
+
+
+def _map_children(e: Expr, fn) -> Expr:
+    if not dataclasses.is_dataclass(e) or not e.children():
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        value = getattr(e, f.name)
+        if isinstance(value, Expr):
+            changes[f.name] = fn(value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, Expr) for v in value):
+            changes[f.name] = tuple(fn(v) for v in value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
+            changes[f.name] = tuple(tuple(fn(x) if isinstance(x, Expr) else x for x in v)
+                                    for v in value)
+    return dataclasses.replace(e, **changes) if changes else e
 
 
 # -- which rows raise ------------------------------------------------------------------------
@@ -78,6 +128,11 @@ class RowErrors:
                 raise SqlRuntimeError(cls, f"{_HINTS[cls]} (in {self.where[cls]})", rows)
 
 
+def valid_rows(v: pa.Array | pa.Scalar, n: int) -> np.ndarray:
+    """Rows where ``v`` (an array of ``n`` values, or a scalar) is not NULL."""
+    return _valid(v, n)
+
+
 def _valid(v: pa.Array | pa.Scalar, n: int) -> np.ndarray:
     if isinstance(v, pa.Scalar):
         return np.full(n, v.is_valid)
@@ -101,12 +156,13 @@ def _broadcast(v: pa.Array | pa.Scalar, n: int) -> pa.Array:
 
 def integer_overflow(op: str, left, right, value, n: int) -> np.ndarray:
     """Rows where the wrapping integer ``left op right`` (``value``) overflowed."""
-    a = _broadcast(left, n).to_numpy(zero_copy_only=False)
-    b = _broadcast(right, n).to_numpy(zero_copy_only=False)
-    r = _broadcast(value, n).to_numpy(zero_copy_only=False)
-    if a.dtype == object or b.dtype == object or r.dtype == object:
-        return np.zeros(n, dtype=bool)  # NULLs among them: Arrow gave floats or objects
-    a, b, r = a.astype(r.dtype), b.astype(r.dtype), r
+    def ints(v) -> np.ndarray:  # NULLs as 0: a row with a NULL operand never overflows
+        arr = _broadcast(v, n)
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False) if arr.null_count \
+            else arr.to_numpy(zero_copy_only=False)
+
+    r = ints(value)
+    a, b = ints(left).astype(r.dtype), ints(right).astype(r.dtype)
     if op == "+":
         return ((a ^ r) & (b ^ r)) < 0
     if op == "-":
@@ -137,7 +193,10 @@ def strict_errors(e: Strict, operands: list, value, n: int) -> tuple[str, np.nda
             return (REMAINDER_BY_ZERO if remainder else DIVIDE_BY_ZERO), zero
         return NUMERIC_VALUE_OUT_OF_RANGE, valid & is_null
     if isinstance(inner, Cast):
-        return CAST_INVALID_INPUT, valid & is_null
+        rejected = is_null
+        if string_casts.handles(operands[0].type, inner.to):
+            rejected = rejected | string_casts.ansi_rejects(operands[0], inner.to, n)
+        return CAST_INVALID_INPUT, valid & rejected
     out_type = value.type
     if pa.types.is_decimal(out_type):
         return NUMERIC_VALUE_OUT_OF_RANGE, valid & is_null

@@ -61,9 +61,14 @@ def _max_abs(x: np.ndarray | int) -> int:
 
 
 def _round_half_up(x: np.ndarray, digits: int) -> np.ndarray:
-    """``x / 10**digits`` rounded with ties toward +infinity (Arrow's HALF_UP)."""
+    """``x / 10**digits`` rounded with ties away from zero (Spark's HALF_UP, which is
+    Arrow's HALF_TOWARDS_INFINITY; Arrow's HALF_UP goes toward +infinity).
+
+    >>> _round_half_up(np.array([25, -25, 24, -26]), 1).tolist()
+    [3, -3, 2, -3]
+    """
     unit = 10 ** digits
-    return (x + unit // 2) // unit
+    return np.sign(x) * ((np.abs(x) + unit // 2) // unit)
 
 
 def arith(op: str, left, right, out_type: pa.Decimal128Type, scale: int) -> pa.Array | None:

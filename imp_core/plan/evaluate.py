@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
-from imp_core.plan import ansi, decimal64, division, string_casts
+from imp_core.plan import ansi, decimal64, division, numeric_casts, rounding, string_casts
 from imp_core.plan.aggregates import registry
 from imp_core.plan.expr import (
     BinaryOp,
@@ -193,7 +193,15 @@ class _Evaluator:
         else:
             assert isinstance(inner, Cast), inner
             operands = [self.eval(inner.operand)]
-            value = _cast_value(operands[0], inner.to)
+            value, overflow = cast_overflowing(operands[0], inner.to)
+            if overflow is not None:  # a number out of the type's range
+                if overflow.any():
+                    rows = np.broadcast_to(overflow, (self.n,)).copy()
+                    rows &= ansi.valid_rows(operands[0], self.n)
+                    self.errors.add(ansi.NUMERIC_VALUE_OUT_OF_RANGE
+                                    if pa.types.is_decimal(inner.to) else ansi.CAST_OVERFLOW,
+                                    rows if self.live is None else rows & self.live, inner)
+                return value
         found = ansi.strict_errors(e, operands, value, self.n)
         if found is not None:
             cls, rows = found
@@ -253,6 +261,14 @@ class _Evaluator:
         return pc.invert(out) if e.negated else out
 
     def _FuncCall(self, e: FuncCall) -> pa.Array | pa.Scalar:
+        if e.name == "try":
+            return self._try(e.args[0])
+        if e.name == "one_row":  # a scalar subquery's value; several rows raise (Spark)
+            value, rows = self.eval(e.args[0]), self.eval(e.args[1])
+            several = self._mask(pc.greater(rows, 1), False)
+            self.errors.add(ansi.SCALAR_SUBQUERY_TOO_MANY_ROWS,
+                            several if self.live is None else several & self.live, e)
+            return value
         if e.name == "coalesce" and self.strict:  # an argument is evaluated while NULL
             args, undecided = [], np.ones(self.n, dtype=bool)
             for a in e.args:
@@ -265,6 +281,20 @@ class _Evaluator:
             args = list(_coerce_pair(args[0], args[1], "%"))
         return self._function(e.name, args)
 
+    def _try(self, inner: Expr) -> pa.Array | pa.Scalar:
+        """Spark's try_divide, try_add, ..., try_cast: ``inner`` evaluated as under ANSI
+        mode, NULL on the rows where it would raise."""
+        sub = _Evaluator(self.table, strict=True)
+        sub._columns = self._columns
+        value = sub.eval(ansi.strict_expr(inner))
+        if not sub.errors:
+            return value
+        raising = np.zeros(self.n, dtype=bool)
+        for mask in sub.errors.masks.values():
+            raising |= mask
+        return pc.if_else(pa.array(raising), pa.scalar(None, value.type),
+                          self._broadcast(value))
+
     def _function(self, name: str, args: list) -> pa.Array | pa.Scalar:
         if name in ("upper", "lower", "substring") and (
                 pa.types.is_string_view(args[0].type) or pa.types.is_large_string(args[0].type)):
@@ -275,6 +305,11 @@ class _Evaluator:
             return (division.pmod if name == "pmod" else division.integral_divide)(*args)
         if name == "abs":
             return pc.abs(args[0])  # abs of the least integer is itself, as in Spark
+        if name == "round":
+            return rounding.round_half_up(args[0], args[1].as_py() if len(args) > 1 else 0)
+        if name == "concat":  # NULL if any argument is NULL, as Spark's || and concat
+            strings = [_cast(self._broadcast(a), pa.string()) for a in args]
+            return pc.binary_join_element_wise(*strings, "")
         if name == "upper":
             return pc.utf8_upper(args[0])
         if name == "lower":
@@ -359,11 +394,30 @@ def _values_of(v: pa.Array | pa.Scalar, n: int | None) -> list:
 
 
 def _cast_value(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
-    """An explicit CAST: strings parse as Spark does (NULL for what does not parse);
-    implicit coercions of strings into numbers stay refused."""
+    """An explicit CAST: strings parse as Spark does (NULL for what does not parse),
+    numbers overflow as Spark's do with ANSI off (``numeric_casts``); implicit
+    coercions of strings into numbers stay refused."""
+    return cast_overflowing(v, to)[0]
+
+
+def cast_overflowing(v: pa.Array | pa.Scalar, to: pa.DataType
+                     ) -> tuple[pa.Array | pa.Scalar, np.ndarray | None]:
+    """``_cast_value`` and the mask of numbers that overflowed (None: none can)."""
     if string_casts.handles(v.type, to):
-        return string_casts.cast_strings(v, to)
-    return _cast(v, to)
+        return string_casts.cast_strings(v, to), None
+    if not numeric_casts.handles(v.type, to):
+        return _cast(v, to), None
+    try:
+        exact = pc.cast(v, to)  # Arrow's safe cast: no rounding, no overflow
+        return exact, np.zeros(1 if isinstance(exact, pa.Scalar) else len(exact), bool)
+    except pa.ArrowInvalid:
+        pass
+    if isinstance(v, pa.Scalar):
+        out, overflow = numeric_casts.cast_numbers(pa.array([v.as_py()], v.type), to)
+        return out[0], overflow
+    if isinstance(v, pa.ChunkedArray):
+        v = v.combine_chunks()
+    return numeric_casts.cast_numbers(v, to)
 
 
 def _cast(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
@@ -496,7 +550,7 @@ def _decimal_arith(op: str, left, right):
     wide = pc.call_function(fn, [_cast(left, pa.decimal256(p1, s1)),
                                  _cast(right, pa.decimal256(p2, s2))])
     if target_s < scale:
-        wide = pc.round(wide, ndigits=target_s, round_mode="half_up")
+        wide = pc.round(wide, ndigits=target_s, round_mode="half_towards_infinity")
     return pc.cast(wide, pa.decimal128(target_p, target_s))
 
 

@@ -16,7 +16,11 @@ ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 COMPARISON = frozenset({"=", "<>", "<", "<=", ">", ">="})
 LOGICAL = frozenset({"and", "or"})
 FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesce", "substring",
-                       "pmod", "div"})
+                       "pmod", "div", "round", "concat",
+                       # one_row(v, n): v, raising where n (a scalar subquery's rows) > 1
+                       "one_row",
+                       # try(e): e as Spark's try_ functions take it, NULL where it would raise
+                       "try"})
 
 
 class Expr:

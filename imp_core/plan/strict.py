@@ -11,46 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 from imp_core.errors import UnsupportedSqlError
-from imp_core.plan.expr import ARITHMETIC, BinaryOp, Cast, Expr, FuncCall, Strict, UnaryOp
+from imp_core.plan.ansi import can_raise, strict_expr
+from imp_core.plan.expr import Expr, Strict
 from imp_core.plan.nodes import AggCall, Join, NamedExpr, PlanNode, scalar_filter_parts
-
-_FUNCTIONS_THAT_RAISE = frozenset({"abs", "pmod", "div"})
-
-
-def strict_expr(expr: Expr) -> Expr:
-    """``expr`` with every subexpression that raises under ANSI mode wrapped in ``Strict``."""
-    if isinstance(expr, Strict):
-        return expr
-    rebuilt = _map_children(expr, strict_expr)
-    if _can_raise(rebuilt):
-        return Strict(rebuilt)
-    return rebuilt
-
-
-def _can_raise(e: Expr) -> bool:
-    if isinstance(e, BinaryOp):
-        return e.op in ARITHMETIC
-    if isinstance(e, UnaryOp):
-        return e.op == "neg"
-    if isinstance(e, FuncCall):
-        return e.name in _FUNCTIONS_THAT_RAISE
-    return isinstance(e, Cast)
-
-
-def _map_children(e: Expr, fn) -> Expr:
-    if not dataclasses.is_dataclass(e) or not e.children():
-        return e
-    changes = {}
-    for f in dataclasses.fields(e):
-        value = getattr(e, f.name)
-        if isinstance(value, Expr):
-            changes[f.name] = fn(value)
-        elif isinstance(value, tuple) and value and all(isinstance(v, Expr) for v in value):
-            changes[f.name] = tuple(fn(v) for v in value)
-        elif isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
-            changes[f.name] = tuple(tuple(fn(x) if isinstance(x, Expr) else x for x in v)
-                                    for v in value)
-    return dataclasses.replace(e, **changes) if changes else e
 
 
 def strict_node(node):
@@ -85,7 +48,7 @@ def strict_node(node):
 
 def _refuse_raising(expr: Expr, where: str) -> None:
     for e in expr.walk():
-        if _can_raise(e):
+        if can_raise(e):
             raise UnsupportedSqlError(
                 f"{e} in {where} under ANSI mode", detail="the expression may raise there "
                 "and its rows that raise cannot be counted incrementally; run the query "

@@ -30,6 +30,7 @@ import decimal
 import math
 import re
 
+import numpy as np
 import pyarrow as pa
 
 _INT = re.compile(r"[+-]?\d+(\.\d*)?")
@@ -121,6 +122,20 @@ def _parse(text: str, to: pa.DataType):
     if pa.types.is_boolean(to):
         return _boolean(text)
     return _date(text)
+
+
+def ansi_rejects(v: pa.Array | pa.Scalar, to: pa.DataType, n: int) -> np.ndarray:
+    """The strings ANSI mode refuses although the cast above reads them: a fraction in
+    an integer (``'7.9'`` as INT is 7 with ANSI off, CAST_INVALID_INPUT with it on).
+
+    >>> ansi_rejects(pa.array(["7.9", " 7 ", None]), pa.int32(), 3).tolist()
+    [True, False, False]
+    """
+    if not pa.types.is_integer(to):
+        return np.zeros(n, dtype=bool)
+    texts = [v.as_py()] * n if isinstance(v, pa.Scalar) else v.to_pylist()
+    return np.array([t is not None and "." in t.strip() and _INT.fullmatch(t.strip())
+                     is not None for t in texts], dtype=bool)
 
 
 def cast_strings(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:

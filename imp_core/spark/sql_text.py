@@ -121,7 +121,10 @@ def sql_literal(value: Any, dtype: pa.DataType) -> str:
 
 # -- expressions ----------------------------------------------------------------------------
 _FUNCS = {"year": "year", "month": "month", "day": "dayofmonth", "abs": "abs",
-          "upper": "upper", "lower": "lower", "coalesce": "coalesce", "substring": "substring"}
+          "upper": "upper", "lower": "lower", "coalesce": "coalesce", "substring": "substring",
+          "round": "round", "concat": "concat"}
+_TRY_FUNCS = {"/": "try_divide", "+": "try_add", "-": "try_subtract", "*": "try_multiply",
+              "%": "try_mod"}
 
 
 class _ExprWriter:
@@ -160,6 +163,13 @@ class _ExprWriter:
             if e.name == "pmod":
                 return f"pmod({left}, NULLIF({right}, 0))"
             return f"({left} DIV NULLIF({right}, 0))"
+        if isinstance(e, FuncCall) and e.name == "try":
+            return self._try(e.args[0])
+        if isinstance(e, FuncCall) and e.name == "one_row":  # Spark raises as for the text
+            value, rows = (self.write(a) for a in e.args)
+            return (f"(CASE WHEN {rows} > 1 THEN raise_error('[SCALAR_SUBQUERY_TOO_MANY_ROWS]"
+                    f" More than one row returned by a subquery used as an expression.') "
+                    f"ELSE {value} END)")
         if isinstance(e, FuncCall):
             return f"{_FUNCS[e.name]}({', '.join(self.write(a) for a in e.args)})"
         if isinstance(e, Cast):
@@ -167,6 +177,14 @@ class _ExprWriter:
         if isinstance(e, Strict):  # ANSI mode: Spark's own operator, raising in its session
             return self._strict(e.inner)
         raise SparkCompileError(f"no Spark SQL translation for {type(e).__name__}")
+
+    def _try(self, e: Expr) -> str:
+        """Spark's try_ form of ``e`` (NULL where it would raise)."""
+        if isinstance(e, Cast):
+            return f"TRY_CAST({self.write(e.operand)} AS {spark_type(e.to)})"
+        if isinstance(e, BinaryOp) and e.op in _TRY_FUNCS:
+            return f"{_TRY_FUNCS[e.op]}({self.write(e.left)}, {self.write(e.right)})"
+        raise SparkCompileError(f"no Spark SQL translation for try({e})")
 
     def _strict(self, e: Expr) -> str:
         if isinstance(e, BinaryOp):

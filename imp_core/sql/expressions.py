@@ -43,8 +43,7 @@ _BINARY = {
 _UNARY_FUNCTIONS = {exp.Abs: "abs", exp.Upper: "upper", exp.Lower: "lower"}
 _DATE_PARTS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day"}
 _EXTRACT_UNITS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "DAYOFMONTH": "day"}
-_NAMED_OPERATORS = {exp.DPipe: "|| operator",
-                    exp.NullSafeEQ: "<=> operator", exp.Tuple: "row value",
+_NAMED_OPERATORS = {exp.NullSafeEQ: "<=> operator", exp.Tuple: "row value",
                     exp.Interval: "INTERVAL literal"}
 
 _T = exp.DataType.Type
@@ -71,6 +70,8 @@ class BindContext:
     aggregate: AggregateHook | None = None  # None: aggregates are not allowed here
     # the error for a subquery inside the expression (correlated or not)
     subquery: Callable[[exp.Expression], UnsupportedSqlError] | None = None
+    # binds a scalar subquery where one may stand as a value (the SELECT list)
+    scalar: Callable[[exp.Subquery], Expr] | None = None
     no_aggregate: str = ""  # the construct to report for an aggregate (default: by clause)
 
     def unsupported(self, construct: str, node: exp.Expression | None = None,
@@ -101,6 +102,8 @@ def bind(node: exp.Expression, ctx: BindContext) -> Expr:
 def _bind_other(node: exp.Expression, ctx: BindContext) -> Expr:
     if isinstance(node, exp.Window):
         raise ctx.unsupported("window function", node)
+    if isinstance(node, exp.Subquery) and ctx.scalar is not None:
+        return ctx.scalar(node)
     if isinstance(node, (exp.Subquery, exp.Exists, exp.Any, exp.All, exp.Select)):
         raise _subquery_error(node, ctx)
     if isinstance(node, exp.AggFunc):
@@ -111,6 +114,11 @@ def _bind_other(node: exp.Expression, ctx: BindContext) -> Expr:
     if isinstance(node, exp.Anonymous):
         if node.name.lower() == "pmod" and len(node.expressions) == 2:
             return FuncCall("pmod", tuple(bind(a, ctx) for a in node.expressions))
+        if node.name.lower() == "__imp_one_row" and len(node.expressions) == 2:
+            return FuncCall("one_row", tuple(bind(a, ctx) for a in node.expressions))
+        if node.name.lower() == "try_mod" and len(node.expressions) == 2:
+            left, right = (bind(a, ctx) for a in node.expressions)
+            return FuncCall("try", (BinaryOp("%", left, right),))
         raise ctx.unsupported(f"unknown function {node.name.lower()}", node)
     if isinstance(node, exp.Func):
         raise ctx.unsupported(f"unsupported function {node.sql_name().lower()}", node)
@@ -290,13 +298,39 @@ def arrow_type(dtype: exp.DataType, ctx: BindContext,
 
 
 def _cast(node: exp.Cast, ctx: BindContext) -> Expr:
-    if isinstance(node, exp.TryCast) and node.args.get("safe"):
-        raise ctx.unsupported("TRY_CAST", node)
     to = arrow_type(node.args["to"], ctx, node)
     operand = bind(node.this, ctx)
     if isinstance(operand, Literal):
         return _fold_cast(operand, to, node, ctx)
+    if isinstance(node, exp.TryCast) and node.args.get("safe"):
+        return FuncCall("try", (Cast(operand, to),))  # NULL even where ANSI mode raises
     return Cast(operand, to)
+
+
+_TRY_OPERATORS = {exp.SafeDivide: "/", exp.SafeAdd: "+", exp.SafeSubtract: "-",
+                  exp.SafeMultiply: "*"}
+
+
+def _try_operator(node: exp.Expression, ctx: BindContext) -> Expr:
+    """try_divide, try_add, try_subtract, try_multiply: NULL where the operator would
+    raise under ANSI mode, whatever the session's mode."""
+    op = _TRY_OPERATORS[type(node)]
+    return FuncCall("try", (BinaryOp(op, bind(node.this, ctx), bind(node.expression, ctx)),))
+
+
+def _round(node: exp.Round, ctx: BindContext) -> Expr:
+    digits = node.args.get("decimals")
+    d = 0 if digits is None else bind(digits, ctx)
+    if not isinstance(d, int) and not (isinstance(d, Literal) and isinstance(d.value, int)):
+        raise ctx.unsupported("round with a non-constant scale", node)
+    scale = d if isinstance(d, int) else d.value
+    return FuncCall("round", (bind(node.this, ctx), Literal(scale, pa.int32())))
+
+
+def _concat(node: exp.Expression, ctx: BindContext) -> Expr:
+    """``a || b`` and ``concat(a, b, ...)``: NULL if any argument is NULL (Spark)."""
+    args = [node.this, node.expression] if isinstance(node, exp.DPipe) else node.expressions
+    return FuncCall("concat", tuple(bind(a, ctx) for a in args))
 
 
 def _fold_cast(literal: Literal, to: pa.DataType, node: exp.Expression,
@@ -423,7 +457,9 @@ _HANDLERS: dict[type, Callable[..., Expr]] = {
     exp.Paren: _paren, exp.Neg: _neg, exp.Not: _not, exp.Is: _is, exp.Between: _between,
     exp.In: _in, exp.Like: _like, exp.Case: _case, exp.If: _if,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Extract: _extract, exp.Coalesce: _coalesce,
-    exp.Substring: _substring, exp.IntDiv: _integral_divide,
+    exp.Substring: _substring, exp.IntDiv: _integral_divide, exp.Round: _round,
+    exp.DPipe: _concat, exp.Concat: _concat,
+    **{cls: _try_operator for cls in _TRY_OPERATORS},
     exp.Escape: _refuse("LIKE ... ESCAPE", "ESCAPE"), exp.ILike: _refuse("ILIKE", "ILIKE"),
     exp.RegexpLike: _refuse("RLIKE / REGEXP"), exp.Filter: _refuse("aggregate FILTER clause"),
     **{cls: _date_part for cls in _DATE_PARTS},

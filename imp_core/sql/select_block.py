@@ -19,6 +19,7 @@ Every expression is type-checked where it is placed, so a type error names its S
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -27,8 +28,9 @@ from sqlglot import exp
 
 from imp_core.errors import UnknownColumnError, UnsupportedSqlError
 from imp_core.plan.aggregates.distinct import is_distinct
+from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.evaluate import aggregate_type, infer_type
-from imp_core.plan.expr import ColumnRef, Expr, Literal, conjoin, conjuncts
+from imp_core.plan.expr import ColumnRef, Expr, FuncCall, Literal, conjoin, conjuncts
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -42,6 +44,7 @@ from imp_core.plan.nodes import (
     SortKey,
     TopK,
     arrow_schema,
+    at_most_one_row,
 )
 from imp_core.sql.aggregation import Aggregation
 from imp_core.sql.expressions import BindContext, aggregate_call, bind, split_and
@@ -103,6 +106,7 @@ class SelectPlanner(FromTree):
         self.subqueries = SubqueryPlanner(self)
         self.where_steps: list[Step] = []  # WHERE conjuncts with subqueries
         self.having_steps: list[Step] = []  # HAVING conjuncts with subqueries
+        self.select_joins: list[PlanNode] = []  # scalar subqueries of the SELECT list
 
     def plan(self) -> Planned:
         limit, distinct = self._limit(), self._distinct()
@@ -123,6 +127,8 @@ class SelectPlanner(FromTree):
         node = self._from_tree(predicates)
         for step in self.where_steps:
             node = step(node)
+        for one_row in self.select_joins:
+            node = OuterJoin(node, one_row, None, kind="left")
         if self.agg is not None:
             node = self._aggregate(node, having)
             for step in self.having_steps:
@@ -131,6 +137,15 @@ class SelectPlanner(FromTree):
         node = self._project(node, list(zip(names, outputs)) + hidden)
         if distinct:
             node = Distinct(node)
+        if limit is not None and self.select.args.get("order") is None:
+            # LIMIT n (n >= 1) of at most one row (an aggregate without GROUP BY) keeps
+            # it: the LIMIT changes nothing; of more rows it picks arbitrary ones
+            clause = self.select.args["limit"]
+            if limit < 1 or not at_most_one_row(node):
+                raise self.text.unsupported("LIMIT without ORDER BY", clause, "LIMIT",
+                                            detail="Spark picks arbitrary rows; add an "
+                                            "ORDER BY that decides which")
+            limit = None
         if limit is None:
             return Planned(node, tuple(names), tuple(keys))
         node = TopK(node, tuple(keys), limit)
@@ -150,8 +165,6 @@ class SelectPlanner(FromTree):
         if not (isinstance(count, exp.Literal) and count.is_int and count.to_py() >= 0):
             raise self.text.unsupported("LIMIT with a count that is not a constant integer",
                                         limit, "LIMIT")
-        if self.select.args.get("order") is None:
-            raise self.text.unsupported("LIMIT without ORDER BY", limit, "LIMIT")
         return int(count.to_py())
 
     def _order(self, limit: int | None) -> exp.Order | None:
@@ -338,9 +351,27 @@ class SelectPlanner(FromTree):
     def _bind_output(self, node: exp.Expression, clause: str,
                      aliases: list[_Item] | None = None) -> Expr:
         if self.agg is None:
-            return bind(node, self._context(clause, aliases=aliases))
+            ctx = self._context(clause, aliases=aliases)
+            if clause == "SELECT list":
+                ctx = dataclasses.replace(ctx, scalar=self._select_subquery)
+            return bind(node, ctx)
         expr = bind(node, self._context(clause, post=True, aliases=aliases))
         return self.agg.over_groups(expr, self._ungrouped)
+
+    def _select_subquery(self, node: exp.Subquery) -> Expr:
+        """An uncorrelated scalar subquery in the SELECT list of a SELECT without
+        aggregation: its one-row derived table LEFT joined to every row (so that rows
+        stay where it has no row), read as its value; its value over no rows (a COUNT's
+        0) where that is not NULL."""
+        derived, condition = self.subqueries.scalar_value(node)
+        self.select_joins.append(derived.node)
+        value: Expr = ColumnRef(f"{derived.alias}._v")
+        empty = sql_row_over_empty(derived.node)
+        if empty is not None and empty.num_rows:
+            first = empty.column(f"{derived.alias}._v")[0]
+            if first.is_valid:
+                value = FuncCall("coalesce", (value, Literal(first.as_py(), first.type)))
+        return value
 
     def _ungrouped(self, field: str) -> UnknownColumnError:
         column = self.columns_seen.get(field)

@@ -19,7 +19,13 @@ Each conjunct holding a subquery becomes a step applied to the plan of the FROM 
   (or an empty uncorrelated input) drops the outer row, as SQL's NULL comparison does;
   so a scalar subquery must sit where NULL rejects the row (an operand of a comparison
   conjunct), and one whose value over no rows is not NULL (a COUNT, correlated or not)
-  is refused.
+  is refused. One that may return several rows (no aggregate, or GROUP BY; uncorrelated
+  only) is ``SELECT one_row(max(e), count(*)) FROM (...)``: its row's value, NULL over
+  none, and Spark's error over several (``imp_core.plan.ansi``).
+
+- ``[NOT] EXISTS`` and ``x IN (subquery)`` inside OR (only AND / OR above them): the
+  DISTINCT of the correlation keys (and of ``e``) with a mark ``_m``, LEFT joined; the
+  subquery reads ``_m IS NOT NULL``. A COUNT compared with 0 is an EXISTS.
 
 Invariants: every name introduced is unique within the SELECT; binding the join
 conditions records the outer columns they read before the FROM clause is built (column
@@ -36,7 +42,15 @@ from sqlglot import exp
 
 from imp_core.plan.empty_input import sql_row_over_empty
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr
-from imp_core.plan.nodes import Join, NamedExpr, PlanNode, Project, Select, SemiJoin
+from imp_core.plan.nodes import (
+    Join,
+    NamedExpr,
+    OuterJoin,
+    PlanNode,
+    Project,
+    Select,
+    SemiJoin,
+)
 from imp_core.sql.expressions import split_and
 from imp_core.sql.from_clause import Planned, bind_from_item
 from imp_core.sql.scope import Scope
@@ -98,6 +112,12 @@ class SubqueryPlanner:
             return self._exists(node, negated)
         if isinstance(node, exp.In) and node.args.get("query") is not None:
             return self._in(node, negated)
+        counted = count_as_exists(node)
+        if counted is not None:
+            return self._exists(*counted)
+        marked = self._marked(conjunct)
+        if marked is not None:
+            return marked
         return self._scalar(conjunct, "WHERE")
 
     def having_step(self, conjunct: exp.Expression) -> Step:
@@ -152,6 +172,73 @@ class SubqueryPlanner:
 
         return step
 
+    # -- EXISTS and IN inside OR -------------------------------------------------------
+    def _marked(self, conjunct: exp.Expression) -> Step | None:
+        """A conjunct with [NOT-free] EXISTS / IN (subquery) inside OR, e.g. ``p OR EXISTS
+        (SELECT ... WHERE inner = outer)``: each subquery becomes the DISTINCT of its
+        correlation keys with a mark ``_m``, LEFT joined on them (at most one partner per
+        outer row, so no row is duplicated), and the EXISTS reads ``_m IS NOT NULL``.
+        Where NOT or any other operator than AND / OR sits above the subquery, NULL and
+        FALSE would differ: None (refused as before)."""
+        targets = [n for n in conjunct.find_all(exp.Exists, exp.In)
+                   if (isinstance(n, exp.Exists) or n.args.get("query") is not None)
+                   and not _inside_subquery(n, conjunct)]
+        if not targets or not any(isinstance(n, exp.Or) for n in conjunct.walk()) or \
+                not all(_positive(n, conjunct) for n in targets):
+            return None
+        rewritten = conjunct.copy()
+        copies = [n for n in rewritten.find_all(exp.Exists, exp.In)
+                  if (isinstance(n, exp.Exists) or n.args.get("query") is not None)
+                  and not _inside_subquery(n, rewritten)]
+        joins: list[tuple[_Derived, Expr | None]] = []
+        scope = self.owner.scope
+        for original, copy in zip(targets, copies):
+            derived, condition = self._mark(original)
+            joins.append((derived, condition))
+            copy.replace(exp.Not(this=exp.Is(this=exp.column("_m", derived.alias),
+                                               expression=exp.Null())))
+            scope = Scope(scope.sources + derived.scope.sources[-1:], self.text, scope.used)
+        predicate = self.owner.bind_with_scope(rewritten, scope, "WHERE",
+                                               {d.alias for d, _ in joins})
+
+        def step(outer: PlanNode) -> PlanNode:
+            joined = outer
+            for derived, condition in joins:
+                joined = OuterJoin(joined, derived.node, condition, kind="left")
+            return Project(Select(joined, predicate),
+                           tuple(NamedExpr(n, ColumnRef(n)) for n in outer.column_names))
+
+        return step
+
+    def _mark(self, node: exp.Expression) -> tuple[_Derived, Expr | None]:
+        value: exp.Expression | None = None
+        if isinstance(node, exp.In):  # x IN (SELECT e ...): also joined on x = e
+            sub = self._select_of(node.args["query"], node)
+            if len(sub.expressions) != 1:
+                raise self.text.unsupported("IN subquery with several columns", node)
+            value = sub.expressions[0]
+            value = value.this if isinstance(value, exp.Alias) else value
+        else:
+            sub = self._select_of(node.this, node)
+        sub, correlated, _ = self._decorrelate(sub)
+        if _aggregates(sub):
+            raise self.text.unsupported("EXISTS / IN over an aggregating subquery inside OR",
+                                        node)
+        keys, outer_sides = self._correlation_keys(correlated, node)
+        items = [exp.alias_(k.copy(), f"_k{j}") for j, k in enumerate(keys)]
+        if value is not None:
+            items.append(exp.alias_(value.copy(), "_v"))
+        sub.set("expressions", items + [exp.alias_(exp.Literal.number(1), "_m")])
+        sub.set("distinct", exp.Distinct())
+        derived = self._derive(sub)
+        equalities: list[exp.Expression] = [
+            exp.EQ(this=o.copy(), expression=exp.column(f"_k{j}", derived.alias))
+            for j, o in enumerate(outer_sides)]
+        if value is not None:
+            equalities.append(exp.EQ(this=node.this.copy(),
+                                     expression=exp.column("_v", derived.alias)))
+        return derived, self._bind_all(equalities, derived, "correlation")
+
     # -- scalar subqueries --------------------------------------------------------------
     def _scalar(self, conjunct: exp.Expression, clause: str) -> Step:
         comparison = conjunct
@@ -187,14 +274,25 @@ class SubqueryPlanner:
 
         return step
 
+    def scalar_value(self, node: exp.Subquery) -> tuple[_Derived, Expr | None]:
+        """An uncorrelated scalar subquery of the SELECT list as a one-row derived table
+        (``_v``); correlated ones are refused."""
+        sub = self._select_of(node.this, node)
+        if self._decorrelate(sub.copy())[1]:
+            raise self.text.unsupported("correlated subquery in the SELECT list", node)
+        return self._scalar_join(node, "SELECT list")
+
     def _scalar_join(self, node: exp.Subquery, clause: str) -> tuple[_Derived, Expr | None]:
         sub = self._select_of(node.this, node)
         if len(sub.expressions) != 1:
             raise self.text.unsupported("scalar subquery with several columns", node)
-        if not _aggregates(sub) or sub.args.get("group") is not None:
-            raise self.text.unsupported(
-                "scalar subquery that may return several rows (only an aggregate "
-                "without GROUP BY is known to return one)", node)
+        several = not _aggregates(sub) or sub.args.get("group") is not None
+        if several:  # Spark raises when it returns more than one row: checked as it runs
+            if self._decorrelate(sub.copy())[1]:
+                raise self.text.unsupported(
+                    "correlated scalar subquery that may return several rows (only an "
+                    "aggregate without GROUP BY is known to return one)", node)
+            sub = _at_most_one_row(sub)
         sub, correlated, _ = self._decorrelate(sub)
         if correlated and clause == "HAVING":
             raise self.text.unsupported("correlated subquery in HAVING", node)
@@ -210,7 +308,7 @@ class SubqueryPlanner:
         if keys:
             sub.set("group", exp.Group(expressions=[k.copy() for k in keys]))
         derived = self._derive(sub)
-        if not keys:
+        if not keys and clause != "SELECT list":  # there, read through a COALESCE
             # SQL's one row over no input: where its value is not NULL (a COUNT), the
             # outer rows must be compared with it rather than dropped
             empty = sql_row_over_empty(derived.node)
@@ -325,6 +423,79 @@ class SubqueryPlanner:
             return None
         return self.owner.bind_with_scope(exp.and_(*conjuncts), derived.scope, clause,
                                           {derived.alias})
+
+
+# (op, constant) -> whether ``count op constant`` says "some row" (True) or "no row"
+_COUNT_TESTS = {(exp.GT, 0): True, (exp.GTE, 1): True, (exp.NEQ, 0): True,
+                (exp.EQ, 0): False, (exp.LT, 1): False, (exp.LTE, 0): False}
+_FLIPPED = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE,
+            exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+
+
+def count_as_exists(node: exp.Expression) -> tuple[exp.Exists, bool] | None:
+    """``(SELECT count(...) FROM ... WHERE ...) > 0`` (or ``>= 1``, ``<> 0``) as EXISTS,
+    ``= 0`` (or ``< 1``, ``<= 0``) as NOT EXISTS: (the EXISTS, negated), or None.
+
+    A COUNT is never NULL, so comparing it with 0 asks only whether a row qualifies;
+    ``count(x)`` counts the rows where x is not NULL. Correlated or not, this is what
+    the semi- and anti-join compute (the correlated COUNT itself, 0 for a row without
+    partners, is otherwise not supported)."""
+    if not isinstance(node, tuple(_FLIPPED)):
+        return None
+    op, sub, value = type(node), node.this, node.expression
+    if isinstance(value, exp.Subquery) and not isinstance(sub, exp.Subquery):
+        op, sub, value = _FLIPPED[op], value, sub
+    while isinstance(sub, exp.Subquery) and isinstance(sub.this, exp.Subquery):
+        sub = sub.this
+    if not (isinstance(sub, exp.Subquery) and isinstance(sub.this, exp.Select)
+            and isinstance(value, exp.Literal) and value.is_int):
+        return None
+    select = sub.this
+    if len(select.expressions) != 1 or any(select.args.get(k) for k in (
+            "group", "having", "limit", "order", "distinct", "qualify")):
+        return None
+    count = select.expressions[0]
+    count = count.this if isinstance(count, exp.Alias) else count
+    some = _COUNT_TESTS.get((op, int(value.to_py())))
+    if not isinstance(count, exp.Count) or some is None or isinstance(
+            count.this, exp.Distinct) or count.expressions:
+        return None
+    inner = select.copy()
+    arg = count.this
+    if arg is not None and not isinstance(arg, exp.Star) and not (
+            isinstance(arg, exp.Literal) and not isinstance(arg, exp.Null)):
+        inner = inner.where(exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())))
+    inner.set("expressions", [exp.Literal.number(1)])
+    return exp.Exists(this=inner), not some
+
+
+ONE_ROW = "__imp_one_row"  # imp_core.plan.evaluate: its first argument, raising if the
+# second (the row count) is over 1
+
+
+def _at_most_one_row(sub: exp.Select) -> exp.Select:
+    """``(SELECT e ...)`` that may return several rows as ``SELECT one_row(max(e),
+    count(*)) FROM (SELECT e ...)``: one row whose value is e's where the subquery has
+    one row, NULL where it has none, and an error (Spark's) where it has more."""
+    value = sub.expressions[0]
+    value = value.this if isinstance(value, exp.Alias) else value
+    inner = sub.copy()
+    inner.set("expressions", [exp.alias_(value.copy(), "_e")])
+    source = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__one")))
+    check = exp.Anonymous(this=ONE_ROW, expressions=[
+        exp.Max(this=exp.column("_e", "__one")), exp.Count(this=exp.Star())])
+    return exp.select(exp.alias_(check, "_v")).from_(source)
+
+
+def _positive(node: exp.Expression, root: exp.Expression) -> bool:
+    """Whether only AND, OR and parentheses stand between ``node`` and ``root`` (where a
+    NULL and a FALSE reject the row alike)."""
+    parent = node.parent
+    while node is not root:
+        if not isinstance(parent, (exp.And, exp.Or, exp.Paren)):
+            return False
+        node, parent = parent, parent.parent
+    return True
 
 
 def _aggregates(select: exp.Select) -> bool:

@@ -14,6 +14,7 @@ import pytest
 from imp_core.embedded.api import Engine
 from imp_core.errors import SqlRuntimeError
 from imp_core.oracle.results import same_rows
+from imp_core.spark.errors import spark_error_class
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -33,7 +34,11 @@ RAISES = {
     "zero_pmod": "SELECT k, pmod(a, b) AS q FROM r",
     "bigint_overflow": "SELECT k, a + a AS r FROM r WHERE k = 3",
     "bad_cast": "SELECT k, CAST(s AS INT) AS i FROM r",
+    "fraction_cast": "SELECT k, CAST(s || '.5' AS INT) AS i FROM r WHERE k <> 3",
     "decimal_overflow": "SELECT k, d * 10 AS m FROM r",
+    "cast_overflow": "SELECT k, CAST(a AS INT) AS i FROM r",
+    "subquery_rows": "SELECT k FROM r WHERE b = (SELECT b FROM r WHERE k < 3)",
+    "cast_decimal_overflow": "SELECT k, CAST(d AS DECIMAL(5,2)) AS c FROM r",
     "sum_overflow": "SELECT sum(a) AS s FROM r WHERE k >= 3",
 }
 WELL = {
@@ -42,6 +47,8 @@ WELL = {
     "or_guard": "SELECT k FROM r WHERE b = 0 OR a / b < 0",
     "coalesce_guard": "SELECT k, coalesce(b, a / b) AS c FROM r",
     "filtered_first": "SELECT k, CAST(s AS INT) AS i FROM r WHERE k <> 3",
+    "subquery_one_row": "SELECT k FROM r WHERE b = (SELECT b FROM r WHERE k = 2)",
+    "subquery_no_row": "SELECT k FROM r WHERE b > (SELECT DISTINCT b FROM r WHERE k > 9)",
 }
 
 
@@ -62,8 +69,7 @@ def _spark(spark, sql: str) -> pa.Table | str:
     try:
         return spark.sql(sql).toArrow()
     except Exception as error:  # noqa: BLE001 - Spark's exceptions carry the class
-        condition = getattr(error, "getCondition", None) or error.getErrorClass
-        return str(condition())
+        return spark_error_class(error)
     finally:
         spark.conf.set("spark.sql.ansi.enabled", before)
 

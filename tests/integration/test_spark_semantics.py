@@ -44,6 +44,16 @@ CASES = {
     "string_casts": "SELECT k, CAST(t AS INT) AS i, CAST(t AS BIGINT) AS b, "
                     "CAST(t AS DOUBLE) AS f, CAST(t AS DECIMAL(5,1)) AS m, "
                     "CAST(t AS DATE) AS d FROM r",
+    "rounding": "SELECT k, CAST(-0.0000005 AS DECIMAL(38,10)) * CAST(k AS DECIMAL(38,10)) "
+                "AS p, round(d, 1) AS r, round(-d, 1) AS nr, round(x, 0) AS rx, "
+                "round(x * 0.01, 2) AS rs, round(i, -1) AS ri, round(d) AS r0 FROM r",
+    "try_functions": "SELECT k, try_divide(i, i - 7) AS q, try_add(big, big) AS a, "
+                     "try_multiply(big, 4) AS m, try_cast(t AS INT) AS c, "
+                     "try_subtract(-big, big) AS s FROM r",
+    "concatenation": "SELECT k, name || '-' || t AS c, concat(name, t, 'z') AS z FROM r",
+    "numeric_casts": "SELECT k, CAST(big AS INT) AS bi, CAST(x AS INT) AS xi, "
+                     "CAST(d AS DECIMAL(4,1)) AS dd, CAST(x AS DECIMAL(2,1)) AS xd, "
+                     "CAST(d AS INT) AS di, CAST(i AS DECIMAL(2,0)) AS id FROM r",
     "java_number_forms": "SELECT k, CAST(u AS DOUBLE) AS f, CAST(u AS DECIMAL(10,2)) AS m, "
                          "CAST(u AS INT) AS i FROM r",
     "sum_overflow": "SELECT name, sum(big) AS s FROM r GROUP BY name",

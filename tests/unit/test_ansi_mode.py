@@ -61,6 +61,12 @@ def _reference_raises(q) -> str | None:
     ("SELECT k, -a AS r FROM t", (90, -2**63, 1, "1", Decimal(1)), "ARITHMETIC_OVERFLOW"),
     ("SELECT k, CAST(s AS INT) AS i FROM t", (90, 1, 1, "x1", Decimal(1)),
      "CAST_INVALID_INPUT"),
+    ("SELECT k, CAST(s AS BIGINT) AS i FROM t", (90, 1, 1, "7.9", Decimal(1)),
+     "CAST_INVALID_INPUT"),  # ANSI off reads it as 7
+    ("SELECT k, CAST(a AS INT) AS i FROM t", (90, 2**40, 1, "1", Decimal(1)),
+     "CAST_OVERFLOW"),
+    ("SELECT k, CAST(d AS DECIMAL(4,1)) AS c FROM t", (90, 1, 1, "1", Decimal("12345")),
+     "NUMERIC_VALUE_OUT_OF_RANGE"),
     ("SELECT k, d * d AS m FROM t", (90, 1, 1, "1", Decimal("9" * 30 + ".00")),
      "NUMERIC_VALUE_OUT_OF_RANGE"),
     ("SELECT b, sum(a) AS s FROM t GROUP BY b", (90, 2**63 - 1, 1, "1", Decimal(1)),
@@ -183,3 +189,15 @@ def test_the_read_only_check_lets_the_ansi_setting_pass_and_no_other():
         check_read_only_select("SET spark.sql.warehouse.dir = '/tmp'; SELECT k FROM t")
     with pytest.raises(NotReadOnlyError):
         check_read_only_select(ANSI + "SET spark.sql.shuffle.partitions = 1; SELECT k FROM t")
+
+
+def test_sums_over_the_least_bigint_stay_exact():
+    """np.abs of int64's least value is itself: the bound that keeps sums in int64 must
+    not take it for a small number (ANSI off: SUM wraps, AVG is exact)."""
+    eng = _engine()
+    q = eng.register("SELECT b, sum(a) AS s, avg(a) AS m, sum(a * a * a) AS c FROM t "
+                     "GROUP BY b", {"t.k": 4})
+    eng.insert("t", _rows([(90, -2**63, 0, "1", Decimal(1)), (91, -2**63, 0, "1", Decimal(1))]))
+    got = {r["b"]: r for r in q.result().to_pylist()}
+    assert got[0]["s"] == 0 and got[0]["m"] == -2.0**63  # -2^64 wraps to 0
+    assert q.result_rows() == q.reference().rows()

@@ -272,7 +272,8 @@ class AggregateOp(Operator):
         to Python integers before int64 could overflow; which groups' sums changed."""
         state = self._powers(i)[k]
         if vals.dtype != object and len(vals):
-            bound = int(np.abs(vals).max()) * int(np.abs(w).max()) * len(vals)
+            # bounds as Python integers: np.abs of int64's least value is itself, negative
+            bound = _largest_abs(vals) * _largest_abs(w) * len(vals)
             if bound >= INT_LIMIT:
                 vals = vals.astype(object)
         if vals.dtype == object:
@@ -283,8 +284,8 @@ class AggregateOp(Operator):
             ds = np.zeros(len(gids), dtype=np.int64)
         np.add.at(ds, inv, contrib)
         if state.dtype != object:
-            if ds.dtype == object or (len(ds) and int(np.abs(state[gids]).max())
-                                      + int(np.abs(ds).max()) >= INT_LIMIT):
+            if ds.dtype == object or (len(ds) and _largest_abs(state[gids])
+                                      + _largest_abs(ds) >= INT_LIMIT):
                 state = state.astype(object)
                 self._set_power(i, k, state)
         state[gids] = state[gids] + ds
@@ -551,6 +552,11 @@ class AggregateOp(Operator):
         return int(size)
 
 
+def _largest_abs(a: np.ndarray) -> int:
+    """max |x| over a non-empty int64 array, exactly."""
+    return max(abs(int(a.min())), abs(int(a.max())))
+
+
 def _sum_columns(i: int, moments: int) -> list[str]:
     """The ``groups`` columns of aggregate ``i``'s power sums: sum<i> (Σx), sum<i>p<k>."""
     return [f"sum{i}" if k == 1 else f"sum{i}p{k}" for k in range(1, moments + 1)]
@@ -567,7 +573,7 @@ def _power(vals: np.ndarray, k: int) -> np.ndarray:
     """vals**k exactly: Python integers once int64 could overflow."""
     if k == 1:
         return vals
-    if vals.dtype != object and len(vals) and float(np.abs(vals).max()) ** k < INT_LIMIT:
+    if vals.dtype != object and len(vals) and float(_largest_abs(vals)) ** k < INT_LIMIT:
         return vals**k
     return vals.astype(object) ** k
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
-from imp_core.plan.nodes import Aggregate, PlanNode, Project, Select, TopK, arrow_schema
+from imp_core.plan.nodes import Aggregate, Join, PlanNode, Project, Select, TopK, arrow_schema
 
 
 def sql_row_over_empty(root: PlanNode) -> pa.Table | None:
@@ -26,6 +26,14 @@ def sql_row_over_empty(root: PlanNode) -> pa.Table | None:
         columns = [pa.array([0 if a.function.never_null else None],
                             type=f.type) for a, f in zip(root.aggregates, schema)]
         return pa.Table.from_arrays(columns, schema=schema)
+    if isinstance(root, Join) and root.condition is None:  # one-row aggregates, crossed
+        left, right = sql_row_over_empty(root.left), sql_row_over_empty(root.right)
+        if left is None or right is None:
+            return None
+        schema = arrow_schema(root.schema)
+        if not left.num_rows or not right.num_rows:
+            return schema.empty_table()
+        return pa.Table.from_arrays(list(left.columns) + list(right.columns), schema=schema)
     if isinstance(root, (Project, Select, TopK)):
         below = sql_row_over_empty(root.input)
         if below is None:

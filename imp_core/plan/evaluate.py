@@ -348,6 +348,8 @@ def _binary(op: str, left, right) -> pa.Array | pa.Scalar:
         return division.divide(left, right)
     if op == "%":
         return division.remainder(left, right)
+    if pa.types.is_date(left.type) or pa.types.is_date(right.type):
+        return _date_plus_days(op, left, right)
     if _is_decimal(left.type) and _is_decimal(right.type):
         try:
             return _decimal_arith(op, left, right)
@@ -355,6 +357,16 @@ def _binary(op: str, left, right) -> pa.Array | pa.Scalar:
             return _decimal_arith_rows(op, left, right)
     return pc.call_function({"+": "add", "-": "subtract", "*": "multiply"}[op],
                             [left, right])
+
+
+def _date_plus_days(op: str, left, right) -> pa.Array | pa.Scalar:
+    """``date + n``, ``n + date`` and ``date - n``: the date n days later (earlier)."""
+    if pa.types.is_date(right.type):
+        left, right = right, left
+    days = pc.cast(left, pa.int32())
+    n = pc.cast(right, pa.int32())
+    moved = pc.call_function("add" if op == "+" else "subtract", [days, n])
+    return pc.cast(moved, pa.date32())
 
 
 def _decimal_arith_rows(op: str, left, right) -> pa.Array | pa.Scalar:
@@ -525,10 +537,14 @@ def _coerce_pair(left, right, op: str):
             common = _unify(left.type, right.type)
             return _cast(left, common), _cast(right, common)
         return left, right
+    # a string next to a date is read as a date the way Spark parses it ('1999-5-01')
     if pa.types.is_date(lt) and pa.types.is_string(rt):
-        return left, _cast(right, lt)
+        return left, string_casts.cast_strings(right, lt)
     if pa.types.is_date(rt) and pa.types.is_string(lt):
-        return _cast(left, rt), right
+        return string_casts.cast_strings(left, rt), right
+    if op in ("+", "-") and (pa.types.is_date(lt) and pa.types.is_integer(rt)
+                             or pa.types.is_integer(lt) and pa.types.is_date(rt) and op == "+"):
+        return left, right  # date ± days (Spark's date_add / date_sub), in ``_binary``
     common = _unify(lt, rt)
     return _cast(left, common), _cast(right, common)
 

@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from imp_core.plan.aggregates.distinct import is_distinct, plain_function
 from imp_core.plan.expr import ColumnRef, Expr
-from imp_core.plan.nodes import AggCall, NamedExpr
+from imp_core.plan.nodes import AggCall, Aggregate, Distinct, Join, NamedExpr, PlanNode, Project
 from imp_core.sql.expressions import map_children
 
 CallKey = tuple[str, Expr | None]
@@ -68,6 +68,10 @@ class Aggregation:
                              None if arg is None else self.projected[arg], name)
                      for (func, arg), name in self.calls.items())
 
+    def distinct_calls(self) -> frozenset[str]:
+        """The output names of the ``f(DISTINCT x)`` calls."""
+        return frozenset(name for (func, _), name in self.calls.items() if is_distinct(func))
+
     def distinct_arguments(self) -> tuple[set[str], bool]:
         """The projected arguments of ``f(DISTINCT x)`` calls, and whether there are
         calls without DISTINCT too."""
@@ -93,3 +97,28 @@ class Aggregation:
             return map_children(e, rewrite)
 
         return rewrite(expr)
+
+
+def global_aggregates(pre: PlanNode, calls: tuple[AggCall, ...],
+                       distinct: frozenset[str]) -> PlanNode:
+    """Aggregates without GROUP BY mixing ``f(DISTINCT x)`` with other calls or other
+    arguments (TPC-DS q16, q28, q94, q95): one aggregation of the plain calls over the
+    input and one per DISTINCT argument x over the distinct x values, each one row,
+    joined without a condition. Over no input each gives SQL's row (COUNT 0), and so
+    does their join (``imp_core.plan.empty_input``)."""
+    plain = tuple(c for c in calls if c.name not in distinct)
+    by_arg: dict[str, list[AggCall]] = {}
+    for c in calls:
+        if c.name in distinct:
+            assert c.arg is not None
+            by_arg.setdefault(c.arg, []).append(c)
+    parts: list[PlanNode] = []
+    if plain:
+        parts.append(Aggregate(pre, (), plain))
+    for arg, group in by_arg.items():
+        only = Distinct(Project(pre, (NamedExpr(arg, ColumnRef(arg)),)))
+        parts.append(Aggregate(only, (), tuple(group)))
+    out = parts[0]
+    for part in parts[1:]:
+        out = Join(out, part, None)
+    return out

@@ -46,7 +46,7 @@ from imp_core.plan.nodes import (
     arrow_schema,
     at_most_one_row,
 )
-from imp_core.sql.aggregation import Aggregation
+from imp_core.sql.aggregation import Aggregation, global_aggregates
 from imp_core.sql.expressions import BindContext, aggregate_call, bind, split_and
 from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
 from imp_core.sql.join_tree import FromTree
@@ -469,6 +469,12 @@ class SelectPlanner(FromTree):
                                             detail=str(error)) from None
         distinct, plain = self.agg.distinct_arguments()
         source: PlanNode = pre
+        if distinct and (plain or len(distinct) > 1) and not self.agg.group_names():
+            out = global_aggregates(pre, calls, self.agg.distinct_calls())
+            if having is not None:
+                self._check_conditions(out, [having])
+                out = Select(out, having.expr)
+            return out
         if distinct:
             # f(DISTINCT x) GROUP BY g is f(x) over the distinct (g, x) pairs: exact when
             # every call aggregates the same x with DISTINCT

@@ -108,11 +108,12 @@ class RegisteredQuery:
         self.pipeline.errors.check()
         batch = self.pipeline.result()
         idx = np.repeat(np.arange(len(batch)), np.maximum(batch.weights, 0))
+        out = batch.data.take(pa.array(idx, type=pa.int64()))
         if len(idx) == 0:
-            empty = sql_row_over_empty(self.plan.root)
-            if empty is not None:
-                return empty
-        return batch.data.take(pa.array(idx, type=pa.int64()))
+            out = sql_row_over_empty(self.plan.root) or out
+        # a repeated output name of the SQL (Spark allows it) is shown as written
+        return out.rename_columns(list(self.plan.output_names)) if self.plan.output_names \
+            else out
 
     def result_rows(self) -> Counter:
         """The result as {row tuple: multiplicity} (SQL's row over no input included)."""

@@ -374,6 +374,9 @@ class QueryPlan:
     sql: str
     root: PlanNode
     order_by: tuple[SortKey, ...] = field(default=())
+    # the SQL's output names when they repeat one (the root's fields name them apart:
+    # ``x``, ``x_2``); empty when they are the root's
+    output_names: tuple[str, ...] = field(default=())
 
     @property
     def schema(self) -> Schema:

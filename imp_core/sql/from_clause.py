@@ -29,6 +29,7 @@ class Planned:
     node: PlanNode
     output: tuple[str, ...]
     order_by: tuple[SortKey, ...] = ()
+    shown: tuple[str, ...] = ()  # the SQL's output names where ``output`` renamed repeats
 
 
 # plans a nested SELECT; the set names the outputs the caller uses (None: all)

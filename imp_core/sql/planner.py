@@ -74,7 +74,8 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema],
     _check_types(root)
     if session.ansi:
         root = strict_node(root)
-    return QueryPlan(sql=sql, root=root, order_by=planned.order_by)
+    return QueryPlan(sql=sql, root=root, order_by=planned.order_by,
+                     output_names=planned.shown)
 
 
 def parse_sketch_header(sql: str) -> list[tuple[str, str]]:

@@ -107,6 +107,7 @@ class SelectPlanner(FromTree):
         self.where_steps: list[Step] = []  # WHERE conjuncts with subqueries
         self.having_steps: list[Step] = []  # HAVING conjuncts with subqueries
         self.select_joins: list[PlanNode] = []  # scalar subqueries of the SELECT list
+        self.shown: tuple[str, ...] = ()  # the SQL's output names where they repeat
 
     def plan(self) -> Planned:
         limit, distinct = self._limit(), self._distinct()
@@ -147,11 +148,11 @@ class SelectPlanner(FromTree):
                                             "ORDER BY that decides which")
             limit = None
         if limit is None:
-            return Planned(node, tuple(names), tuple(keys))
+            return Planned(node, tuple(names), tuple(keys), self.shown)
         node = TopK(node, tuple(keys), limit)
         if hidden:
             node = Project(node, tuple(NamedExpr(n, ColumnRef(n)) for n in names))
-        return Planned(node, tuple(names))
+        return Planned(node, tuple(names), shown=self.shown)
 
     # -- clauses -------------------------------------------------------------------------
 
@@ -228,12 +229,24 @@ class SelectPlanner(FromTree):
                 items.append(_Item(node.name, node))
             else:
                 items.append(_Item(f"_c{i}", node))
-        seen: set[str] = set()
-        for item in items:
-            if item.name.lower() in seen:
+        # the query's own output may repeat a name (Spark allows it: TPC-DS q39, q64); the
+        # plan names the repeats apart and the result shows the SQL's names
+        shown = [item.name for item in items]
+        seen: set[str] = {item.name.lower() for item in items}
+        firsts: set[str] = set()
+        for i, item in enumerate(items):
+            if item.name.lower() not in firsts:
+                firsts.add(item.name.lower())
+                continue
+            if self.nested:
                 raise self.text.unsupported("duplicate output column name", item.node,
                                             detail=item.name)
-            seen.add(item.name.lower())
+            n = 2
+            while f"{item.name}_{n}".lower() in seen:
+                n += 1
+            items[i] = _Item(f"{item.name}_{n}", item.node)
+            seen.add(items[i].name.lower())
+        self.shown = tuple(shown) if any(a != b.name for a, b in zip(shown, items)) else ()
         return items
 
     def _expand_star(self, node: exp.Expression) -> list[_Item]:

@@ -164,3 +164,17 @@ def test_distinct_aggregates_beside_others_without_group_by(sql):
         assert all(x == y or (x is not None and y is not None and abs(x - y) < 1e-9)
                    for a, b in zip(ours, theirs) for x, y in zip(a, b)), (step, ours, theirs)
         assert q.pipeline.sketch() == q.reference().sketch
+
+
+def test_a_repeated_output_name_is_shown_as_written():
+    """Spark lets a query's own output repeat a name (TPC-DS q39, q64); the plan names the
+    repeats apart and the result shows the SQL's names. In a derived table a repeat
+    would be ambiguous to refer to, and stays refused."""
+    eng = _engine()
+    q = eng.register("SELECT t.a, u.a, t.k FROM t JOIN t u ON t.k = u.k WHERE t.k < 3 "
+                     "ORDER BY t.k LIMIT 5", {"t.k": 2})
+    assert q.result().column_names == ["a", "a", "k"]
+    assert q.plan.root.column_names == ("a", "a_2", "k")
+    assert sorted(q.result_rows()) == [(0, 0, 2), (10, 10, 1)]
+    with pytest.raises(UnsupportedSqlError, match="duplicate output column name"):
+        eng.register("SELECT x FROM (SELECT t.a AS x, t.b AS x FROM t) v", {"t.k": 2})

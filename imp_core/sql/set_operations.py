@@ -137,7 +137,7 @@ class _SetOperation:
                  if v and k not in ("this", "expression", "distinct", "order", "limit")]
         if extra:
             what = {"with_": "WITH"}.get(extra[0], extra[0].rstrip("_").upper())
-            raise self.text.unsupported(f"{what} on a {self.name}", node)
+            raise self.text.unsupported(f"{what} on a {self.name}", node, what.split()[0])
         if node.args.get("by_name") or node.args.get("side") or node.args.get("kind"):
             raise self.text.unsupported(f"{self.name} BY NAME / CORRESPONDING", node)
         left = plan_query(node.this, self.text, self.plan_select, True)

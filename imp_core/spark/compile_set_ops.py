@@ -93,8 +93,9 @@ class SetOpCompilers:
         if node.distinct:
             return self._cte(f"SELECT {keys}, {quote(out.name)} FROM {counted.name}\n"
                              f"  WHERE {quote(MULTIPLICITY)} > 0", (out,))
+        copies = f"explode(sequence(1, CAST({quote(MULTIPLICITY)} AS INT)))"
         repeated = self._cte(
-            f"SELECT {keys}, {quote(out.name)}, explode(sequence(1, {quote(MULTIPLICITY)})) "
-            f"AS {quote(MULTIPLICITY + '_i')}\n  FROM {counted.name}\n"
+            f"SELECT {keys}, {quote(out.name)}, {copies} AS {quote(MULTIPLICITY + '_i')}\n"
+            f"  FROM {counted.name}\n"
             f"  WHERE {quote(MULTIPLICITY)} > 0", ())
         return self._cte(f"SELECT {keys}, {quote(out.name)} FROM {repeated.name}", (out,))

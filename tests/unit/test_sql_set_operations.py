@@ -182,3 +182,14 @@ def test_duckdb_agrees_on_the_planned_types():
     plan = plan_sql("SELECT a FROM t UNION ALL SELECT x FROM u", CATALOG)
     assert plan.schema[0].dtype == pa.int64()
     assert con.sql("SELECT 1::INT AS a UNION ALL SELECT 2::BIGINT").types[0] == "BIGINT"
+
+
+def test_set_operations_in_with_clauses_views_and_derived_tables():
+    for sql in ("WITH x AS (SELECT a FROM t WHERE a > 1) SELECT a FROM x UNION SELECT x FROM u",
+                "WITH x AS (SELECT a FROM t UNION ALL SELECT x FROM u) "
+                "SELECT a, count(*) AS n FROM x GROUP BY a",
+                "CREATE VIEW v AS SELECT a FROM t INTERSECT SELECT x FROM u; "
+                "SELECT * FROM v; DROP VIEW v;",
+                "SELECT w.a FROM (SELECT a FROM t EXCEPT ALL SELECT x FROM u) w WHERE w.a > 2"):
+        plan = plan_sql(sql, CATALOG)
+        assert any(isinstance(n, SetOp) for n in plan.root.walk()), sql

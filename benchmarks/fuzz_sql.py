@@ -255,20 +255,23 @@ class QueryGen:
         rng = self.rng
         pairs = rng.sample(SET_PAIRS, rng.randint(1, 2))
 
-        def operand(table: str, side: int, names: bool) -> str:
+        def operand(table: str, side: int) -> str:
+            # every operand names its columns (a column may be picked twice); the output
+            # takes the first operand's names
             cols = [p[side] for p in pairs]
-            items = ", ".join(f"{c} AS x{i}" if names else c for i, c in enumerate(cols))
+            items = ", ".join(f"{c} AS {'x' if side == first else 'y'}{i}"
+                              for i, c in enumerate(cols))
             where = f" WHERE {self.predicate([f'{table}.{c}' for c in ALL_COLS[table]])}" \
                 if rng.random() < 0.5 else ""
             return f"SELECT {items} FROM {table}{where}"
 
-        r_first = rng.random() < 0.8
-        left, right = operand("r", 0, r_first), operand("s", 1, not r_first)
-        if not r_first:
+        first = 0 if rng.random() < 0.8 else 1  # the side of the first operand
+        left, right = operand("r", 0), operand("s", 1)
+        if first:
             left, right = right, left
         sql = f"{left} {rng.choice(SET_OPS)} {right}"
         if rng.random() < 0.2:
-            sql = f"({sql}) {rng.choice(SET_OPS)} ({operand('r', 0, False)})"
+            sql = f"({sql}) {rng.choice(SET_OPS)} ({operand('r', 0)})"
         if rng.random() < 0.3:
             order = ", ".join(f"x{i} {rng.choice(('ASC', 'DESC'))} NULLS "
                               f"{rng.choice(('FIRST', 'LAST'))}" for i in range(len(pairs)))

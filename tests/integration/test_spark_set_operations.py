@@ -11,6 +11,8 @@ annotated capture and the state bootstrap.
     the sketch's fragments returns the same rows.
 (b) The state bootstrapped on Spark equals the state of a pipeline fed the same tables
     from empty, and both stay exact through random batches.
+(c) Queries registered through the service's coordinator (no ``force``: their sketches
+    are safe) keep sketches equal to Spark's recaptures through updates of both tables.
 """
 
 from __future__ import annotations
@@ -220,3 +222,44 @@ def test_bootstrap_then_batches_equal_the_engine(spark, store, name):
         world.step(ch)  # checks both pipelines against the reference
         got, want = canonical_state(on_spark), canonical_state(world.pipelines[0])
         assert got == want, f"{name} step {step}: {first_difference(got, want)}"
+
+
+# -- SQL through the service's coordinator ----------------------------------------------------
+COORDINATOR_SQL = {  # safe sketches on t5000g.a: the attribute is a compared column
+    "union_grouped": "SELECT a, count(*) AS n FROM (SELECT a, b FROM t5000g WHERE b < 3000 "
+                     "UNION SELECT ttid, bb FROM tjoinhelp) u GROUP BY a",
+    "intersect_all": "SELECT a, c FROM t5000g INTERSECT ALL SELECT ttid, cc FROM tjoinhelp",
+    "except_tied": "SELECT a, b FROM t5000g EXCEPT SELECT a, b FROM t5000g WHERE c < 2000",
+}
+
+
+def test_sql_queries_through_the_coordinator_equal_spark_recaptures(spark, tmp_path):
+    """Planned from SQL, registered through the coordinator (state bootstrapped by the
+    service), maintained through updates of both tables: every fresh sketch equals a
+    recapture by Spark at its table versions."""
+    import numpy as np
+    from runtime_support import assert_spark_exact, make_config, random_batch
+    from workload_data import synthetic_tables
+
+    from imp_actors.coordinator import Coordinator
+    from imp_actors.types import QuerySpec
+    from imp_core.workloads.schemas import TABLES
+
+    store = DeltaStore(tmp_path)
+    data = synthetic_tables()
+    for name in ("t5000g", "tjoinhelp"):
+        store.create_table(name, data[name], key=TABLES[name].key,
+                           domains=TABLES[name].domains)
+    c = Coordinator(make_config(tmp_path)).start()
+    try:
+        for name, sql in COORDINATOR_SQL.items():
+            c.register(QuerySpec(name, sql, partitions={"t5000g.a": 16}))
+            assert_spark_exact(c, name)
+        rng = np.random.default_rng(9)
+        for step, table in enumerate(("t5000g", "tjoinhelp", "t5000g")):
+            ins, dels = random_batch(c.ctx.store, table, rng, 30, 7 * 10**7 + 1000 * step)
+            c.apply_update(table, inserts=ins, deletes=dels)
+            for name in COORDINATOR_SQL:
+                assert_spark_exact(c, name)
+    finally:
+        c.close()

@@ -11,7 +11,10 @@ of both inputs, or of the left input only for EXCEPT.
   tainted and nothing is tested. Every row of either input reaches the output (as itself
   or merged into an equal row that carries its fragments), so losslessness passes down.
   A row may come from either input, so each input's scans may contribute no tuple to a
-  row (``optional``).
+  row (``optional``), and a column keeps holding the attribute (``attr``) only where
+  every row of the other input carries a tuple of R whose attribute that column holds
+  too: otherwise a group on it (rule 4) could hold rows of R and rows without R, and
+  the sketch instance could keep only the latter, a partial group.
 - INTERSECT [ALL] is monotone in both inputs, like a semi-join on all columns whose
   partners' fragments join the row's: no column of either input may be tainted (a
   phantom with a partial aggregate value could meet rows its shadow does not meet), and
@@ -49,8 +52,14 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
     if node.kind == "union":
         ivals = {c: _hull(left.ivals.get(c), right.ivals.get(r))
                  for c, r in zip(names, node.right.column_names)}
+        # a column holds the attribute on every row only where both inputs' rows each
+        # carry a tuple of R whose attribute it holds (else a row of the other input
+        # shares a group key with rows of R and no tuple of R: rule 4 would not hold)
+        lcols, rcols = _always(left.attr, left.optional), _always(rattr, right.optional)
+        attr = {**{p: cols & rcols for p, cols in left.attr.items()},
+                **{p: cols & lcols for p, cols in rattr.items()}}
         return Facts(left.has_table or right.has_table, {**rtainted, **left.tainted},
-                     {**left.attr, **rattr}, everything, dict(left.labels),
+                     attr, everything, dict(left.labels),
                      {c: iv for c, iv in ivals.items() if iv is not None}, dict(left.exprs),
                      left.optional | right.optional | frozenset(left.attr) | frozenset(rattr))
     for tainted in (left.tainted, rtainted):
@@ -83,6 +92,12 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
                          f"decides as over the full data")
     return Facts(left.has_table, {}, dict(left.attr), left.keys + everything,
                  dict(left.labels), dict(left.ivals), dict(left.exprs), left.optional)
+
+
+def _always(attr: dict[Path, frozenset[str]], optional: frozenset[Path]) -> frozenset[str]:
+    """The columns that hold the attribute of a tuple of R on every row: those of the
+    scans that give every row a tuple."""
+    return frozenset().union(*(cols for p, cols in attr.items() if p not in optional))
 
 
 def _hull(a: Interval | None, b: Interval | None) -> Interval | None:

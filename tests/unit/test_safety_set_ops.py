@@ -61,6 +61,13 @@ def _intersect_partial_sum() -> PlanNode:
     return SetOp(sums, t_side(s="t.v"), "intersect", True)
 
 
+def _grouped_union(right: PlanNode) -> PlanNode:
+    """SELECT x, count(*) FROM (SELECT a AS x FROM r UNION ALL <right>) GROUP BY x
+    HAVING count(*) < 2: a group of r rows and rows without r."""
+    union = SetOp(r_side(x="r.a"), right, "union", False)
+    return Select(agg(union, ("x",), ("count_star", None, "n")), op("<", col("n"), lit(2)))
+
+
 REFUSALS = {
     # name: (plan, attribute, words of the reason, r rows, t rows, partition bounds)
     "except_reads_the_table_on_its_right": (
@@ -72,6 +79,9 @@ REFUSALS = {
     "except_not_tied_to_the_attribute": (
         _except_untied(), "r.a", ["r is read on the right of the EXCEPT"],
         [(1, 5, 0), (3, 5, 0), (1, 6, 0)], [], [2]),
+    "group_of_a_union_with_rows_without_the_table": (
+        _grouped_union(t_side(x="t.k")), "r.a", ["count(*) < 2", "not monotone"],
+        [(1, 0, 0)], [(1, 0, 0)], [5]),
     "intersect_on_a_partial_sum": (
         _intersect_partial_sum(), "r.a", ["INTERSECT compares whole rows", "sum(r.c)"],
         [(1, 1, 2), (2, 1, 3), (1, 2, 7)], [(0, 7, 0), (0, 2, 0)], [2]),
@@ -115,6 +125,8 @@ ACCEPTED = {
     "top_k_over_a_union": (
         TopK(_mixed("union", False), (SortKey("x", True), SortKey("y")), 2), "r.a",
         ["top-k"]),
+    "group_of_a_union_whose_rows_all_read_the_table": (
+        _grouped_union(r_side("y", x="y.a")), "r.a", ["determines the group key"]),
     "aggregation_over_an_intersect_grouped_on_the_attribute": (
         Select(agg(_tied("intersect", False), ("x",), ("count_star", None, "n")),
                op(">", col("n"), lit(1))), "r.a", ["determines the group key"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from test_safety_negation import (
     BOUNDS,
     R_ROWS,
@@ -149,3 +150,59 @@ def test_accepted_plan_gives_the_same_result_on_its_sketch(name, r, t, bounds):
     plan, attr, _ = ACCEPTED[name]
     full, on_sketch = full_and_on_sketch(plan, tables(r, t), attr, bounds)
     assert on_sketch == full
+
+
+# -- random plans: whatever is judged safe gives the same result on its sketch -------------
+
+def _operand(draw, table: str, alias: str, width: int) -> PlanNode:
+    columns = {"r": ("a", "b", "c"), "t": ("k", "v", "g")}[table]
+    picked = [draw(st.sampled_from(columns)) for _ in range(width)]
+    node: PlanNode = scan(table, alias)
+    if draw(st.booleans()):
+        node = Select(node, op(draw(st.sampled_from(("<", ">", "="))),
+                               col(f"{alias}.{draw(st.sampled_from(columns))}"),
+                               lit(draw(st.integers(0, 4)))))
+    if draw(st.integers(0, 3)) == 0:  # a grouped operand: its key and an aggregate
+        key = f"{alias}.{picked[0]}"
+        func = draw(st.sampled_from(("count_star", "sum", "max")))
+        grouped = agg(node, (key,), (func, None if func == "count_star" else
+                                     f"{alias}.{picked[-1]}", "z"))
+        outputs = [key, "z"] if width == 2 else [draw(st.sampled_from((key, "z")))]
+        return Project(grouped, tuple(NamedExpr(f"o{i}", col(n))
+                                      for i, n in enumerate(outputs)))
+    return Project(node, tuple(NamedExpr(f"o{i}", col(f"{alias}.{c}"))
+                               for i, c in enumerate(picked)))
+
+
+@st.composite
+def _set_plans(draw) -> PlanNode:
+    width = draw(st.integers(1, 2))
+    tables_ = [draw(st.sampled_from(("r", "t"))) for _ in range(3)]
+    ops = [(draw(st.sampled_from(("union", "intersect", "except"))), draw(st.booleans()))
+           for _ in range(2)]
+    node: PlanNode = SetOp(_operand(draw, tables_[0], "x", width),
+                           _operand(draw, tables_[1], "y", width), *ops[0])
+    if draw(st.booleans()):
+        node = SetOp(node, _operand(draw, tables_[2], "w", width), *ops[1])
+    top = draw(st.integers(0, 3))
+    if top == 1:
+        node = Select(agg(node, ("o0",), ("count_star", None, "n")),
+                      op(draw(st.sampled_from(("<", ">"))), col("n"), lit(1)))
+    elif top == 2:
+        node = TopK(node, (SortKey("o0", draw(st.booleans())),), 2)
+    elif top == 3:
+        node = Select(node, op(">", col("o0"), lit(1)))
+    return node
+
+
+@SETTINGS
+@given(plan=_set_plans(), attr=st.sampled_from(("r.a", "r.b", "r.c")), r=R_ROWS, t=T_ROWS,
+       bounds=BOUNDS)
+def test_random_plans_judged_safe_give_the_same_result_on_their_sketch(plan, attr, r, t,
+                                                                       bounds):
+    if "r" not in plan.tables():
+        return
+    if not verdict(plan, attr).safe:
+        return
+    full, on_sketch = full_and_on_sketch(plan, tables(r, t), attr, bounds)
+    assert on_sketch == full, verdict(plan, attr).reason

@@ -133,13 +133,12 @@ class _SetOperation:
         kind = _KINDS.get(type(node))
         if kind is None:
             raise self.text.unsupported(self.name, node)
+        # anything else (OFFSET, BY NAME, CORRESPONDING, ...) is refused by name
         extra = [k for k, v in node.args.items()
                  if v and k not in ("this", "expression", "distinct", "order", "limit")]
         if extra:
-            what = {"with_": "WITH"}.get(extra[0], extra[0].rstrip("_").upper())
+            what = {"with_": "WITH"}.get(extra[0], extra[0].strip("_").replace("_", " ").upper())
             raise self.text.unsupported(f"{what} on a {self.name}", node, what.split()[0])
-        if node.args.get("by_name") or node.args.get("side") or node.args.get("kind"):
-            raise self.text.unsupported(f"{self.name} BY NAME / CORRESPONDING", node)
         left = plan_query(node.this, self.text, self.plan_select, True)
         right = plan_query(node.expression, self.text, self.plan_select, True)
         if len(left.output) != len(right.output):

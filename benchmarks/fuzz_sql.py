@@ -5,7 +5,8 @@ Each case draws two small tables ``r(a, b, c, m)`` (key ``a``) and ``s(c, d, e, 
 and duplicates; a query of the planner's grammar (selections with AND/OR/IN/NOT IN (NULLs
 in the lists too)/BETWEEN/IS NULL, inner joins, grouped and global aggregates with
 HAVING, top-k, EXISTS / NOT EXISTS / IN / NOT IN and scalar subqueries, outer joins,
-COUNT(DISTINCT); ``%``, ``pmod``, ``DIV`` and ``/`` of columns and literals, negative
+COUNT(DISTINCT), UNION / INTERSECT / EXCEPT [ALL] of r and s, nested and with ORDER BY ...
+LIMIT; ``%``, ``pmod``, ``DIV`` and ``/`` of columns and literals, negative
 ones too, projected, grouped on, aggregated and compared); registers it through the
 embedded ``Engine`` with a sketch on a key column, and applies random insert / delete /
 mixed batches. After registering and after every batch the maintained sketch must equal
@@ -249,12 +250,53 @@ class QueryGen:
             k = self.rng.randint(1, 4)
             sql = f"SELECT r.a AS x0, r.b AS x1 FROM {source}{where_sql} ORDER BY r.a " \
                   f"{self.rng.choice(('ASC', 'DESC'))} LIMIT {k}"
+        elif shape >= 0.9:  # a set operation of r and s (its own FROM and WHERE)
+            sql = self.set_operation()
+            attribute = "r.a"
         else:  # projection
             picked = [self.computed(cols) if self.rng.random() < 0.3 else c
                       for c in self.rng.sample(cols, self.rng.randint(1, min(3, len(cols))))]
             items = ", ".join(f"{c} AS x{i}" for i, c in enumerate(picked))
             sql = f"SELECT {items} FROM {source}{where_sql}"
         return sql, attribute
+
+
+    def set_operation(self) -> str:
+        """``SELECT .. FROM r [WHERE ..] <op> SELECT .. FROM s [WHERE ..]`` (sometimes s
+        first, sometimes a third operand in parentheses, sometimes ORDER BY all output
+        columns with explicit NULL placement and LIMIT), one or two columns a side, the
+        pairs of compatible types (BIGINT with BIGINT, DECIMAL(7, 2) with DECIMAL(7, 2))."""
+        rng = self.rng
+        pairs = rng.sample(SET_PAIRS, rng.randint(1, 2))
+
+        def operand(table: str, side: int) -> str:
+            # every operand names its columns (a column may be picked twice); the output
+            # takes the first operand's names
+            cols = [p[side] for p in pairs]
+            items = ", ".join(f"{c} AS {'x' if side == first else 'y'}{i}"
+                              for i, c in enumerate(cols))
+            where = f" WHERE {self.predicate([f'{table}.{c}' for c in ALL_COLS[table]])}" \
+                if rng.random() < 0.5 else ""
+            return f"SELECT {items} FROM {table}{where}"
+
+        first = 0 if rng.random() < 0.8 else 1  # the side of the first operand
+        left, right = operand("r", 0), operand("s", 1)
+        if first:
+            left, right = right, left
+        sql = f"{left} {rng.choice(SET_OPS)} {right}"
+        if rng.random() < 0.2:
+            sql = f"({sql}) {rng.choice(SET_OPS)} ({operand('r', 0)})"
+        if rng.random() < 0.3:
+            order = ", ".join(f"x{i} {rng.choice(('ASC', 'DESC'))} NULLS "
+                              f"{rng.choice(('FIRST', 'LAST'))}" for i in range(len(pairs)))
+            sql += f" ORDER BY {order} LIMIT {rng.randint(1, 4)}"
+        return sql
+
+
+SET_OPS = ("UNION ALL", "UNION", "INTERSECT", "INTERSECT ALL", "EXCEPT", "EXCEPT ALL")
+# (r column, s column) pairs of equal types that a set operation may compare
+SET_PAIRS = (("b", "d"), ("c", "e"), ("a", "c"), ("m", "n"), ("c", "d"), ("b", "e"))
+ALL_COLS = {"r": R_COLS, "s": S_COLS}
 
 
 def _small(rng: random.Random) -> int | None:

@@ -43,6 +43,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
 )
 from imp_core.sketch.partition import PartitionSet, RangePartition
@@ -196,6 +197,10 @@ def candidate_attributes(root: PlanNode, clustered: Mapping[str, Sequence[str]] 
             for a in left:
                 add(node.left, a, "join key")
             for b in right:
+                add(node.right, b, "join key")
+        elif isinstance(node, SetOp) and not node.linear:  # compares rows on all columns
+            for a, b in zip(node.left.column_names, node.right.column_names):
+                add(node.left, a, "join key")
                 add(node.right, b, "join key")
         elif isinstance(node, TopK):
             for key in node.order:

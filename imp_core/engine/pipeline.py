@@ -31,6 +31,7 @@ from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
+from imp_core.engine.operators.set_ops import SetOpOp, UnionAllOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
 from imp_core.engine.state import StateTable, StateTables, group_state, state_key
@@ -48,6 +49,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
     arrow_schema,
     scalar_filter_parts,
@@ -167,6 +169,8 @@ class IncrementalQuery:
                             self._source_for(node.input))
         elif isinstance(node, Distinct):
             op = AggregateOp(distinct_node(node), op_id, nfrag)
+        elif isinstance(node, SetOp):
+            op = UnionAllOp(node, op_id) if node.linear else SetOpOp(node, op_id, nfrag)
         elif isinstance(node, TopK):
             buffer = self.options.topk_buffer
             # a buffer is a default for every top-k: one with a larger k keeps k entries

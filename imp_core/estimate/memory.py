@@ -10,8 +10,9 @@ and the memory the incremental engine (``imp_core.engine``) would use for it:
   annotation, key index and Bloom filter), except a side probed in the data layer
   (``probed``: side ids as ``imp_core.query.data_layer.join_sides`` names them);
   ``Aggregate`` / ``Distinct`` one entry per group plus its fragment counts and
-  min/max multisets; ``TopK`` its buffer (every input row when unbounded). Scans,
-  selections and projections keep nothing.
+  min/max multisets; ``TopK`` its buffer (every input row when unbounded); a ``SetOp``
+  other than UNION ALL one entry per distinct row of both inputs (at most their rows)
+  with its fragment counts. Scans, selections, projections and UNION ALL keep nothing.
 - ``work_bytes``: the largest batch a join materializes at once, which is all of its
   pairs when the whole input arrives in one batch (the bootstrap batch, the reference
   evaluator): the key-matched pairs of an equi-join, *every* pair of a join without
@@ -111,6 +112,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
     scalar_filter_parts,
 )
@@ -268,9 +270,35 @@ class _Context:
                 min(child.rows, max(self.topk_buffer, node.k))
             entry = row_bytes(node.input.schema, child.ids) + SORTED_ENTRY_BYTES
             return _shrink(child, min(child.rows, node.k)), kept * entry, 0.0, 0.0
+        if isinstance(node, SetOp):
+            return self._set_op(node, kids[0], kids[1])
         # an unknown node type: its input's size, no state
         child = kids[0] if kids else _Rel(0.0, {}, 0)
         return _Rel(child.rows, {}, child.ids), 0.0, 0.0, 0.0
+
+    def _set_op(self, node: SetOp, left: _Rel, right: _Rel
+                ) -> tuple[_Rel, float, float, float]:
+        """UNION ALL: both inputs' rows, no state. The others: one entry per distinct row
+        of both inputs (at most their rows) with its fragment counts; output at most
+        the rows of both inputs (UNION), of the smaller (INTERSECT), of the left
+        (EXCEPT)."""
+        both = left.rows + right.rows
+        cols = {}
+        for name, rname in zip(node.left.column_names, node.right.column_names):
+            lc, rc = left.cols.get(name), right.cols.get(rname)
+            cols[name] = _Col(domain=(lc.domain if lc else left.rows)
+                              + (rc.domain if rc else right.rows))
+        ids = max(left.ids, right.ids)
+        if node.linear:
+            return _Rel(both, cols, ids), 0.0, 0.0, 0.0
+        entries = both
+        ids_in = left.rows * left.ids + right.rows * right.ids
+        frag_pairs = min(ids_in, entries * self.fragments * max(ids, 1))
+        state = (entries * (GROUP_BYTES + GROUP_VALUE_BYTES * len(node.column_names))
+                 + frag_pairs * FRAGMENT_COUNT_BYTES)
+        rows = {"union": both, "intersect": min(left.rows, right.rows),
+                "except": left.rows}[node.kind]
+        return _shrink(_Rel(rows, cols, ids), rows), state, 0.0, 0.0
 
     def _scan(self, node: Scan) -> _Rel:
         table = self.stats.get(node.table)

@@ -3,13 +3,15 @@
 ``reference_evaluate`` runs a plan over full tables the way the capture query would:
 every base tuple is annotated with its fragment, and each operator propagates
 annotations per section 4.3 / Fig. 5 (selection and projection keep them, joins union
-them, aggregation unions a group's, top-k keeps the k first). It works a column at a
-time with Arrow and numpy, independently of the incremental operators and of their
-annotation and grouping structures (``Annotation``/``DeltaBatch`` only carry the result
-of ``Bag.to_batch``); only expression evaluation (``imp_core.plan.evaluate``) and the
-exact-sum finalizers are shared, because they define the query's values rather than how
-they are maintained. Top-k follows the total order ``imp_core.engine.ordering`` defines,
-rebuilt here as Arrow sort keys.
+them, aggregation unions a group's, top-k keeps the k first, a set operation other than
+UNION ALL unions the equal rows' of both inputs, or of the left one for EXCEPT). It
+works a column at a time with Arrow and numpy, independently of the incremental
+operators and of their annotation and grouping structures (``Annotation``/``DeltaBatch``
+only carry the result of ``Bag.to_batch``); only expression evaluation
+(``imp_core.plan.evaluate``), the exact-sum finalizers and the set operations'
+multiplicity table (``set_multiplicity``) are shared, because they define the query's
+values rather than how they are maintained. Top-k follows the total order
+``imp_core.engine.ordering`` defines, rebuilt here as Arrow sort keys.
 
 Invariants of a ``Bag``: ``data`` has the node's schema; ``mult`` is int64 and > 0, one
 per row; ``ann`` is a ``list<int32>`` array, one sorted list of distinct fragment ids per
@@ -46,8 +48,10 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
     arrow_schema,
+    set_multiplicity,
 )
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -209,7 +213,40 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
         return _aggregate(node, schema, tables, partitions)
     if isinstance(node, TopK):
         return _topk(node, tables, partitions)
+    if isinstance(node, SetOp):
+        return _set_op(node, schema, tables, partitions)
     raise TypeError(f"unknown plan node {type(node).__name__}")
+
+
+def _set_op(node: SetOp, schema: pa.Schema, tables, partitions: PartitionSet) -> Bag:
+    """UNION ALL: both bags side by side. The others: per distinct row (NULLs equal) its
+    multiplicities l and r in both inputs give its multiplicity (``set_multiplicity``),
+    and its annotation is the union over the equal input rows, of the left input only
+    for EXCEPT (the negated input contributes no provenance)."""
+    left = reference_evaluate(node.left, tables, partitions)
+    right = reference_evaluate(node.right, tables, partitions)
+    data = pa.concat_tables([left.data.cast(schema),
+                             right.data.rename_columns(schema.names).cast(schema)])
+    mult = np.concatenate([left.mult, right.mult]).astype(np.int64)
+    ann = pa.concat_arrays([left.ann, right.ann])
+    if node.linear:
+        return Bag(data.combine_chunks(), mult, ann)
+    n, nl = data.num_rows, len(left)
+    if n == 0:
+        return Bag(data.combine_chunks(), mult, ann)
+    codes, groups = _codes(list(data.columns), n)
+    lcount = np.bincount(codes[:nl], weights=mult[:nl], minlength=groups).round()
+    rcount = np.bincount(codes[nl:], weights=mult[nl:], minlength=groups).round()
+    m = np.array([set_multiplicity(node.kind, node.distinct, int(a), int(b))
+                  for a, b in zip(lcount.tolist(), rcount.tolist())], dtype=np.int64)
+    if node.negates_right:
+        sets = _group_union(left.ann, codes[:nl], groups)
+    else:
+        sets = _group_union(ann, codes, groups)
+    keep = np.flatnonzero(m > 0)
+    first = _first_of(codes, groups)[keep]
+    return Bag(data.take(pa.array(first, type=pa.int64())).combine_chunks(), m[keep],
+               sets.take(pa.array(keep, type=pa.int64())))
 
 
 def _scan(node: Scan, schema: pa.Schema, tables, partitions: PartitionSet) -> Bag:

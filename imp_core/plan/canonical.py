@@ -19,8 +19,9 @@ bag of rows with the same columns (names and order). Its shape:
   of the left input of a ``SemiJoin``, when every column it reads reaches that node
   unchanged (a plain column of the input's projection); the non-equi conjuncts of an
   inner join's condition are lifted too (an inner join is a selection over the cross
-  product). Nothing crosses a ``TopK`` (its k rows depend on all rows) or an
-  ``OuterJoin`` (a filtered input pads rows with NULLs instead of dropping them).
+  product). Nothing crosses a ``TopK`` (its k rows depend on all rows), an
+  ``OuterJoin`` (a filtered input pads rows with NULLs instead of dropping them) or a
+  ``SetOp`` (a conjunct on one input only is not one on the output).
 Expressions are deterministic (``imp_core.plan.expr``), so evaluating a conjunct above
 or below a projection of it gives the same rows.
 """
@@ -41,6 +42,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
 )
 
@@ -117,7 +119,7 @@ def _core(node: PlanNode) -> tuple[PlanNode, list[Expr]]:
     if isinstance(node, SemiJoin):
         left, up = _lift(node.left, bool, set())
         return replace(node, left=left, right=canonical(node.right)), up
-    if isinstance(node, (OuterJoin, TopK)):
+    if isinstance(node, (OuterJoin, TopK, SetOp)):
         kids = {k: canonical(getattr(node, k)) for k in _INPUTS
                 if isinstance(getattr(node, k, None), PlanNode)}
         return replace(node, **kids), []
@@ -181,7 +183,7 @@ def projection_of(m: PlanNode, e: PlanNode) -> dict[str, str] | None:
         if not _same_conjuncts(m.condition, e.condition, both):
             return None
         return left if isinstance(m, SemiJoin) else both
-    return None  # TopK, Distinct: only when equal (their rows depend on all columns)
+    return None  # TopK, Distinct, SetOp: only when equal (rows depend on all columns)
 
 
 def _project_of(m: Project, e: PlanNode) -> dict[str, str] | None:

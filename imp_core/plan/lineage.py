@@ -9,13 +9,24 @@ NULL-pad (the right input of a LEFT join, either input of a FULL join) holds NUL
 padded row, where no row of its table was read, so it is traced only with
 ``through_padding=True``: then every *non-NULL* value of ``c`` is such a copy (what a
 filter on probe keys needs, as NULL keys never match; not what routing rows by ``c``
-needs).
+needs). A set operation's column is traced through its left input for INTERSECT and
+EXCEPT (every output row equals rows of the left input, which hold its values); a UNION
+row may come from either input, so its columns are not traced.
 """
 
 from __future__ import annotations
 
 from imp_core.plan.expr import ColumnRef
-from imp_core.plan.nodes import Join, OuterJoin, PlanNode, Project, Scan, Select, SemiJoin
+from imp_core.plan.nodes import (
+    Join,
+    OuterJoin,
+    PlanNode,
+    Project,
+    Scan,
+    Select,
+    SemiJoin,
+    SetOp,
+)
 
 
 def trace_column(node: PlanNode, column: str,
@@ -44,6 +55,10 @@ def trace_column(node: PlanNode, column: str,
                 return None
         return None
     if isinstance(node, SemiJoin):
+        return trace_column(node.left, column, through_padding)
+    if isinstance(node, SetOp):
+        if node.kind == "union":
+            return None  # a row of either input
         return trace_column(node.left, column, through_padding)
     if isinstance(node, (Join, OuterJoin)):
         for child in (node.left, node.right):

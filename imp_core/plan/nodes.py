@@ -332,6 +332,89 @@ class Distinct(PlanNode):
         return "Distinct"
 
 
+SET_KINDS = ("union", "intersect", "except")
+
+
+@dataclass(frozen=True)
+class SetOp(PlanNode):
+    """``left`` UNION / INTERSECT / EXCEPT ``right`` (``distinct`` False: the ALL form).
+
+    Rows are compared as whole rows, column by column in position, NULLs equal to NULLs
+    (as in SQL's set operations). With l and r the multiplicities of a row in ``left``
+    and ``right``, its multiplicity in the output is:
+
+    ==========  ================  ======================
+    kind        ALL               DISTINCT
+    ==========  ================  ======================
+    union       l + r             1 if l + r > 0
+    intersect   min(l, r)         1 if l > 0 and r > 0
+    except      max(l - r, 0)     1 if l > 0 and r = 0
+    ==========  ================  ======================
+
+    Both inputs have the same column types in the same order (the planner casts them to
+    the wider type); the output schema is ``left``'s (names too), ``right``'s names are
+    ignored.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    kind: str = "union"
+    distinct: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in SET_KINDS:
+            raise ValueError(f"unknown set operation {self.kind!r}")
+        lt = [f.dtype for f in self.left.schema]
+        rt = [f.dtype for f in self.right.schema]
+        if lt != rt:
+            raise ValueError(f"the inputs of {self.sql_name} differ in column types: "
+                             f"{', '.join(map(str, lt))} vs {', '.join(map(str, rt))}")
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.left, self.right)
+
+    @property
+    def schema(self) -> Schema:
+        return self.left.schema
+
+    @property
+    def linear(self) -> bool:
+        """Whether the output is the two inputs' rows side by side (UNION ALL)."""
+        return self.kind == "union" and not self.distinct
+
+    @property
+    def negates_right(self) -> bool:
+        """Whether rows of ``right`` remove output rows (EXCEPT): the output is not
+        monotone in the right input, which then contributes no provenance."""
+        return self.kind == "except"
+
+    @property
+    def sql_name(self) -> str:
+        """``UNION``, ``UNION ALL``, ``INTERSECT``, ..., as Spark SQL writes it."""
+        return self.kind.upper() + ("" if self.distinct else " ALL")
+
+    def _describe(self) -> str:
+        return self.kind.capitalize() + ("" if self.distinct else "All")
+
+
+def set_multiplicity(kind: str, distinct: bool, left: int, right: int) -> int:
+    """A row's multiplicity in the output of ``SetOp(kind, distinct)`` given its
+    multiplicities ``left`` and ``right`` in the inputs (the table of ``SetOp``).
+
+    >>> [set_multiplicity(k, d, 3, 1) for k in SET_KINDS for d in (False, True)]
+    [4, 1, 1, 1, 2, 0]
+    """
+    if kind == "union":
+        total = left + right
+        return min(total, 1) if distinct else total
+    if kind == "intersect":
+        both = min(left, right)
+        return min(both, 1) if distinct else both
+    if distinct:
+        return 1 if left > 0 and right == 0 else 0
+    return max(left - right, 0)
+
+
 @dataclass(frozen=True)
 class SortKey:
     column: str

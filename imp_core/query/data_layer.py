@@ -50,6 +50,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
 )
 from imp_core.plan.paths import OperatorPath, operator_paths
 from imp_core.sketch.partition import PartitionSet
@@ -441,6 +442,9 @@ def row_bound(node: PlanNode, rows: Mapping[str, int]) -> int:
     if isinstance(node, OuterJoin):  # the pairs, plus the rows padded on either side
         left, right = row_bound(node.left, rows), row_bound(node.right, rows)
         return left * right + left + (right if node.kind == "full" else 0)
+    if isinstance(node, SetOp):  # UNION: both inputs'; INTERSECT, EXCEPT: the left's
+        left = row_bound(node.left, rows)
+        return left + row_bound(node.right, rows) if node.kind == "union" else left
     # SemiJoin: at most its left input's rows, like every single-input node's bound
     children = node.children()
     bound = row_bound(children[0], rows)

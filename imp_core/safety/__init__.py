@@ -75,10 +75,19 @@ some tuples: a *partial group*. The rules that keep the invariant, each with why
    carries the one row's fragments, so its whole input is in the sketch; an empty result
    gives an empty sketch, an empty X over D_P and an empty result there too.
 
+10. A set operation compares whole rows (``set_ops.py``). UNION [ALL] is monotone like a
+   projection of both inputs (and DISTINCT): nothing is tested, and every row of its
+   inputs reaches it. INTERSECT [ALL] is monotone like a semi-join on all columns and
+   EXCEPT [ALL] antitone in its right input like an anti-join on all columns: neither may
+   compare tainted columns, and EXCEPT's right input may read R only under (a) or (b) of
+   rule 8, the "condition" being the equality of all columns by position. A UNION row
+   carries its own fragments (ALL) or those of all equal rows, an INTERSECT row those of
+   all equal rows of both inputs, an EXCEPT row those of the equal left rows only.
+
 Where it is: the rules in ``rules.py`` (one function per operator), rules 7 and 8 in
-``negation.py``, rule 9 in ``scalar.py``, what they know of a result in ``facts.py``, the
-interval analysis in ``intervals.py``, name resolution in ``names.py``, the text of
-reasons in ``render.py``, the verdict in ``verdict.py``.
+``negation.py``, rule 9 in ``scalar.py``, rule 10 in ``set_ops.py``, what they know of
+a result in ``facts.py``, the interval analysis in ``intervals.py``, name resolution in
+``names.py``, the text of reasons in ``render.py``, the verdict in ``verdict.py``.
 
 >>> from imp_core.plan.nodes import Aggregate, AggCall, Field, Scan
 >>> import pyarrow as pa

@@ -1,6 +1,6 @@
 """The per-operator rules of the safety analysis (rules 1 to 6 of the package docstring;
 semi-joins, anti-joins and outer joins in ``negation.py``, one-row aggregates in
-``scalar.py``).
+``scalar.py``, set operations in ``set_ops.py``).
 
 ``analyze`` walks a plan bottom-up and returns each operator's ``Facts``, or raises
 ``Unsafe`` at the first operator whose rule fails, with the reason. The facts it returns
@@ -26,6 +26,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     SortKey,
     TopK,
 )
@@ -34,6 +35,7 @@ from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_o
 from imp_core.safety.negation import anti_join, outer_join, semi_join
 from imp_core.safety.render import sql_text
 from imp_core.safety.scalar import pin_single_rows
+from imp_core.safety.set_ops import set_operation
 from imp_core.safety.verdict import Unsafe
 
 
@@ -65,6 +67,12 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
         return replace(facts, keys=facts.keys + (frozenset(node.column_names),))
     if isinstance(node, TopK):
         return _topk(node, analyze(node.input, path + (0,), False, ctx), lossless, ctx)
+    if isinstance(node, SetOp):
+        # every row of a UNION's inputs reaches its output; INTERSECT and EXCEPT drop rows
+        through = lossless and node.kind == "union"
+        left = analyze(node.left, path + (0,), through, ctx)
+        right = analyze(node.right, path + (1,), through, ctx)
+        return set_operation(node, path, left, right, ctx)
     raise Unsafe(f"operator {type(node).__name__} is not covered by the safety analysis")
 
 

@@ -31,6 +31,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
 )
 from imp_core.safety.facts import Context, Facts, Path
@@ -40,7 +41,8 @@ def essential_paths(root: PlanNode) -> frozenset[Path]:
     """Paths of the nodes every row of ``root`` derives from (its annotation includes one
     of theirs): the root, and down through every operator whose output rows each derive
     from a row of that input. Not: an aggregation without GROUP BY (SQL gives it a row
-    over no input), a negated side, a NULL-supplying side."""
+    over no input), a negated side (also EXCEPT's right), a NULL-supplying side, either
+    input of a UNION."""
     out: set[Path] = set()
 
     def walk(node: PlanNode, path: Path) -> None:
@@ -51,6 +53,8 @@ def essential_paths(root: PlanNode) -> frozenset[Path]:
             edges = (0,) if node.anti else (0, 1)
         elif isinstance(node, OuterJoin):
             edges = (0,) if node.kind == "left" else ()
+        elif isinstance(node, SetOp):  # a UNION row derives from one input or the other
+            edges = {"union": (), "intersect": (0, 1), "except": (0,)}[node.kind]
         else:
             edges = tuple(range(len(node.children())))
         for i in edges:
@@ -76,6 +80,11 @@ def covered(node: PlanNode, table: str) -> bool:
     if isinstance(node, OuterJoin):
         left = covered(node.left, table)
         return left and covered(node.right, table) if node.kind == "full" else left
+    if isinstance(node, SetOp):
+        left = covered(node.left, table)
+        if node.kind == "union":
+            return left and covered(node.right, table)
+        return left or (node.kind == "intersect" and covered(node.right, table))
     return False
 
 

@@ -31,6 +31,8 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   every operator above it is stepped by the engine too (``has_stateful``). Spark evaluates
   such a subtree (``imp_core.spark.compile_joins``) only where the data layer serves a
   join: the output of a join with a side served by Spark, and a served side's keys.
+- A set operation is stepped on the driver over both inputs' annotated rows (its state is
+  the per-row counts that step leaves); a UNION ALL's output is its inputs' rows.
 - μ's fragment counts and the kept result come from the root's output.
 
 Every state is built through the operators' public methods (``state_from_groups``,
@@ -57,6 +59,7 @@ from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
+from imp_core.engine.operators.set_ops import SetOpOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide
@@ -68,6 +71,7 @@ from imp_core.plan.nodes import (
     OuterJoin,
     PlanNode,
     SemiJoin,
+    SetOp,
     TopK,
     arrow_schema,
 )
@@ -124,12 +128,14 @@ def bootstrap_tables(spark: SparkSession, store: Any, pipeline: IncrementalQuery
 
 # nodes whose output the bootstrap rebuilds from their state or steps on the driver: the
 # operators above them are stepped by the engine as well
-_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin)
+_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin, SetOp)
 
 
 def has_stateful(node: PlanNode) -> bool:
     """Whether ``node``'s subtree holds a stateful operator other than an inner join: an
-    aggregation, DISTINCT, top-k, or a semi-, anti- or outer join."""
+    aggregation, DISTINCT, top-k, a semi-, anti- or outer join, or a set operation (a
+    UNION ALL holds no state, but its output is its inputs' and is stepped the same
+    way)."""
     return any(isinstance(n, _STATEFUL_NODES) for n in node.walk())
 
 
@@ -249,6 +255,13 @@ class _Bootstrap:
                 SideIndex.state_from_rows(left),
                 op.right.snapshot() if _data_side(op.right) else
                 SideIndex.state_from_rows(right))
+            self.stats.sources[op.op_id] = "engine"
+        elif isinstance(op, SetOpOp):
+            # one engine step over both inputs' annotated rows, as for a keyed join
+            left, right = (self.output(c) for c in w.children)
+            self.outputs[op.op_id] = op.step([left, right]) if len(left) or len(right) \
+                else op.empty()
+            state = op.snapshot()
             self.stats.sources[op.op_id] = "engine"
         elif has_stateful(w.children[0].node) or (
                 not self.joins_in_spark and _memory_join_below(w.children[0])):

@@ -13,6 +13,10 @@ capture query, its *annotation columns*:
   join's NULL-padded row only its own side's);
 - aggregation and DISTINCT replace them with one ``ARRAY<INT>`` column per group: the
   sorted, duplicate-free union of the group's fragments (``collect_set``);
+- set operations are compiled by ``imp_core.spark.compile_set_ops`` (Spark's own UNION,
+  INTERSECT, EXCEPT without annotations; with them, UNION ALL keeps each row's, the
+  others count both inputs per row value and union the equal rows' fragments, of the
+  left input only for EXCEPT);
 - top-k orders by its keys, then every other column ascending NULLS FIRST, then the
   annotation as a sorted array (Spark compares arrays like Python tuples), then LIMIT k:
   the total order of ``imp_core.engine.ordering``, so result and sketch are the reference's.
@@ -53,6 +57,7 @@ from imp_core.plan.nodes import (
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Range, Sketch
 from imp_core.spark.compile_joins import JoinCompilers
+from imp_core.spark.compile_set_ops import SetOpCompilers
 from imp_core.spark.sql_text import (
     EMPTY_ANNOTATION,
     AnnColumn,
@@ -121,7 +126,7 @@ def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
             f"NULLS {'FIRST' if nulls_first else 'LAST'}")
 
 
-class _Compiler(JoinCompilers):
+class _Compiler(JoinCompilers, SetOpCompilers):
     """One compilation: a CTE per plan node (``compile`` dispatches on the node's type to
     ``_<NodeType>``), with annotation columns when ``partitions`` is given and scans
     filtered by ``sketch`` when that is given."""

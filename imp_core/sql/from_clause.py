@@ -32,8 +32,9 @@ class Planned:
     shown: tuple[str, ...] = ()  # the SQL's output names where ``output`` renamed repeats
 
 
-# plans a nested SELECT; the set names the outputs the caller uses (None: all)
-SubqueryPlanner = Callable[[exp.Select, "frozenset[str] | None"], Planned]
+# plans a nested SELECT or set operation; the set names the outputs the caller uses (None:
+# all; a set operation keeps all its columns anyway)
+SubqueryPlanner = Callable[[exp.Select | exp.SetOperation, "frozenset[str] | None"], Planned]
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,7 @@ def _bind_subquery(sub: exp.Subquery, index: int, text: SqlText,
     while isinstance(inner, exp.Subquery) and not [k for k, v in inner.args.items()
                                                     if v and k != "this"]:
         inner = inner.this  # redundant parentheses
-    if isinstance(inner, exp.SetOperation):
-        raise text.unsupported(set_operation_name(inner), inner, set_operation_name(inner))
-    if not isinstance(inner, exp.Select):
+    if not isinstance(inner, (exp.Select, exp.SetOperation)):
         raise text.unsupported("subquery in FROM that is not a SELECT", sub)
     # Spark names an unaliased subquery itself; this name cannot be written in SQL
     alias = (sub.alias or f"__subquery{index}").lower()
@@ -142,9 +141,22 @@ def _bind_subquery(sub: exp.Subquery, index: int, text: SqlText,
     return FromItem(Source(alias, visible), build, sub)
 
 
+def sort_key(ordered: exp.Ordered, column: str) -> SortKey:
+    """The sort key of an ORDER BY item on output ``column``."""
+    descending = bool(ordered.args.get("desc"))
+    nulls_first = ordered.args.get("nulls_first")
+    # sqlglot fills in Spark's default (NULLs first ascending, last descending), so an
+    # explicit NULLS clause equal to the default is indistinguishable and means the same
+    explicit = (None if nulls_first is None or bool(nulls_first) == (not descending)
+                else bool(nulls_first))
+    return SortKey(column, descending, explicit)
+
+
 def set_operation_name(node: exp.SetOperation) -> str:
-    return {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(
+    """``UNION``, ``UNION ALL``, ``INTERSECT``, ... as written (MINUS is EXCEPT)."""
+    name = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(
         type(node), "set operation")
+    return name if node.args.get("distinct", True) else f"{name} ALL"
 
 
 def check_join(join: exp.Join, text: SqlText) -> str:

@@ -16,7 +16,7 @@ Before planning, the parsed text is normalized (``imp_core.sql.normalize``): the
 of a ``CREATE VIEW ...; SELECT ...; DROP VIEW ...`` script and WITH clauses inlined,
 constants (dates, intervals, literal arithmetic) folded, conjuncts common to all
 branches of an OR factored out. See ``imp_core.sql.select_block`` for the shape of the
-plan of one SELECT.
+plan of one SELECT, ``imp_core.sql.set_operations`` for UNION, INTERSECT and EXCEPT.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.plan.strict import strict_node
-from imp_core.sql.from_clause import set_operation_name
 from imp_core.sql.normalize import normalize_statements
 from imp_core.sql.prune import prune_join_inputs
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
 from imp_core.sql.session import DEFAULT_SESSION, Session, split_settings
+from imp_core.sql.set_operations import plan_query, unwrap
 from imp_core.sql.syntax_errors import describe_parse_error, strip_internals
 from imp_core.sql.text import SqlText
 
@@ -64,8 +64,10 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema],
         raise SqlSyntaxError("expected a SELECT statement after the SET statements")
     tables = {name.lower(): schema for name, schema in catalog.items()}
     try:
-        select = _only_select(normalize_statements(statements, text), text)
-        planned = SelectPlanner(select, text, tables).plan()
+        query = _only_query(normalize_statements(statements, text), text)
+        planned = plan_query(query, text,
+                             lambda s, nested: SelectPlanner(s, text, tables, nested).plan(),
+                             False)
     except SqlglotError as error:  # sqlglot's own failures must not escape raw
         raise SqlSyntaxError(strip_internals(str(error))) from None
     except RecursionError:
@@ -171,15 +173,11 @@ def _unterminated_quote(sql: str) -> int | None:
     return None
 
 
-def _only_select(statement: exp.Expression, text: SqlText) -> exp.Select:
-    while isinstance(statement, exp.Subquery) and not [k for k, v in statement.args.items()
-                                                       if v and k != "this"]:
-        statement = statement.this  # (SELECT ...)
-    if isinstance(statement, exp.Select):
-        return statement
-    if isinstance(statement, exp.SetOperation):
-        name = set_operation_name(statement)
-        raise text.unsupported(name, statement, name)
+def _only_query(statement: exp.Expression, text: SqlText) -> exp.Expression:
+    """The SELECT or set operation ``statement`` is (else the error naming what it is)."""
+    query = unwrap(statement)
+    if isinstance(query, (exp.Select, exp.SetOperation)):
+        return query
     first = text.tokens[0] if text.tokens else None
     if first is not None and first.token_type != sqlglot.TokenType.VAR:
         line, column = text.position(first.start)

@@ -8,7 +8,7 @@ above it or by the join's condition.
 
 Invariant: the rewritten plan has the same output schema and, for every input, the same
 bag of output rows and the same provenance: only columns that no ancestor reads are
-dropped, and never below a ``Distinct`` (which compares whole rows) or a ``TopK``
+dropped, and never below a ``Distinct`` or a ``SetOp`` (which compare whole rows) or a ``TopK``
 (whose total order breaks ties on every column). An input keeps at least one column, so
 its row count (a cross product's multiplicity) is unchanged.
 """
@@ -29,6 +29,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
     TopK,
 )
 
@@ -53,6 +54,8 @@ def _prune(node: PlanNode, required: Required) -> PlanNode:
         return replace(node, input=_prune(node.input, need))
     if isinstance(node, (Distinct, TopK)):
         return replace(node, input=_prune(node.input, None))
+    if isinstance(node, SetOp):  # compares whole rows: every column of both inputs
+        return replace(node, left=_prune(node.left, None), right=_prune(node.right, None))
     if isinstance(node, (Join, OuterJoin, SemiJoin)):
         above = frozenset(node.column_names) if required is None else required
         cond = node.condition.columns() if node.condition is not None else frozenset()

@@ -4,7 +4,8 @@
 bag of rows, same provenance): each conjunct moves below a ``Project`` (rewritten over
 the projected expressions), ``Distinct``, an ``Aggregate`` when it reads only group
 keys, or into the side of a ``Join`` it reads (the join condition when it reads both),
-into the left input of a ``SemiJoin`` (whose rows are the left's), and ends merged
+into the left input of a ``SemiJoin`` (whose rows are the left's), into both inputs of
+a ``SetOp`` (its rows are rows equal to input rows), and ends merged
 into a ``Select`` directly above a ``Scan`` when it gets that far. It
 never crosses a ``TopK`` (which rows make the top k depends on all rows) nor an
 ``OuterJoin`` (filtering an input of an outer join is not filtering its output: rows
@@ -13,7 +14,7 @@ would turn NULL-padded instead of disappearing).
 
 from __future__ import annotations
 
-from imp_core.plan.expr import Expr, conjoin, conjuncts, rename_columns
+from imp_core.plan.expr import ColumnRef, Expr, conjoin, conjuncts, rename_columns
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -23,6 +24,7 @@ from imp_core.plan.nodes import (
     Scan,
     Select,
     SemiJoin,
+    SetOp,
 )
 
 
@@ -46,6 +48,15 @@ def _push(node: PlanNode, predicate: Expr) -> PlanNode:
             predicate.columns() <= set(node.left.column_names):
         return SemiJoin(_push(node.left, predicate), node.right, node.condition, node.anti,
                         node.null_aware)
+    if isinstance(node, SetOp):
+        # a row is in the output only as a row equal to input rows, so filtering both
+        # inputs filters the output (for every set operation); the right input's columns
+        # are the left's by position
+        to_right = {a: ColumnRef(b) for a, b in zip(node.left.column_names,
+                                                     node.right.column_names)}
+        return SetOp(_push(node.left, predicate),
+                     _push(node.right, rename_columns(predicate, to_right)),
+                     node.kind, node.distinct)
     if isinstance(node, Select):
         if isinstance(node.input, Scan):  # one Select per scan, predicates in arrival order
             return Select(node.input, conjoin([*conjuncts(node.predicate), predicate]))

@@ -49,10 +49,12 @@ from imp_core.plan.nodes import (
 from imp_core.sql.aggregation import Aggregation, global_aggregates
 from imp_core.sql.expressions import BindContext, aggregate_call, bind, split_and
 from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
+from imp_core.sql.from_clause import sort_key as _sort_key
 from imp_core.sql.join_tree import FromTree
 from imp_core.sql.join_tree import Sourced as _Sourced
 from imp_core.sql.pushdown import push_selection
 from imp_core.sql.scope import Scope
+from imp_core.sql.set_operations import plan_query
 from imp_core.sql.subqueries import Step, SubqueryPlanner, has_subquery
 from imp_core.sql.text import SqlText
 
@@ -198,8 +200,14 @@ class SelectPlanner(FromTree):
             seen.add(item.source.alias)
         return items
 
-    def _plan_subquery(self, select: exp.Select, required: frozenset[str] | None) -> Planned:
+    def _plan_subquery(self, select: exp.Select | exp.SetOperation,
+                       required: frozenset[str] | None) -> Planned:
+        if isinstance(select, exp.SetOperation):  # compares whole rows: all its columns
+            return plan_query(select, self.text, self._plan_operand, True)
         return SelectPlanner(select, self.text, self.catalog, True, required).plan()
+
+    def _plan_operand(self, select: exp.Select, nested: bool) -> Planned:
+        return SelectPlanner(select, self.text, self.catalog, nested).plan()
 
     plan_subquery = _plan_subquery
 
@@ -562,16 +570,6 @@ def _find_alias(column: exp.Column, items: list[_Item] | None) -> _Item | None:
     if not items or column.table or not isinstance(column.this, exp.Identifier):
         return None
     return next((i for i in items if i.name.lower() == column.name.lower()), None)
-
-
-def _sort_key(ordered: exp.Ordered, column: str) -> SortKey:
-    descending = bool(ordered.args.get("desc"))
-    nulls_first = ordered.args.get("nulls_first")
-    # sqlglot fills in Spark's default (NULLs first ascending, last descending), so an
-    # explicit NULLS clause equal to the default is indistinguishable and means the same
-    explicit = (None if nulls_first is None or bool(nulls_first) == (not descending)
-                else bool(nulls_first))
-    return SortKey(column, descending, explicit)
 
 
 def _fresh(prefix: str, taken: set[str]) -> str:

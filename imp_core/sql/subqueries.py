@@ -52,7 +52,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
 )
 from imp_core.sql.expressions import split_and
-from imp_core.sql.from_clause import Planned, bind_from_item
+from imp_core.sql.from_clause import Planned, bind_from_item, set_operation_name
 from imp_core.sql.scope import Scope
 from imp_core.sql.text import SqlText
 
@@ -349,6 +349,10 @@ class SubqueryPlanner:
         while isinstance(node, exp.Subquery) and not [k for k, v in node.args.items()
                                                       if v and k != "this"]:
             node = node.this
+        if isinstance(node, exp.SetOperation):  # planned only as a query or in FROM
+            name = set_operation_name(node)
+            raise self.text.unsupported(f"{name} in a WHERE or HAVING subquery", node,
+                                        name.split()[0])
         if not isinstance(node, exp.Select):
             raise self.text.unsupported("subquery that is not a SELECT", where)
         return node.copy()

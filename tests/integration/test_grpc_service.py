@@ -324,8 +324,8 @@ ERRORS = {
     "malformed SQL": (lambda s, c: c.register("bad", "SELECT a FROM t1000g WHERE", fragments=4),
                       "INVALID_ARGUMENT", "malformed SQL"),
     "unsupported SQL": (lambda s, c: c.register(
-        "bad", "SELECT a FROM t1000g UNION SELECT a FROM t5000g",
-        partitions={"t1000g.a": 4}), "UNIMPLEMENTED", "UNION"),
+        "bad", "SELECT a FROM t1000g UNION SELECT a FROM t5000g LIMIT 1",
+        partitions={"t1000g.a": 4}), "UNIMPLEMENTED", "LIMIT without ORDER BY"),
     "non-SELECT register": (lambda s, c: c.register("bad", "DROP TABLE t1000g", fragments=4),
                             "INVALID_ARGUMENT", "only read-only SELECT"),
     "non-SELECT run": (lambda s, c: c.run_query(sql="DELETE FROM t1000g WHERE a = 1"),
@@ -475,9 +475,10 @@ def test_malformed_sql_carries_its_position(client):
 
 def test_unsupported_sql_names_the_construct(client):
     with pytest.raises(RemoteError) as info:
-        client.register("bad", "SELECT a FROM t1000g INTERSECT SELECT a FROM t5000g",
-                        partitions={"t1000g.a": 4})
-    assert info.value.code == "UNIMPLEMENTED" and info.value.construct == "INTERSECT"
+        client.register("bad", "SELECT a FROM t1000g WHERE a IN (SELECT a FROM t5000g "
+                        "INTERSECT SELECT a FROM t1000g)", partitions={"t1000g.a": 4})
+    assert info.value.code == "UNIMPLEMENTED" and \
+        info.value.construct == "INTERSECT in a WHERE or HAVING subquery"
 
 
 def test_unexpected_exception_is_internal_without_details(svc, client, monkeypatch, caplog):

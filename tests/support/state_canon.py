@@ -3,8 +3,9 @@
 Group ids, row order and how a Z-set is split into rows are arbitrary, so state is keyed
 by content: an aggregation's groups by their key tuples (CNT, non-NULL counts, exact sums,
 F_g as {fragment: count}, min/max multisets and completeness), top-k entries and in-memory
-join sides (also of semi-, anti- and outer joins) as consolidated counters, a
-Spark-served join side by its versions, μ's counts and the result. With a bounded
+join sides (also of semi-, anti- and outer joins) as consolidated counters, a set
+operation's rows by value with their counts and F_t, a Spark-served join side by its
+versions, μ's counts and the result. With a bounded
 min/max buffer m only the m best values are compared: a buffer may hold more than m
 values (values better than its worst are always admitted) and still be the same state as
 far as results and refills go.
@@ -21,6 +22,7 @@ from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
+from imp_core.engine.operators.set_ops import SetOpOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.state import group_state
@@ -42,12 +44,29 @@ def canonical_state(pipeline, tables: Mapping[str, pa.Table] | None = None,
                              state[op.META.name].column("complete")[0].as_py())
         elif isinstance(op, (JoinOp, KeyedJoinOp)):
             out[op.op_id] = tuple(_side(state[name]) for name in op.STATE.names())
+        elif isinstance(op, SetOpOp):
+            out[op.op_id] = _set_op(op, state)
     merge = grouped[IncrementalQuery.MERGE][MergeOp.COUNTS.name]
     out["merge"] = merge.column("count").to_pylist()
     result = IncrementalQuery.RESULT.name
     if result in tables:
         out["result"] = batch_from_arrow(tables[result]).to_counter()
     return out
+
+
+def _set_op(op: SetOpOp, state: Mapping[str, pa.Table]) -> dict:
+    """A set operation's rows by value: (left count, right count, {fragment: count})."""
+    rows = state[op.ROWS.name]
+    keys = zip(*[rows.column(f"k{j}").to_pylist() for j in range(len(op.key_types))])
+    frags: dict[int, dict[int, int]] = {}
+    table = state[op.FRAGMENTS.name]
+    for key, count in zip(table.column("key").to_pylist(), table.column("count").to_pylist()):
+        g, f = divmod(key, op.frags.P)
+        if count:
+            frags.setdefault(g, {})[f] = count
+    return {tuple(k): (lc, rc, frags.get(g, {})) for k, g, lc, rc in zip(
+        keys, rows.column("gid").to_pylist(), rows.column("left").to_pylist(),
+        rows.column("right").to_pylist())}
 
 
 def _side(table: pa.Table) -> Any:

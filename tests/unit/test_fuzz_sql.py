@@ -38,7 +38,10 @@ def test_the_generator_covers_the_grammar():
                       # Spark's semantics (issue 31): NULLs in IN lists, remainders and
                       # quotients of negative values and decimals, grouped and compared
                       " NOT IN (", ", NULL", "NULL,", " % ", "pmod(", " DIV ", "r.m / ",
-                      "s.n / ", "GROUP BY r.m /", "/ count(*)", "-0.25", "-3)", "% -3"):
+                      "s.n / ", "GROUP BY r.m /", "/ count(*)", "-0.25", "-3)", "% -3",
+                      # set operations (issue 32), nested and ordered
+                      " UNION ALL ", " UNION SELECT", " INTERSECT ", " INTERSECT ALL ",
+                      " EXCEPT ", " EXCEPT ALL ", ") UNION", "NULLS LAST LIMIT"):
         assert any(construct in sql for sql in sqls), construct
     assert any(re.search(r"/ \S+ (=|<>|<|<=|>|>=) ", sql) for sql in sqls)  # quotients compared
 

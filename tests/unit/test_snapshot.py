@@ -1,10 +1,10 @@
 """Operator state snapshots: round trips mid-stream, damaged bytes, foreign snapshots.
 
 For every stateful operator (aggregation incl. bounded min/max, DISTINCT, join, top-k,
-comparison with a scalar subquery) a pipeline is snapshotted in the middle of a random
-batch sequence and restored into a fresh pipeline built from the same plan; both then
-take the same further batches and must agree with each other and with the reference
-after every batch.
+comparison with a scalar subquery, set operations) a pipeline is snapshotted in the
+middle of a random batch sequence and restored into a fresh pipeline built from the
+same plan; both then take the same further batches and must agree with each other and
+with the reference after every batch.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from imp_core.plan.nodes import (
     NamedExpr,
     Project,
     Select,
+    SetOp,
     SortKey,
     TopK,
 )
@@ -99,6 +100,16 @@ def _scalar_filter_plan():
                    (NamedExpr("r1.b", col("r1.b")), NamedExpr("g", col("g"))))
 
 
+def _set_op_plan(kind: str, distinct: bool):
+    def build():
+        left = Project(scan("r", ("a", "b", "c")), (NamedExpr("x", col("r.b")),
+                                                    NamedExpr("y", col("r.c"))))
+        right = Project(scan("s", ("c", "d", "e")), (NamedExpr("sx", col("s.d")),
+                                                     NamedExpr("sy", col("s.e"))))
+        return SetOp(left, right, kind, distinct)
+    return build
+
+
 CASES = {
     "aggregate": (_agg_plan, ("r",), EngineOptions()),
     "aggregate_minmax_buffer": (_having_plan, ("r",), EngineOptions(minmax_buffer=2)),
@@ -110,6 +121,9 @@ CASES = {
     "topk_buffer": (_topk_plan, ("r",), EngineOptions(topk_buffer=4)),
     "topk_over_aggregate_buffer": (_topk_agg_plan, ("r",), EngineOptions(topk_buffer=3)),
     "scalar_filter": (_scalar_filter_plan, ("r",), EngineOptions()),
+    "except_all": (_set_op_plan("except", False), ("r", "s"), EngineOptions()),
+    "intersect": (_set_op_plan("intersect", True), ("r", "s"), EngineOptions()),
+    "union": (_set_op_plan("union", True), ("r", "s"), EngineOptions()),
 }
 
 
@@ -163,7 +177,7 @@ def test_snapshot_restore_seeded(case):
 
 
 def test_snapshot_of_empty_and_emptied_pipelines():
-    for case in ("aggregate_minmax_buffer", "join", "topk_buffer", "distinct"):
+    for case in ("aggregate_minmax_buffer", "join", "topk_buffer", "distinct", "except_all"):
         plan_fn, tables, options = CASES[case]
         ch = RandChooser(1)
         world = World(qplan(plan_fn()), _partitions(ch, tables), tables, (options,),

@@ -10,8 +10,9 @@ several items (``a, ROLLUP(b, c)``) their cross product, sets concatenated.
 The plan is ``Aggregate(Expand(pre))`` (``imp_core.plan.expand``): the aggregation groups on
 the expanded keys ``_r<i>`` (NULL outside a set) and the set's position ``_gid``; after
 aggregation a grouping key denotes its expanded column, and ``grouping(k)`` (TINYINT, 1
-where ``k`` is aggregated away) and ``grouping_id(k...)`` (BIGINT, the bits of
-``grouping`` of each argument, first argument highest; without arguments over all keys)
+where ``k`` is aggregated away) and ``grouping_id()`` (BIGINT, the bits of
+``grouping`` of each key, first key highest; Spark takes arguments only when they are
+all the keys in their order)
 are CASE expressions over ``_gid``.
 """
 
@@ -126,7 +127,11 @@ class GroupingSets:
             if len(positions) != 1:
                 raise text.unsupported("grouping() with other than one argument", node)
             return self._case(lambda s: int(positions[0] not in s), pa.int8())
-        positions = positions or list(range(len(self.keys)))
+        every = list(range(len(self.keys)))
+        if positions and positions != every:  # Spark: GROUPING_ID_COLUMN_MISMATCH
+            raise text.unsupported("grouping_id() of columns other than all grouping keys "
+                                   "in their order", node)
+        positions = every
         if len(positions) > 63:
             raise text.unsupported("grouping_id() over more than 63 columns", node)
 

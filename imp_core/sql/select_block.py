@@ -75,9 +75,6 @@ _GROUPING = {"grouping_sets": ("GROUP BY GROUPING SETS", "GROUPING"),
              "cube": ("GROUP BY ... WITH CUBE", "CUBE"),
              "rollup": ("GROUP BY ... WITH ROLLUP", "ROLLUP"),
              "totals": ("GROUP BY ... WITH TOTALS", "TOTALS"), "all": ("GROUP BY ALL", "ALL")}
-_GROUPING_NODES = {exp.Rollup: ("GROUP BY ROLLUP", "ROLLUP"),
-                   exp.Cube: ("GROUP BY CUBE", "CUBE"),
-                   exp.GroupingSets: ("GROUP BY GROUPING SETS", "GROUPING")}
 _TRUE = Literal(True, pa.bool_())
 # what type inference raises for an ill-typed expression (KeyError: type pairings that
 # the evaluator's coercion tables do not cover)
@@ -334,9 +331,6 @@ class SelectPlanner(FromTree):
             if group.args.get(key):
                 raise self.text.unsupported(construct, group, keyword)
         for node in group.expressions:
-            if type(node) in _GROUPING_NODES:
-                construct, keyword = _GROUPING_NODES[type(node)]
-                raise self.text.unsupported(construct, node, keyword)
             target = self._group_target(node, items)
             self.agg.add_group(bind(target, self._context("GROUP BY")), node)
 

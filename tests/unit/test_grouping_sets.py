@@ -25,11 +25,14 @@ from sqlglot import parse_one
 from strategies import SEEDS
 
 from imp_core.embedded.api import Engine
+from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.errors import UnsafeSketchError, UnsupportedSqlError
+from imp_core.estimate.memory import ColumnStats, TableStats, estimate_plan
 from imp_core.oracle.reference import reference_capture, reference_evaluate, restrict_to_sketch
 from imp_core.oracle.results import same_rows
 from imp_core.plan.expand import Expand
+from imp_core.plan.lineage import trace_column
 from imp_core.sql.grouping_sets import read_group
 from imp_core.sql.planner import plan_sql
 from imp_core.sql.text import SqlText
@@ -43,7 +46,7 @@ QUERIES = {
               "FROM r GROUP BY ROLLUP(g, h)",
     "cube_having": "SELECT g, h, count(x) AS c, sum(x) AS s FROM r GROUP BY CUBE(g, h) "
                    "HAVING count(*) > 1",
-    "sets_expr": "SELECT g + 1 AS g1, h, max(x) AS m, grouping_id(h, g + 1) AS gi "
+    "sets_expr": "SELECT g + 1 AS g1, h, max(x) AS m, grouping_id(g + 1, h) AS gi "
                  "FROM r GROUP BY GROUPING SETS ((g + 1, h), (g + 1), (h), ())",
     "mixed_topk": "SELECT g, h, sum(x) AS s, grouping(h) AS gh FROM r "
                   "GROUP BY g, ROLLUP(h) ORDER BY gh DESC, g NULLS FIRST, h NULLS FIRST LIMIT 3",
@@ -114,16 +117,23 @@ def test_maintained_grouping_sets_match_recapture_and_duckdb(name, seed, fragmen
         _check(eng, q, name)
 
 
-def test_state_survives_snapshot_and_restore():
+def test_restored_state_keeps_maintaining_every_set():
+    """The groups of all sets live in the one aggregation's state: a pipeline restored
+    from a snapshot maintains them on, as the original does."""
     rng = np.random.default_rng(3)
     eng = Engine()
     eng.create_table("r", _rows(rng, 30, 0), key="a")
-    q = eng.register(QUERIES["rollup"], {"r.a": 4})
-    eng.apply("r", inserts=_rows(rng, 10, 1000), deletes=eng.table("r").slice(0, 5))
-    again = IncrementalQuery(q.plan, q.partitions, eng.options)
-    again.restore(q.pipeline.snapshot())
-    assert again.result().to_counter() == q.pipeline.result().to_counter()
-    assert again.sketch() == q.pipeline.sketch()
+    q = eng.register(QUERIES["cube_having"], {"r.a": 4}, force=True)
+    twin = IncrementalQuery(q.plan, q.partitions, eng.options)
+    twin.restore(q.pipeline.snapshot())
+    gone = eng.table("r").slice(0, 12)
+    fresh = _rows(rng, 6, 1000)
+    eng.apply("r", inserts=fresh, deletes=gone)
+    delta = TableDelta(pa.concat_tables([gone, fresh]),
+                       np.array([-1] * gone.num_rows + [1] * fresh.num_rows))
+    twin.apply({"r": delta})
+    assert twin.result().to_counter() == q.pipeline.result().to_counter()
+    assert twin.sketch() == q.sketch
 
 
 # -- the GROUP BY clause as Spark reads it ------------------------------------------------------
@@ -162,6 +172,7 @@ def test_plan_is_an_aggregation_over_expand():
     ("SELECT g, grouping(g) FROM r GROUP BY g", "grouping() without GROUP BY ROLLUP"),
     ("SELECT g, count(DISTINCT x) FROM r GROUP BY ROLLUP(g)", "DISTINCT and grouping sets"),
     ("SELECT g, grouping(x) FROM r GROUP BY ROLLUP(g)", "not a grouping key"),
+    ("SELECT g, grouping_id(h, g) FROM r GROUP BY ROLLUP(g, h)", "in their order"),
     ("SELECT g FROM r GROUP BY GROUPING SETS ((g, ROLLUP(h)))", "ROLLUP"),
 ])
 def test_refusals_name_the_construct(sql, construct):
@@ -230,3 +241,31 @@ def test_rollup_without_filter_is_safe_on_any_attribute():
     rng = np.random.default_rng(5)
     for _ in range(20):
         assert _over_sketch_equals(sql, "r.x", {"r": _rows(rng, 12, 0)}, [0, 4])
+
+
+# -- lineage and the memory estimate of Expand ----------------------------------------------------
+
+
+def _expand_of(sql: str) -> Expand:
+    return next(n for n in plan_sql(sql, {"r": SCHEMA}).root.walk() if isinstance(n, Expand))
+
+
+def test_an_expanded_key_is_a_table_column_only_where_every_set_holds_it():
+    node = _expand_of("SELECT g, h, count(*) FROM r GROUP BY g, ROLLUP(h)")
+    g, h = node.names
+    assert trace_column(node, g)[1] == "g"  # in both sets: a plain copy
+    assert trace_column(node, h) is None  # NULL in the copies for the set ()
+    assert trace_column(node, h, through_padding=True)[1] == "h"
+    assert trace_column(node, node.set_column) is None
+
+
+def test_the_estimate_counts_one_copy_per_set_and_the_groups_of_every_set():
+    sql = "SELECT g, h, sum(x) FROM r GROUP BY CUBE(g, h)"
+    plan = plan_sql(sql, {"r": SCHEMA})
+    stats = {"r": TableStats(1000, {"g": ColumnStats(distinct=3), "h": ColumnStats(distinct=2)})}
+    est = estimate_plan(plan.root, stats, fragments=8)
+    by_kind = {type(o.node).__name__: o for o in est.operators}
+    assert by_kind["Expand"].rows == 4000 and by_kind["Expand"].state_bytes == 0
+    # (3 + 1) * (2 + 1) values of the expanded keys, 4 sets: an upper bound of the 12
+    # groups there are ((g, h): 6, (g): 3, (h): 2, (): 1)
+    assert 12 <= by_kind["Aggregate"].rows <= 4 * 4 * 3

@@ -54,7 +54,11 @@ QUERIES = {
     "having_grouping": "SELECT g, sum(x) AS s FROM r GROUP BY ROLLUP(g) "
                        "HAVING grouping(g) = 1 OR sum(x) > 0",
     "duplicate_sets": "SELECT g, count(*) AS n FROM r GROUP BY GROUPING SETS ((g), (g), ())",
+    # TPC-DS q27's shape: a fact joined to a dimension, rolled up over both
+    "join_rollup": "SELECT d.cat, r.h, avg(r.x) AS ax, sum(r.x) AS s, grouping(d.cat) AS gc "
+                   "FROM r JOIN d ON r.g = d.g GROUP BY ROLLUP(d.cat, r.h)",
 }
+DIM = pa.table({"g": pa.array([0, 1, 2], pa.int64()), "cat": ["A", "B", "A"]})
 # the same queries in DuckDB's dialect where it differs (Spark's WITH ROLLUP form)
 WITH_ROLLUP = "SELECT g, h, sum(x) AS s FROM r GROUP BY g, h WITH ROLLUP"
 DUCK = {"with_rollup": "SELECT g, h, sum(x) AS s FROM r GROUP BY ROLLUP(g, h)"}
@@ -75,6 +79,7 @@ def _rows(rng: np.random.Generator, n: int, start: int) -> pa.Table:
 def _duckdb(sql: str, table: pa.Table) -> pa.Table:
     con = duckdb.connect()
     con.register("r", table)
+    con.register("d", DIM)
     return con.sql(sql).to_arrow_table()
 
 
@@ -100,6 +105,7 @@ def test_maintained_grouping_sets_match_recapture_and_duckdb(name, seed, fragmen
     rng = np.random.default_rng(seed)
     eng = Engine()
     eng.create_table("r", _rows(rng, 10, 0), key="a")
+    eng.create_table("d", DIM, key="g")
     q = eng.register(QUERIES[name], {attribute: fragments}, force=True)
     _check(eng, q, name)
     start = 1000

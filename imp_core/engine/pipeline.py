@@ -26,6 +26,7 @@ from imp_core.engine.operators.base import (
     SelectOp,
     TableDelta,
 )
+from imp_core.engine.operators.expand import ExpandOp
 from imp_core.engine.operators.join import JoinOp, SideChooser
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
@@ -38,6 +39,7 @@ from imp_core.engine.state import StateTable, StateTables, group_state, state_ke
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
 from imp_core.errors import SnapshotError
 from imp_core.plan.ansi import ErrorTally
+from imp_core.plan.expand import Expand
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -171,6 +173,8 @@ class IncrementalQuery:
             op = AggregateOp(distinct_node(node), op_id, nfrag)
         elif isinstance(node, SetOp):
             op = UnionAllOp(node, op_id) if node.linear else SetOpOp(node, op_id, nfrag)
+        elif isinstance(node, Expand):
+            op = ExpandOp(node, op_id)
         elif isinstance(node, TopK):
             buffer = self.options.topk_buffer
             # a buffer is a default for every top-k: one with a larger k keeps k entries

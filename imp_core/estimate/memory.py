@@ -76,6 +76,7 @@ from imp_core.estimate.budget import (  # noqa: F401 - re-exported
     memory_budget,
     parse_budget,
 )
+from imp_core.estimate.expand import expand_estimate
 from imp_core.estimate.selectivity import (  # noqa: F401 - the rule constants are re-exported
     EQ_SEL,
     LIKE_SEL,
@@ -95,6 +96,7 @@ from imp_core.estimate.table_stats import (  # noqa: F401 - ColumnStats etc. are
 )
 from imp_core.plan.aggregates import registry
 from imp_core.plan.aggregates.base import ValueRange
+from imp_core.plan.expand import Expand
 from imp_core.plan.expr import (
     Cast,
     ColumnRef,
@@ -272,6 +274,8 @@ class _Context:
             return _shrink(child, min(child.rows, node.k)), kept * entry, 0.0, 0.0
         if isinstance(node, SetOp):
             return self._set_op(node, kids[0], kids[1])
+        if isinstance(node, Expand):
+            return expand_estimate(node, kids[0]), 0.0, 0.0, 0.0
         # an unknown node type: its input's size, no state
         child = kids[0] if kids else _Rel(0.0, {}, 0)
         return _Rel(child.rows, {}, child.ids), 0.0, 0.0, 0.0

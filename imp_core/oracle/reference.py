@@ -34,9 +34,11 @@ from pyroaring import BitMap
 from imp_core.engine.annotation import Annotation
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import SqlRuntimeError
+from imp_core.oracle.expand import expand_rows
 from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.aggregates.exact import FLOAT_SHIFT, kind_of, python_exact
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
+from imp_core.plan.expand import Expand
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -215,6 +217,9 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
         return _topk(node, tables, partitions)
     if isinstance(node, SetOp):
         return _set_op(node, schema, tables, partitions)
+    if isinstance(node, Expand):
+        child = reference_evaluate(node.input, tables, partitions)
+        return Bag(*expand_rows(node, child.data, child.mult, child.ann, schema))
     raise TypeError(f"unknown plan node {type(node).__name__}")
 
 

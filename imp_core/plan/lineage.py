@@ -3,10 +3,12 @@
 Invariant: ``trace_column(node, c)`` returns ``(scan, source)`` only when every value of
 ``node``'s column ``c`` is the unchanged value of column ``source`` of the table row that
 ``scan`` read for that output row (through selections, renaming projections, inner joins,
-the left input of semi- and anti-joins, whose output columns are the left's, and the
-preserved left input of a LEFT outer join); otherwise None. A column an outer join may
-NULL-pad (the right input of a LEFT join, either input of a FULL join) holds NULL on a
-padded row, where no row of its table was read, so it is traced only with
+the left input of semi- and anti-joins, whose output columns are the left's, the
+preserved left input of a LEFT outer join, and grouping-set expansion: its input columns,
+and a key's expanded copy when every grouping set holds the key); otherwise None. A
+column an outer join may NULL-pad (the right input of a LEFT join, either input of a FULL
+join) holds NULL on a padded row, where no row of its table was read (as does an
+expanded key in the copies for sets without it), so it is traced only with
 ``through_padding=True``: then every *non-NULL* value of ``c`` is such a copy (what a
 filter on probe keys needs, as NULL keys never match; not what routing rows by ``c``
 needs). A set operation's column is traced through its left input for INTERSECT and
@@ -16,6 +18,7 @@ row may come from either input, so its columns are not traced.
 
 from __future__ import annotations
 
+from imp_core.plan.expand import Expand
 from imp_core.plan.expr import ColumnRef
 from imp_core.plan.nodes import (
     Join,
@@ -60,6 +63,13 @@ def trace_column(node: PlanNode, column: str,
         if node.kind == "union":
             return None  # a row of either input
         return trace_column(node.left, column, through_padding)
+    if isinstance(node, Expand):
+        if column in node.keys or column not in node.names:
+            return trace_column(node.input, column, through_padding)
+        key = node.names.index(column)  # NULL in the copies for sets without the key
+        if through_padding or node.in_every_set(key):
+            return trace_column(node.input, node.keys[key], through_padding)
+        return None
     if isinstance(node, (Join, OuterJoin)):
         for child in (node.left, node.right):
             if column not in child.column_names:

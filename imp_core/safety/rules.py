@@ -15,6 +15,7 @@ from typing import Sequence
 
 from imp_core.plan.aggregates import registry
 from imp_core.plan.aggregates.base import Monotonicity, ValueRange
+from imp_core.plan.expand import Expand
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, rename_columns
 from imp_core.plan.nodes import (
     Aggregate,
@@ -30,6 +31,7 @@ from imp_core.plan.nodes import (
     SortKey,
     TopK,
 )
+from imp_core.safety.expand import expand
 from imp_core.safety.facts import Context, Facts, Taint, close, equalities, tainted_in
 from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
 from imp_core.safety.negation import anti_join, outer_join, semi_join
@@ -73,6 +75,8 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
         left = analyze(node.left, path + (0,), through, ctx)
         right = analyze(node.right, path + (1,), through, ctx)
         return set_operation(node, path, left, right, ctx)
+    if isinstance(node, Expand):
+        return expand(node, analyze(node.input, path + (0,), lossless, ctx))
     raise Unsafe(f"operator {type(node).__name__} is not covered by the safety analysis")
 
 

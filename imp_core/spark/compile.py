@@ -56,6 +56,7 @@ from imp_core.plan.nodes import (
 )
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Range, Sketch
+from imp_core.spark.compile_expand import ExpandCompiler
 from imp_core.spark.compile_joins import JoinCompilers
 from imp_core.spark.compile_set_ops import SetOpCompilers
 from imp_core.spark.sql_text import (
@@ -126,7 +127,7 @@ def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
             f"NULLS {'FIRST' if nulls_first else 'LAST'}")
 
 
-class _Compiler(JoinCompilers, SetOpCompilers):
+class _Compiler(JoinCompilers, SetOpCompilers, ExpandCompiler):
     """One compilation: a CTE per plan node (``compile`` dispatches on the node's type to
     ``_<NodeType>``), with annotation columns when ``partitions`` is given and scans
     filtered by ``sketch`` when that is given."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from imp_core.plan.expand import Expand
 from imp_core.plan.expr import ColumnRef
 from imp_core.plan.nodes import (
     Aggregate,
@@ -52,7 +53,7 @@ def _prune(node: PlanNode, required: Required) -> PlanNode:
     if isinstance(node, Aggregate):
         need = frozenset(node.group_by) | {a.arg for a in node.aggregates if a.arg}
         return replace(node, input=_prune(node.input, need))
-    if isinstance(node, (Distinct, TopK)):
+    if isinstance(node, (Distinct, TopK, Expand)):
         return replace(node, input=_prune(node.input, None))
     if isinstance(node, SetOp):  # compares whole rows: every column of both inputs
         return replace(node, left=_prune(node.left, None), right=_prune(node.right, None))

@@ -50,6 +50,14 @@ from imp_core.sql.aggregation import Aggregation, global_aggregates
 from imp_core.sql.expressions import BindContext, aggregate_call, bind, split_and
 from imp_core.sql.from_clause import FromItem, Planned, bind_from_item, check_join
 from imp_core.sql.from_clause import sort_key as _sort_key
+from imp_core.sql.grouping_sets import (
+    SET_COLUMN,
+    GroupingSets,
+    bind_grouping_sets,
+    grouping_arguments,
+    has_grouping_sets,
+    is_grouping_function,
+)
 from imp_core.sql.join_tree import FromTree
 from imp_core.sql.join_tree import Sourced as _Sourced
 from imp_core.sql.pushdown import push_selection
@@ -72,9 +80,6 @@ _GROUPING = {"grouping_sets": ("GROUP BY GROUPING SETS", "GROUPING"),
              "cube": ("GROUP BY ... WITH CUBE", "CUBE"),
              "rollup": ("GROUP BY ... WITH ROLLUP", "ROLLUP"),
              "totals": ("GROUP BY ... WITH TOTALS", "TOTALS"), "all": ("GROUP BY ALL", "ALL")}
-_GROUPING_NODES = {exp.Rollup: ("GROUP BY ROLLUP", "ROLLUP"),
-                   exp.Cube: ("GROUP BY CUBE", "CUBE"),
-                   exp.GroupingSets: ("GROUP BY GROUPING SETS", "GROUPING")}
 _TRUE = Literal(True, pa.bool_())
 # what type inference raises for an ill-typed expression (KeyError: type pairings that
 # the evaluator's coercion tables do not cover)
@@ -104,6 +109,7 @@ class SelectPlanner(FromTree):
         self.items_from = self._bind_from()
         self.scope = Scope([i.source for i in self.items_from], text)
         self.agg: Aggregation | None = None
+        self.grouping: GroupingSets | None = None  # GROUP BY ROLLUP / CUBE / GROUPING SETS
         self.columns_seen: dict[str, exp.Column] = {}  # field -> first reference
         self.subqueries = SubqueryPlanner(self)
         self.where_steps: list[Step] = []  # WHERE conjuncts with subqueries
@@ -310,6 +316,12 @@ class SelectPlanner(FromTree):
         base = self._context("aggregate argument")
         ctx = BindContext(base.text, base.resolve, base.clause, subquery=base.subquery,
                           no_aggregate="nested aggregate function")
+        if is_grouping_function(node):
+            if self.grouping is None:
+                raise self.text.unsupported(f"{node.sql_name().lower()}() without GROUP BY "
+                                            "ROLLUP, CUBE or GROUPING SETS", node)
+            args = [bind(a, ctx) for a in grouping_arguments(node)]
+            return self.grouping.function(node, args, self.text)
         func, arg = aggregate_call(node, ctx)
         return self.agg.add_call(func, arg, node)
 
@@ -339,13 +351,20 @@ class SelectPlanner(FromTree):
         group = self.select.args.get("group")
         if group is None:
             return
+        if has_grouping_sets(group):
+            def bind_key(node: exp.Expression) -> Expr:
+                expr = bind(self._group_target(node, items), self._context("GROUP BY"))
+                self.agg.add_group(expr, node)  # type: ignore[union-attr]
+                return expr
+
+            self.grouping = bind_grouping_sets(group, self.text, bind_key)
+            # after aggregation a key is its expanded column; grouping() reads the set
+            self.agg.groups = {**self.grouping.expanded(), ColumnRef(SET_COLUMN): SET_COLUMN}
+            return
         for key, (construct, keyword) in _GROUPING.items():
             if group.args.get(key):
                 raise self.text.unsupported(construct, group, keyword)
         for node in group.expressions:
-            if type(node) in _GROUPING_NODES:
-                construct, keyword = _GROUPING_NODES[type(node)]
-                raise self.text.unsupported(construct, node, keyword)
             target = self._group_target(node, items)
             self.agg.add_group(bind(target, self._context("GROUP BY")), node)
 
@@ -490,13 +509,20 @@ class SelectPlanner(FromTree):
                                             detail=str(error)) from None
         distinct, plain = self.agg.distinct_arguments()
         source: PlanNode = pre
-        if distinct and (plain or len(distinct) > 1) and not self.agg.group_names():
+        if distinct and (plain or len(distinct) > 1) and not self.agg.group_names() \
+                and self.grouping is None:
             out = global_aggregates(pre, calls, self.agg.distinct_calls())
             if having is not None:
                 self._check_conditions(out, [having])
                 out = Select(out, having.expr)
             return out
-        if distinct:
+        if self.grouping is not None:
+            if distinct:
+                first = next(self.agg.sources[k] for k in self.agg.calls if is_distinct(k[0]))
+                raise self.text.unsupported("aggregate with DISTINCT and grouping sets", first)
+            keys = [self.agg.projected[k] for k in self.grouping.keys]
+            source = self.grouping.expand(pre, keys)
+        elif distinct:
             # f(DISTINCT x) GROUP BY g is f(x) over the distinct (g, x) pairs: exact when
             # every call aggregates the same x with DISTINCT
             if plain or len(distinct) > 1:

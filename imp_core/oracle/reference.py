@@ -47,6 +47,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     TopK,
+    Window,
     arrow_schema,
 )
 from imp_core.sketch.partition import PartitionSet
@@ -209,6 +210,11 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
         return _aggregate(node, schema, tables, partitions)
     if isinstance(node, TopK):
         return _topk(node, tables, partitions)
+    if isinstance(node, Window):
+        from imp_core.oracle.window import evaluate_window
+
+        child = reference_evaluate(node.input, tables, partitions)
+        return evaluate_window(node, child, _codes, _padded, Bag)
     raise TypeError(f"unknown plan node {type(node).__name__}")
 
 

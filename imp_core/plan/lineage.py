@@ -3,7 +3,8 @@
 Invariant: ``trace_column(node, c)`` returns ``(scan, source)`` only when every value of
 ``node``'s column ``c`` is the unchanged value of column ``source`` of the table row that
 ``scan`` read for that output row (through selections, renaming projections, inner joins,
-the left input of semi- and anti-joins, whose output columns are the left's, and the
+the input columns of a window, the left input of semi- and anti-joins, whose output
+columns are the left's, and the
 preserved left input of a LEFT outer join); otherwise None. A column an outer join may
 NULL-pad (the right input of a LEFT join, either input of a FULL join) holds NULL on a
 padded row, where no row of its table was read, so it is traced only with
@@ -15,7 +16,16 @@ needs).
 from __future__ import annotations
 
 from imp_core.plan.expr import ColumnRef
-from imp_core.plan.nodes import Join, OuterJoin, PlanNode, Project, Scan, Select, SemiJoin
+from imp_core.plan.nodes import (
+    Join,
+    OuterJoin,
+    PlanNode,
+    Project,
+    Scan,
+    Select,
+    SemiJoin,
+    Window,
+)
 
 
 def trace_column(node: PlanNode, column: str,
@@ -36,6 +46,10 @@ def trace_column(node: PlanNode, column: str,
         return None
     if isinstance(node, Select):
         return trace_column(node.input, column, through_padding)
+    if isinstance(node, Window):  # the input's columns pass unchanged, the calls' do not
+        if column in node.input.column_names:
+            return trace_column(node.input, column, through_padding)
+        return None
     if isinstance(node, Project):
         for ne in node.exprs:
             if ne.name == column:

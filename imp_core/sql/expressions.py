@@ -72,6 +72,8 @@ class BindContext:
     # the error for a subquery inside the expression (correlated or not)
     subquery: Callable[[exp.Expression], UnsupportedSqlError] | None = None
     no_aggregate: str = ""  # the construct to report for an aggregate (default: by clause)
+    # binds a window call to the column standing for it (None: no window functions here)
+    window: Callable[[exp.Window], Expr] | None = None
 
     def unsupported(self, construct: str, node: exp.Expression | None = None,
                     keyword: str | None = None, detail: str = "") -> UnsupportedSqlError:
@@ -100,6 +102,8 @@ def bind(node: exp.Expression, ctx: BindContext) -> Expr:
 
 def _bind_other(node: exp.Expression, ctx: BindContext) -> Expr:
     if isinstance(node, exp.Window):
+        if ctx.window is not None:
+            return ctx.window(node)
         raise ctx.unsupported("window function", node)
     if isinstance(node, (exp.Subquery, exp.Exists, exp.Any, exp.All, exp.Select)):
         raise _subquery_error(node, ctx)

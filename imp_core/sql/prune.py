@@ -8,9 +8,9 @@ above it or by the join's condition.
 
 Invariant: the rewritten plan has the same output schema and, for every input, the same
 bag of output rows and the same provenance: only columns that no ancestor reads are
-dropped, and never below a ``Distinct`` (which compares whole rows) or a ``TopK``
-(whose total order breaks ties on every column). An input keeps at least one column, so
-its row count (a cross product's multiplicity) is unchanged.
+dropped, and never below a ``Distinct`` (which compares whole rows), a ``TopK`` or a
+``Window`` (whose total order breaks ties on every column). An input keeps at least one
+column, so its row count (a cross product's multiplicity) is unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     TopK,
+    Window,
 )
 
 Required = frozenset[str] | None  # None: every column of the node
@@ -51,7 +52,7 @@ def _prune(node: PlanNode, required: Required) -> PlanNode:
     if isinstance(node, Aggregate):
         need = frozenset(node.group_by) | {a.arg for a in node.aggregates if a.arg}
         return replace(node, input=_prune(node.input, need))
-    if isinstance(node, (Distinct, TopK)):
+    if isinstance(node, (Distinct, TopK, Window)):  # their rows depend on every column
         return replace(node, input=_prune(node.input, None))
     if isinstance(node, (Join, OuterJoin, SemiJoin)):
         above = frozenset(node.column_names) if required is None else required

@@ -28,6 +28,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     SortKey,
     TopK,
+    Window,
 )
 from imp_core.safety.facts import Context, Facts, Taint, close, equalities, tainted_in
 from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
@@ -35,6 +36,7 @@ from imp_core.safety.negation import anti_join, outer_join, semi_join
 from imp_core.safety.render import sql_text
 from imp_core.safety.scalar import pin_single_rows
 from imp_core.safety.verdict import Unsafe
+from imp_core.safety.window import ranked_filter, window
 
 
 def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context) -> Facts:
@@ -42,8 +44,15 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
     annotations (all operators above are projections, DISTINCTs or aggregations)."""
     if isinstance(node, Scan):
         return _scan(node, path, ctx)
+    if isinstance(node, Select) and isinstance(node.input, Window):
+        inner = analyze(node.input.input, path + (0, 0), False, ctx)
+        facts = window(node.input, inner, ctx)
+        ranked = ranked_filter(node, inner, facts, lossless, ctx)
+        return ranked if ranked is not None else _select(node, facts, ctx)
     if isinstance(node, Select):
         return _select(node, analyze(node.input, path + (0,), False, ctx), ctx)
+    if isinstance(node, Window):  # rule 10 (``window.py``): each input row reaches it
+        return window(node, analyze(node.input, path + (0,), lossless, ctx), ctx)
     if isinstance(node, Project):
         return _project(node, analyze(node.input, path + (0,), lossless, ctx))
     if isinstance(node, Join):

@@ -13,6 +13,9 @@ capture query, its *annotation columns*:
   join's NULL-padded row only its own side's);
 - aggregation and DISTINCT replace them with one ``ARRAY<INT>`` column per group: the
   sorted, duplicate-free union of the group's fragments (``collect_set``);
+- a window (``imp_core.spark.compile_window``) adds Spark's window functions and one
+  ``ARRAY<INT>`` column: the union over the partition, or over the rows up to the row's
+  last peer;
 - top-k orders by its keys, then every other column ascending NULLS FIRST, then the
   annotation as a sorted array (Spark compares arrays like Python tuples), then LIMIT k:
   the total order of ``imp_core.engine.ordering``, so result and sketch are the reference's.
@@ -53,6 +56,7 @@ from imp_core.plan.nodes import (
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Range, Sketch
 from imp_core.spark.compile_joins import JoinCompilers
+from imp_core.spark.compile_window import WindowCompiler
 from imp_core.spark.sql_text import (
     EMPTY_ANNOTATION,
     AnnColumn,
@@ -121,7 +125,7 @@ def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
             f"NULLS {'FIRST' if nulls_first else 'LAST'}")
 
 
-class _Compiler(JoinCompilers):
+class _Compiler(JoinCompilers, WindowCompiler):
     """One compilation: a CTE per plan node (``compile`` dispatches on the node's type to
     ``_<NodeType>``), with annotation columns when ``partitions`` is given and scans
     filtered by ``sketch`` when that is given."""

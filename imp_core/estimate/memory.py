@@ -10,8 +10,8 @@ and the memory the incremental engine (``imp_core.engine``) would use for it:
   annotation, key index and Bloom filter), except a side probed in the data layer
   (``probed``: side ids as ``imp_core.query.data_layer.join_sides`` names them);
   ``Aggregate`` / ``Distinct`` one entry per group plus its fragment counts and
-  min/max multisets; ``TopK`` its buffer (every input row when unbounded). Scans,
-  selections and projections keep nothing.
+  min/max multisets; ``TopK`` its buffer (every input row when unbounded); ``Window``
+  every input row. Scans, selections and projections keep nothing.
 - ``work_bytes``: the largest batch a join materializes at once, which is all of its
   pairs when the whole input arrives in one batch (the bootstrap batch, the reference
   evaluator): the key-matched pairs of an equi-join, *every* pair of a join without
@@ -112,6 +112,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     TopK,
+    Window,
     scalar_filter_parts,
 )
 from imp_core.plan.paths import OperatorPath
@@ -268,6 +269,11 @@ class _Context:
                 min(child.rows, max(self.topk_buffer, node.k))
             entry = row_bytes(node.input.schema, child.ids) + SORTED_ENTRY_BYTES
             return _shrink(child, min(child.rows, node.k)), kept * entry, 0.0, 0.0
+        if isinstance(node, Window):  # every input row, kept per partition key
+            child = kids[0]
+            entry = row_bytes(node.input.schema, child.ids) + SORTED_ENTRY_BYTES
+            cols = dict(child.cols)
+            return _Rel(child.rows, cols, child.ids), child.rows * entry, 0.0, 0.0
         # an unknown node type: its input's size, no state
         child = kids[0] if kids else _Rel(0.0, {}, 0)
         return _Rel(child.rows, {}, child.ids), 0.0, 0.0, 0.0

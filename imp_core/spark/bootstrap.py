@@ -58,6 +58,7 @@ from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.operators.window import WindowOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide
 from imp_core.engine.zset import DeltaBatch
@@ -69,6 +70,7 @@ from imp_core.plan.nodes import (
     PlanNode,
     SemiJoin,
     TopK,
+    Window,
     arrow_schema,
 )
 from imp_core.sketch.partition import PartitionSet
@@ -124,12 +126,12 @@ def bootstrap_tables(spark: SparkSession, store: Any, pipeline: IncrementalQuery
 
 # nodes whose output the bootstrap rebuilds from their state or steps on the driver: the
 # operators above them are stepped by the engine as well
-_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin)
+_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin, Window)
 
 
 def has_stateful(node: PlanNode) -> bool:
     """Whether ``node``'s subtree holds a stateful operator other than an inner join: an
-    aggregation, DISTINCT, top-k, or a semi-, anti- or outer join."""
+    aggregation, DISTINCT, top-k, window, or a semi-, anti- or outer join."""
     return any(isinstance(n, _STATEFUL_NODES) for n in node.walk())
 
 
@@ -268,6 +270,12 @@ class _Bootstrap:
             self.stats.sources[op.op_id] = "spark"
         elif isinstance(op, TopKOp):
             state = self._topk_state(op, w.children[0].node)
+            self.stats.sources[op.op_id] = "spark"
+        elif isinstance(op, WindowOp):
+            # its input's rows from Spark, the window stepped once over them
+            rows = self.output(w.children[0])
+            self.outputs[op.op_id] = op.step([rows]) if len(rows) else op.empty()
+            state = op.snapshot()
             self.stats.sources[op.op_id] = "spark"
         else:  # pragma: no cover - every stateful operator is handled above
             raise TypeError(f"no bootstrap for {type(op).__name__}")

@@ -44,6 +44,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     TopK,
+    Window,
 )
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
@@ -200,6 +201,9 @@ def candidate_attributes(root: PlanNode, clustered: Mapping[str, Sequence[str]] 
         elif isinstance(node, TopK):
             for key in node.order:
                 add(node.input, key.column, "order")
+        elif isinstance(node, Window):  # an attribute of the partition keeps it whole
+            for c in node.partition_by:
+                add(node.input, c, "group-by")
         elif isinstance(node, Select):
             for c in sorted(node.predicate.columns()):
                 add(node.input, c, "filter")

@@ -75,10 +75,20 @@ some tuples: a *partial group*. The rules that keep the invariant, each with why
    carries the one row's fragments, so its whole input is in the sketch; an empty result
    gives an empty sketch, an empty X over D_P and an empty result there too.
 
+10. A window (``OVER``) needs untainted PARTITION BY and ORDER BY columns; its columns
+   are exact when the attribute flows into a PARTITION BY column (each partition lies in
+   one fragment), else tainted: an aggregate over a frame of an exact input with its
+   function's monotonicity (rule 5), a rank with none.
+11. A partitioned top-k, ``r <= c`` / ``r < c`` / ``r = 1`` alone on a rank, dense_rank
+   or row_number of a window over an exact input with only projections, DISTINCTs and
+   aggregations above, is safe: the first c rows of every partition reach the result,
+   so they are in D_P, and every other row there ranks after them.
+
 Where it is: the rules in ``rules.py`` (one function per operator), rules 7 and 8 in
-``negation.py``, rule 9 in ``scalar.py``, what they know of a result in ``facts.py``, the
-interval analysis in ``intervals.py``, name resolution in ``names.py``, the text of
-reasons in ``render.py``, the verdict in ``verdict.py``.
+``negation.py``, rule 9 in ``scalar.py``, rules 10 and 11 in ``window.py``, what they
+know of a result in ``facts.py``, the interval analysis in ``intervals.py``, name
+resolution in ``names.py``, the text of reasons in ``render.py``, the verdict in
+``verdict.py``.
 
 >>> from imp_core.plan.nodes import Aggregate, AggCall, Field, Scan
 >>> import pyarrow as pa

@@ -30,7 +30,15 @@ from imp_core.plan.nodes import (
     TopK,
     Window,
 )
-from imp_core.safety.facts import Context, Facts, Taint, close, equalities, tainted_in
+from imp_core.safety.facts import (
+    Context,
+    Facts,
+    Taint,
+    close,
+    equalities,
+    partial_taint,
+    tainted_in,
+)
 from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
 from imp_core.safety.negation import anti_join, outer_join, semi_join
 from imp_core.safety.render import sql_text
@@ -245,18 +253,8 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
         return out  # grouping only: a partial group has the same value as the whole one
     origin = len(ctx.partial_aggs)
     ctx.partial_aggs[origin] = desc
-    exact_input = not facts.tainted
     for a in node.aggregates:
-        if exact_input:
-            # whether the summed values are >= 0 (what a sum's monotonicity needs)
-            nonneg = a.function.partial is Monotonicity.SMALLER_IF_NONNEG and \
-                facts.ivals.get(a.arg or "", UNKNOWN).nonneg
-            out.tainted[a.name] = Taint(labels[a.name], origin, a.func, nonneg)
-        else:
-            out.tainted[a.name] = Taint(
-                labels[a.name], origin,
-                why_not="aggregates values that may themselves come from partial groups, "
-                        "so no monotonicity is known")
+        out.tainted[a.name] = partial_taint(labels[a.name], origin, a.func, a.arg, facts)
     return out
 
 

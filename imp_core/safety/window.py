@@ -33,10 +33,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from imp_core.plan.aggregates.base import Monotonicity
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Literal
 from imp_core.plan.nodes import Select, Window
-from imp_core.safety.facts import Context, Facts, Taint
+from imp_core.safety.facts import Context, Facts, Taint, partial_taint
 from imp_core.safety.intervals import NONNEG, UNKNOWN
 from imp_core.safety.verdict import Unsafe
 
@@ -86,15 +85,8 @@ def window(node: Window, facts: Facts, ctx: Context) -> Facts:
                 labels[c.name], origin,
                 why_not="is a rank within a partition the sketch instance may hold only in "
                         "part, so it may be smaller there")
-        elif not facts.tainted:
-            nonneg = c.function.partial is Monotonicity.SMALLER_IF_NONNEG and \
-                facts.ivals.get(c.arg or "", UNKNOWN).nonneg
-            out.tainted[c.name] = Taint(labels[c.name], origin, c.func, nonneg)
         else:
-            out.tainted[c.name] = Taint(
-                labels[c.name], origin,
-                why_not="aggregates values that may themselves come from partial groups, "
-                        "so no monotonicity is known")
+            out.tainted[c.name] = partial_taint(labels[c.name], origin, c.func, c.arg, facts)
     return out
 
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from test_spark_semantics import _spark_rows
 
 from imp_core.embedded.api import Engine
 from imp_core.oracle.reference import reference_capture, restrict_to_sketch
@@ -49,15 +50,6 @@ def spark():
     session = get_spark()
     arrow_to_dataframe(session, W).createOrReplaceTempView("w")
     return session
-
-
-def _spark_rows(spark, sql: str) -> pa.Table:
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    try:
-        return spark.sql(sql).toArrow()
-    finally:
-        spark.conf.set("spark.sql.ansi.enabled", before)
 
 
 @pytest.mark.parametrize("name", list(CASES))

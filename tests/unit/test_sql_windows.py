@@ -12,11 +12,10 @@ undefined; NULL placement is spelled out (DuckDB's default differs from Spark's)
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_sql_subqueries import ROWS_R, ROWS_S, _check, _tables
+from test_sql_subqueries import _tables, maintain_and_compare
 
 from imp_core.embedded.api import Engine
 from imp_core.errors import UnsupportedSqlError
@@ -56,25 +55,7 @@ QUERIES = [
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_maintained_result_equals_duckdb(name, sql, data):
-    rows_r, rows_s = data.draw(ROWS_R), data.draw(ROWS_S)
-    eng = Engine()
-    r, s = _tables(rows_r, rows_s)
-    eng.create_table("r", r, key="a")
-    eng.create_table("s", s, key="c")
-    fragments = data.draw(st.sampled_from([1, 2, 4]))
-    q = eng.register(sql, {"r.a": fragments}, force=True)
-    _check(eng, q, sql)
-    for step in range(data.draw(st.integers(1, 4))):
-        table = data.draw(st.sampled_from(["r", "s"]))
-        current = eng.table(table)
-        dels = data.draw(st.lists(st.integers(0, max(current.num_rows - 1, 0)),
-                                  max_size=3, unique=True)) if current.num_rows else []
-        new_r, new_s = _tables(data.draw(ROWS_R.map(lambda x: x[:3])),
-                               data.draw(ROWS_S.map(lambda x: x[:3])), first=100 * (step + 1))
-        inserts = new_r if table == "r" else new_s
-        eng.apply(table, inserts=inserts,
-                  deletes=current.take(pa.array(dels, pa.int64())) if dels else None)
-        _check(eng, q, sql)
+    maintain_and_compare(sql, data)
 
 
 REFUSED = [

@@ -44,6 +44,8 @@ from imp_core.plan.nodes import (
     Select,
     SortKey,
     TopK,
+    Window,
+    WindowCall,
 )
 from imp_core.sketch.partition import PartitionSet
 
@@ -83,6 +85,12 @@ def _topk_plan():
     return TopK(scan("r", ("a", "b", "c")), (SortKey("r.b", True), SortKey("r.c")), 3)
 
 
+def _window_plan():
+    calls = (WindowCall("rank", None, "rk"), WindowCall("sum", "r.c", "s"))
+    return Window(scan("r", ("a", "b", "c")), ("r.b",), (SortKey("r.c", True),), calls,
+                  "rows")
+
+
 def _topk_agg_plan():
     agg = Aggregate(scan("r", ("a", "b", "c")), ("r.b",), (AggCall("sum", "r.c", "s"),))
     return TopK(agg, (SortKey("s", True),), 2)
@@ -110,6 +118,7 @@ CASES = {
     "topk_buffer": (_topk_plan, ("r",), EngineOptions(topk_buffer=4)),
     "topk_over_aggregate_buffer": (_topk_agg_plan, ("r",), EngineOptions(topk_buffer=3)),
     "scalar_filter": (_scalar_filter_plan, ("r",), EngineOptions()),
+    "window": (_window_plan, ("r",), EngineOptions()),
 }
 
 

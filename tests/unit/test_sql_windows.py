@@ -46,6 +46,8 @@ QUERIES = [
                   "AS ratio FROM r GROUP BY b, c"),
     ("q70_shape", "SELECT b FROM (SELECT b, rank() OVER (ORDER BY sum(a) DESC) AS ranking "
                   "FROM r GROUP BY b) x WHERE ranking <= 2"),
+    ("over_global_aggregate", "SELECT count(*) AS n, sum(c) AS t, rank() OVER (ORDER BY "
+                              "count(*)) AS r, sum(sum(c)) OVER () AS tt FROM r WHERE c > 3"),
     ("over_join", "SELECT r.a, s.e, rank() OVER (PARTITION BY s.d ORDER BY r.c NULLS FIRST) "
                   "AS rk FROM r JOIN s ON r.b = s.d"),
 ]
@@ -75,3 +77,16 @@ def test_unsupported_window_constructs_are_named(sql, construct):
     eng.create_table("r", r, key="a")
     with pytest.raises(UnsupportedSqlError, match=construct):
         eng.register(sql, {"r.a": 2}, force=True)
+
+
+def test_a_window_sum_is_refused_under_ansi_mode_and_rank_is_not():
+    eng = Engine()
+    r, _ = _tables([(1, 2), (1, 3)], [])
+    eng.create_table("r", r, key="a")
+    ansi = "SET spark.sql.ansi.enabled = true;\n"
+    with pytest.raises(UnsupportedSqlError, match="SUM"):
+        eng.register(ansi + "SELECT a, sum(c) OVER (PARTITION BY b) AS s FROM r", {"r.a": 2},
+                     force=True)
+    q = eng.register(ansi + "SELECT a, rank() OVER (ORDER BY c) AS rk FROM r", {"r.a": 2},
+                     force=True)
+    assert sorted(q.result_rows()) == [(0, 1), (1, 2)]

@@ -45,6 +45,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     SetOp,
     TopK,
+    Window,
 )
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
@@ -205,6 +206,9 @@ def candidate_attributes(root: PlanNode, clustered: Mapping[str, Sequence[str]] 
         elif isinstance(node, TopK):
             for key in node.order:
                 add(node.input, key.column, "order")
+        elif isinstance(node, Window):  # an attribute of the partition keeps it whole
+            for c in node.partition_by:
+                add(node.input, c, "group-by")
         elif isinstance(node, Select):
             for c in sorted(node.predicate.columns()):
                 add(node.input, c, "filter")

@@ -34,6 +34,7 @@ from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.set_ops import SetOpOp, UnionAllOp
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.operators.window import WindowOp
 from imp_core.engine.snapshot import read_snapshot, write_snapshot
 from imp_core.engine.state import StateTable, StateTables, group_state, state_key
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
@@ -53,6 +54,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     SetOp,
     TopK,
+    Window,
     arrow_schema,
     scalar_filter_parts,
 )
@@ -180,6 +182,8 @@ class IncrementalQuery:
             # a buffer is a default for every top-k: one with a larger k keeps k entries
             buffer = None if buffer is None else max(buffer, node.k)
             op = TopKOp(node, op_id, buffer, self._source_for(node.input))
+        elif isinstance(node, Window):
+            op = WindowOp(node, op_id)
         else:
             raise TypeError(f"no incremental operator for {type(node).__name__}")
         self.operators.append(op)

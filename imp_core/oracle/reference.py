@@ -52,6 +52,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     SetOp,
     TopK,
+    Window,
     arrow_schema,
     set_multiplicity,
 )
@@ -220,6 +221,11 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
     if isinstance(node, Expand):
         child = reference_evaluate(node.input, tables, partitions)
         return Bag(*expand_rows(node, child.data, child.mult, child.ann, schema))
+    if isinstance(node, Window):
+        from imp_core.oracle.window import evaluate_window
+
+        child = reference_evaluate(node.input, tables, partitions)
+        return evaluate_window(node, child, _codes, _padded, Bag)
     raise TypeError(f"unknown plan node {type(node).__name__}")
 
 

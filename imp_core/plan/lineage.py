@@ -3,12 +3,13 @@
 Invariant: ``trace_column(node, c)`` returns ``(scan, source)`` only when every value of
 ``node``'s column ``c`` is the unchanged value of column ``source`` of the table row that
 ``scan`` read for that output row (through selections, renaming projections, inner joins,
-the left input of semi- and anti-joins, whose output columns are the left's, the
-preserved left input of a LEFT outer join, and grouping-set expansion: its input columns,
-and a key's expanded copy when every grouping set holds the key); otherwise None. A
-column an outer join may NULL-pad (the right input of a LEFT join, either input of a FULL
-join) holds NULL on a padded row, where no row of its table was read (as does an
-expanded key in the copies for sets without it), so it is traced only with
+the input columns of a window, the left input of semi- and anti-joins, whose output
+columns are the left's, the preserved left input of a LEFT outer join, and grouping-set
+expansion: its input columns, and a key's expanded copy when every grouping set holds
+the key); otherwise None. A column an outer join may NULL-pad (the right input of a LEFT
+join, either input of a FULL join) holds NULL on a padded row, where no row of its table
+was read (as does an expanded key in the copies for sets without it), so it is traced
+only with
 ``through_padding=True``: then every *non-NULL* value of ``c`` is such a copy (what a
 filter on probe keys needs, as NULL keys never match; not what routing rows by ``c``
 needs). A set operation's column is traced through its left input for INTERSECT and
@@ -29,6 +30,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     SetOp,
+    Window,
 )
 
 
@@ -50,6 +52,10 @@ def trace_column(node: PlanNode, column: str,
         return None
     if isinstance(node, Select):
         return trace_column(node.input, column, through_padding)
+    if isinstance(node, Window):  # the input's columns pass unchanged, the calls' do not
+        if column in node.input.column_names:
+            return trace_column(node.input, column, through_padding)
+        return None
     if isinstance(node, Project):
         for ne in node.exprs:
             if ne.name == column:

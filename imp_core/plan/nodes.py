@@ -491,3 +491,82 @@ def scalar_filter_parts(node: PlanNode) -> tuple[PlanNode, PlanNode, Expr] | Non
                for e in node.exprs):
         return None
     return join.left, join.right, node.input.predicate
+
+
+RANKING_FUNCTIONS = ("rank", "dense_rank", "row_number")
+WINDOW_FRAMES = ("partition", "range", "rows")
+
+
+@dataclass(frozen=True)
+class WindowCall:
+    """One window function: a ranking function (``RANKING_FUNCTIONS``, no argument) or
+    an aggregate of the registry (``count_star`` without argument)."""
+
+    func: str
+    arg: str | None
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.ranking:
+            if self.arg is not None:
+                raise ValueError(f"{self.func} takes no argument")
+        elif (self.arg is None) == self.function.takes_argument:
+            raise ValueError("count_star takes no argument; other aggregates take one")
+
+    @property
+    def ranking(self) -> bool:
+        return self.func in RANKING_FUNCTIONS
+
+    @property
+    def function(self) -> AggregateFunction:
+        return registry.get(self.func)
+
+
+@dataclass(frozen=True)
+class Window(PlanNode):
+    """Every input row plus one column per call, computed over the rows of its partition
+    (equal ``partition_by`` values) in the order ``order``.
+
+    ``frame``: "partition" (no ORDER BY: every row of the partition), "range" (ORDER BY
+    with the default frame: the rows up to the row's last peer, peers being the rows with
+    equal order values) or "rows" (``ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``:
+    the occurrences up to the row's own in the total order of ``imp_core.engine.ordering``,
+    which breaks ties by the other columns, then the annotation). Ranking functions need
+    an order and ignore the frame; ``row_number`` numbers occurrences in that total order.
+    """
+
+    input: PlanNode
+    partition_by: tuple[str, ...]
+    order: tuple[SortKey, ...]
+    calls: tuple[WindowCall, ...]
+    frame: str = "partition"
+
+    def __post_init__(self) -> None:
+        if self.frame not in WINDOW_FRAMES:
+            raise ValueError(f"unknown window frame {self.frame!r}")
+        if (self.frame == "partition") != (not self.order):
+            raise ValueError("a window has an order exactly when its frame is not "
+                             "the whole partition")
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @cached_property
+    def schema(self) -> Schema:
+        from imp_core.plan.evaluate import aggregate_type
+
+        by_name = {f.name: f for f in self.input.schema}
+        out = []
+        for c in self.calls:
+            if c.ranking:
+                out.append(Field(c.name, pa.int32()))
+            else:
+                arg = None if c.arg is None else by_name[c.arg].dtype
+                out.append(Field(c.name, aggregate_type(c.func, arg)))
+        return self.input.schema + tuple(out)
+
+    def _describe(self) -> str:
+        calls = ", ".join(f"{c.func}({c.arg or ''}) AS {c.name}" for c in self.calls)
+        keys = ", ".join(f"{s.column} {'DESC' if s.descending else 'ASC'}" for s in self.order)
+        return (f"Window {calls} PARTITION BY [{', '.join(self.partition_by)}] "
+                f"ORDER BY [{keys}] {self.frame.upper()}")

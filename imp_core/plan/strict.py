@@ -13,7 +13,14 @@ import dataclasses
 from imp_core.errors import UnsupportedSqlError
 from imp_core.plan.ansi import can_raise, strict_expr
 from imp_core.plan.expr import Expr, Strict
-from imp_core.plan.nodes import AggCall, Join, NamedExpr, PlanNode, scalar_filter_parts
+from imp_core.plan.nodes import (
+    AggCall,
+    Join,
+    NamedExpr,
+    PlanNode,
+    WindowCall,
+    scalar_filter_parts,
+)
 
 
 def strict_node(node):
@@ -40,6 +47,12 @@ def strict_node(node):
             changes[f.name] = strict_expr(value)
         elif isinstance(value, tuple) and value and isinstance(value[0], NamedExpr):
             changes[f.name] = tuple(NamedExpr(v.name, strict_expr(v.expr)) for v in value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], WindowCall):
+            if any(c.func == "sum" for c in value):  # its overflow has no count to keep
+                raise UnsupportedSqlError(
+                    "SUM(...) OVER (...) under ANSI mode", detail="a window's sum that "
+                    "overflows cannot be counted incrementally; run the query with "
+                    "spark.sql.ansi.enabled=false")
         elif isinstance(value, tuple) and value and isinstance(value[0], AggCall):
             changes[f.name] = tuple(dataclasses.replace(a, func="ansi_sum")
                                     if a.func == "sum" else a for a in value)

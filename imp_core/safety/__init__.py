@@ -83,18 +83,20 @@ some tuples: a *partial group*. The rules that keep the invariant, each with why
    rule 8, the "condition" being the equality of all columns by position. A UNION row
    carries its own fragments (ALL) or those of all equal rows, an INTERSECT row those of
    all equal rows of both inputs, an EXCEPT row those of the equal left rows only.
+11. A window (``OVER``) needs untainted PARTITION BY and ORDER BY columns; its columns
+   are exact when the attribute flows into a PARTITION BY column (each partition lies in
+   one fragment), else tainted: an aggregate over a frame of an exact input with its
+   function's monotonicity (rule 5), a rank with none.
+12. A partitioned top-k, ``r <= c`` / ``r < c`` / ``r = 1`` alone on a rank, dense_rank
+   or row_number of a window over an exact input with only projections, DISTINCTs and
+   aggregations above, is safe: the first c rows of every partition reach the result,
+   so they are in D_P, and every other row there ranks after them.
 
 Where it is: the rules in ``rules.py`` (one function per operator), rules 7 and 8 in
-``negation.py``, rule 9 in ``scalar.py``, rule 10 in ``set_ops.py``, what they know of
-a result in ``facts.py``, the interval analysis in ``intervals.py``, name resolution in
-``names.py``, the text of reasons in ``render.py``, the verdict in ``verdict.py``.
-
->>> from imp_core.plan.nodes import Aggregate, AggCall, Field, Scan
->>> import pyarrow as pa
->>> scan = Scan("t", ("a", "b"), (Field("t.a", pa.int64()), Field("t.b", pa.int64())))
->>> plan = Aggregate(scan, ("t.a",), (AggCall("sum", "t.b", "s"),))
->>> check_attribute(plan, "t", "a").safe
-True
+``negation.py``, rule 9 in ``scalar.py``, rule 10 in ``set_ops.py``, rules 11 and 12 in
+``window.py``, grouping-set expansion in ``expand.py``, what they know of a result in
+``facts.py``, the interval analysis in ``intervals.py``, name resolution in ``names.py``,
+the text of reasons in ``render.py``, the verdict in ``verdict.py``.
 """
 
 from __future__ import annotations

@@ -118,6 +118,19 @@ class Facts:
         return sql_text(rename_columns(expr, mapping))
 
 
+def partial_taint(label: str, origin: int, func: str, arg: str | None, facts: Facts) -> Taint:
+    """The taint of ``func(arg)`` over part of its rows (a partial group or frame), the
+    rows' columns having ``facts``: with an exact input the function's monotonicity
+    holds (a sum's when its argument is provably >= 0), else none is known."""
+    if facts.tainted:
+        return Taint(label, origin,
+                     why_not="aggregates values that may themselves come from partial "
+                             "groups, so no monotonicity is known")
+    nonneg = registry.get(func).partial is Monotonicity.SMALLER_IF_NONNEG and \
+        facts.ivals.get(arg or "", UNKNOWN).nonneg
+    return Taint(label, origin, func, nonneg)
+
+
 def tainted_in(expr: Expr, facts: Facts) -> list[str]:
     """The tainted columns ``expr`` reads, sorted."""
     return sorted(c for c in expr.columns() if c in facts.tainted)

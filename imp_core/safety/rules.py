@@ -30,15 +30,25 @@ from imp_core.plan.nodes import (
     SetOp,
     SortKey,
     TopK,
+    Window,
 )
 from imp_core.safety.expand import expand
-from imp_core.safety.facts import Context, Facts, Taint, close, equalities, tainted_in
+from imp_core.safety.facts import (
+    Context,
+    Facts,
+    Taint,
+    close,
+    equalities,
+    partial_taint,
+    tainted_in,
+)
 from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
 from imp_core.safety.negation import anti_join, outer_join, semi_join
 from imp_core.safety.render import sql_text
 from imp_core.safety.scalar import pin_single_rows
 from imp_core.safety.set_ops import set_operation
 from imp_core.safety.verdict import Unsafe
+from imp_core.safety.window import ranked_filter, window
 
 
 def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context) -> Facts:
@@ -46,8 +56,15 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
     annotations (all operators above are projections, DISTINCTs or aggregations)."""
     if isinstance(node, Scan):
         return _scan(node, path, ctx)
+    if isinstance(node, Select) and isinstance(node.input, Window):
+        inner = analyze(node.input.input, path + (0, 0), False, ctx)
+        facts = window(node.input, inner, ctx)
+        ranked = ranked_filter(node, inner, facts, lossless, ctx)
+        return ranked if ranked is not None else _select(node, facts, ctx)
     if isinstance(node, Select):
         return _select(node, analyze(node.input, path + (0,), False, ctx), ctx)
+    if isinstance(node, Window):  # rule 11 (``window.py``): each input row reaches it
+        return window(node, analyze(node.input, path + (0,), lossless, ctx), ctx)
     if isinstance(node, Project):
         return _project(node, analyze(node.input, path + (0,), lossless, ctx))
     if isinstance(node, Join):
@@ -248,18 +265,8 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
         return out  # grouping only: a partial group has the same value as the whole one
     origin = len(ctx.partial_aggs)
     ctx.partial_aggs[origin] = desc
-    exact_input = not facts.tainted
     for a in node.aggregates:
-        if exact_input:
-            # whether the summed values are >= 0 (what a sum's monotonicity needs)
-            nonneg = a.function.partial is Monotonicity.SMALLER_IF_NONNEG and \
-                facts.ivals.get(a.arg or "", UNKNOWN).nonneg
-            out.tainted[a.name] = Taint(labels[a.name], origin, a.func, nonneg)
-        else:
-            out.tainted[a.name] = Taint(
-                labels[a.name], origin,
-                why_not="aggregates values that may themselves come from partial groups, "
-                        "so no monotonicity is known")
+        out.tainted[a.name] = partial_taint(labels[a.name], origin, a.func, a.arg, facts)
     return out
 
 

@@ -61,6 +61,7 @@ from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
 from imp_core.engine.operators.set_ops import SetOpOp
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.operators.window import WindowOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide
 from imp_core.engine.zset import DeltaBatch
@@ -73,6 +74,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     SetOp,
     TopK,
+    Window,
     arrow_schema,
 )
 from imp_core.sketch.partition import PartitionSet
@@ -128,13 +130,13 @@ def bootstrap_tables(spark: SparkSession, store: Any, pipeline: IncrementalQuery
 
 # nodes whose output the bootstrap rebuilds from their state or steps on the driver: the
 # operators above them are stepped by the engine as well
-_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin, SetOp)
+_STATEFUL_NODES = (Aggregate, Distinct, TopK, SemiJoin, OuterJoin, SetOp, Window)
 
 
 def has_stateful(node: PlanNode) -> bool:
     """Whether ``node``'s subtree holds a stateful operator other than an inner join: an
-    aggregation, DISTINCT, top-k, a semi-, anti- or outer join, or a set operation (a
-    UNION ALL holds no state, but its output is its inputs' and is stepped the same
+    aggregation, DISTINCT, top-k, window, a semi-, anti- or outer join, or a set operation
+    (a UNION ALL holds no state, but its output is its inputs' and is stepped the same
     way)."""
     return any(isinstance(n, _STATEFUL_NODES) for n in node.walk())
 
@@ -281,6 +283,12 @@ class _Bootstrap:
             self.stats.sources[op.op_id] = "spark"
         elif isinstance(op, TopKOp):
             state = self._topk_state(op, w.children[0].node)
+            self.stats.sources[op.op_id] = "spark"
+        elif isinstance(op, WindowOp):
+            # its input's rows from Spark, the window stepped once over them
+            rows = self.output(w.children[0])
+            self.outputs[op.op_id] = op.step([rows]) if len(rows) else op.empty()
+            state = op.snapshot()
             self.stats.sources[op.op_id] = "spark"
         else:  # pragma: no cover - every stateful operator is handled above
             raise TypeError(f"no bootstrap for {type(op).__name__}")

@@ -17,6 +17,9 @@ capture query, its *annotation columns*:
   INTERSECT, EXCEPT without annotations; with them, UNION ALL keeps each row's, the
   others count both inputs per row value and union the equal rows' fragments, of the
   left input only for EXCEPT);
+- a window (``imp_core.spark.compile_window``) adds Spark's window functions and one
+  ``ARRAY<INT>`` column: the union over the partition, or over the rows up to the row's
+  last peer;
 - top-k orders by its keys, then every other column ascending NULLS FIRST, then the
   annotation as a sorted array (Spark compares arrays like Python tuples), then LIMIT k:
   the total order of ``imp_core.engine.ordering``, so result and sketch are the reference's.
@@ -59,6 +62,7 @@ from imp_core.sketch.sketch import Range, Sketch
 from imp_core.spark.compile_expand import ExpandCompiler
 from imp_core.spark.compile_joins import JoinCompilers
 from imp_core.spark.compile_set_ops import SetOpCompilers
+from imp_core.spark.compile_window import WindowCompiler
 from imp_core.spark.sql_text import (
     EMPTY_ANNOTATION,
     AnnColumn,
@@ -127,7 +131,7 @@ def _order_item(column: str, descending: bool, nulls_first: bool) -> str:
             f"NULLS {'FIRST' if nulls_first else 'LAST'}")
 
 
-class _Compiler(JoinCompilers, SetOpCompilers, ExpandCompiler):
+class _Compiler(JoinCompilers, SetOpCompilers, ExpandCompiler, WindowCompiler):
     """One compilation: a CTE per plan node (``compile`` dispatches on the node's type to
     ``_<NodeType>``), with annotation columns when ``partitions`` is given and scans
     filtered by ``sketch`` when that is given."""

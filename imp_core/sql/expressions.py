@@ -73,6 +73,8 @@ class BindContext:
     # binds a scalar subquery where one may stand as a value (the SELECT list)
     scalar: Callable[[exp.Subquery], Expr] | None = None
     no_aggregate: str = ""  # the construct to report for an aggregate (default: by clause)
+    # binds a window call to the column standing for it (None: no window functions here)
+    window: Callable[[exp.Window], Expr] | None = None
 
     def unsupported(self, construct: str, node: exp.Expression | None = None,
                     keyword: str | None = None, detail: str = "") -> UnsupportedSqlError:
@@ -101,6 +103,8 @@ def bind(node: exp.Expression, ctx: BindContext) -> Expr:
 
 def _bind_other(node: exp.Expression, ctx: BindContext) -> Expr:
     if isinstance(node, exp.Window):
+        if ctx.window is not None:
+            return ctx.window(node)
         raise ctx.unsupported("window function", node)
     if isinstance(node, exp.Subquery) and ctx.scalar is not None:
         return ctx.scalar(node)

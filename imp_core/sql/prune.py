@@ -8,9 +8,9 @@ above it or by the join's condition.
 
 Invariant: the rewritten plan has the same output schema and, for every input, the same
 bag of output rows and the same provenance: only columns that no ancestor reads are
-dropped, and never below a ``Distinct`` or a ``SetOp`` (which compare whole rows) or a ``TopK``
-(whose total order breaks ties on every column). An input keeps at least one column, so
-its row count (a cross product's multiplicity) is unchanged.
+dropped, and never below a ``Distinct`` or a ``SetOp`` (which compare whole rows), a
+``TopK`` or a ``Window`` (whose total order breaks ties on every column). An input keeps
+at least one column, so its row count (a cross product's multiplicity) is unchanged.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from imp_core.plan.nodes import (
     SemiJoin,
     SetOp,
     TopK,
+    Window,
 )
 
 Required = frozenset[str] | None  # None: every column of the node
@@ -53,7 +54,7 @@ def _prune(node: PlanNode, required: Required) -> PlanNode:
     if isinstance(node, Aggregate):
         need = frozenset(node.group_by) | {a.arg for a in node.aggregates if a.arg}
         return replace(node, input=_prune(node.input, need))
-    if isinstance(node, (Distinct, TopK, Expand)):
+    if isinstance(node, (Distinct, TopK, Expand, Window)):  # rows depend on every column
         return replace(node, input=_prune(node.input, None))
     if isinstance(node, SetOp):  # compares whole rows: every column of both inputs
         return replace(node, left=_prune(node.left, None), right=_prune(node.right, None))

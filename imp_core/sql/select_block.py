@@ -65,6 +65,7 @@ from imp_core.sql.scope import Scope
 from imp_core.sql.set_operations import plan_query
 from imp_core.sql.subqueries import Step, SubqueryPlanner, has_subquery
 from imp_core.sql.text import SqlText
+from imp_core.sql.windows import WindowPlanner
 
 _ALLOWED_CLAUSES = frozenset({"expressions", "distinct", "from_", "joins", "where", "group",
                               "having", "order", "limit"})
@@ -81,6 +82,7 @@ _GROUPING = {"grouping_sets": ("GROUP BY GROUPING SETS", "GROUPING"),
              "rollup": ("GROUP BY ... WITH ROLLUP", "ROLLUP"),
              "totals": ("GROUP BY ... WITH TOTALS", "TOTALS"), "all": ("GROUP BY ALL", "ALL")}
 _TRUE = Literal(True, pa.bool_())
+_WINDOW_CLAUSES = ("SELECT list", "ORDER BY")  # where window functions may appear
 # what type inference raises for an ill-typed expression (KeyError: type pairings that
 # the evaluator's coercion tables do not cover)
 TYPE_ERRORS = (pa.ArrowException, TypeError, ValueError, ArithmeticError, KeyError)
@@ -116,6 +118,7 @@ class SelectPlanner(FromTree):
         self.having_steps: list[Step] = []  # HAVING conjuncts with subqueries
         self.select_joins: list[PlanNode] = []  # scalar subqueries of the SELECT list
         self.shown: tuple[str, ...] = ()  # the SQL's output names where they repeat
+        self.windows = WindowPlanner(text, self._bind_window_part)
 
     def plan(self) -> Planned:
         limit, distinct = self._limit(), self._distinct()
@@ -142,6 +145,7 @@ class SelectPlanner(FromTree):
             node = self._aggregate(node, having)
             for step in self.having_steps:
                 node = step(node)
+        node = self.windows.build(node)
         names = [i.name for i in items]
         node = self._project(node, list(zip(names, outputs)) + hidden)
         if distinct:
@@ -309,7 +313,15 @@ class SelectPlanner(FromTree):
 
         return BindContext(self.text, resolve, clause,
                            aggregate=self._register_aggregate if post else None,
-                           subquery=lambda node: self._subquery_error(node, clause, scope))
+                           subquery=lambda node: self._subquery_error(node, clause, scope),
+                           window=self.windows if clause in _WINDOW_CLAUSES else None)
+
+    def _bind_window_part(self, node: exp.Expression) -> Expr:
+        """An OVER clause's expression or a window argument, over the window's input."""
+        if self.agg is None:
+            return bind(node, self._context("OVER clause"))
+        expr = bind(node, self._context("OVER clause", post=True))
+        return self.agg.over_groups(expr, self._ungrouped)
 
     def _register_aggregate(self, node: exp.Expression) -> Expr:
         assert self.agg is not None
@@ -396,7 +408,7 @@ class SelectPlanner(FromTree):
                 ctx = dataclasses.replace(ctx, scalar=self._select_subquery)
             return bind(node, ctx)
         expr = bind(node, self._context(clause, post=True, aliases=aliases))
-        return self.agg.over_groups(expr, self._ungrouped)
+        return self.agg.over_groups(expr, self._ungrouped, self.windows.names())
 
     def _select_subquery(self, node: exp.Subquery) -> Expr:
         """An uncorrelated scalar subquery in the SELECT list of a SELECT without

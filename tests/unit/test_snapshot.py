@@ -45,6 +45,8 @@ from imp_core.plan.nodes import (
     SetOp,
     SortKey,
     TopK,
+    Window,
+    WindowCall,
 )
 from imp_core.sketch.partition import PartitionSet
 
@@ -82,6 +84,12 @@ def _self_join_plan():
 
 def _topk_plan():
     return TopK(scan("r", ("a", "b", "c")), (SortKey("r.b", True), SortKey("r.c")), 3)
+
+
+def _window_plan():
+    calls = (WindowCall("rank", None, "rk"), WindowCall("sum", "r.c", "s"))
+    return Window(scan("r", ("a", "b", "c")), ("r.b",), (SortKey("r.c", True),), calls,
+                  "rows")
 
 
 def _topk_agg_plan():
@@ -124,6 +132,7 @@ CASES = {
     "except_all": (_set_op_plan("except", False), ("r", "s"), EngineOptions()),
     "intersect": (_set_op_plan("intersect", True), ("r", "s"), EngineOptions()),
     "union": (_set_op_plan("union", True), ("r", "s"), EngineOptions()),
+    "window": (_window_plan, ("r",), EngineOptions()),
 }
 
 

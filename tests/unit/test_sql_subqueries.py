@@ -90,6 +90,12 @@ def _check(eng: Engine, q, sql: str) -> None:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_maintained_result_equals_duckdb(name, sql, data):
+    maintain_and_compare(sql, data)
+
+
+def maintain_and_compare(sql: str, data) -> None:
+    """Register ``sql`` over drawn tables r and s (sketched on r.a), then apply drawn
+    insert/delete batches, checking against DuckDB and the recapture after each."""
     rows_r, rows_s = data.draw(ROWS_R), data.draw(ROWS_S)
     eng = Engine()
     r, s = _tables(rows_r, rows_s)

@@ -471,9 +471,12 @@ class QueryPlan:
 
 def at_most_one_row(node: PlanNode) -> bool:
     """Whether ``node`` yields at most one row whatever its input: an aggregate without
-    GROUP BY, under projections and selections only."""
+    GROUP BY, or a join without condition of such rows, under projections and selections
+    only."""
     while isinstance(node, (Project, Select)):
         node = node.input
+    if isinstance(node, Join) and node.condition is None:  # one row times one row
+        return at_most_one_row(node.left) and at_most_one_row(node.right)
     return isinstance(node, Aggregate) and not node.group_by
 
 

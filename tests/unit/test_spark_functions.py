@@ -178,3 +178,11 @@ def test_a_repeated_output_name_is_shown_as_written():
     assert sorted(q.result_rows()) == [(0, 0, 2), (10, 10, 1)]
     with pytest.raises(UnsupportedSqlError, match="duplicate output column name"):
         eng.register("SELECT x FROM (SELECT t.a AS x, t.b AS x FROM t) v", {"t.k": 2})
+
+
+def test_limit_over_a_cross_join_of_one_row_aggregates_is_kept():
+    """TPC-DS q28: ``SELECT * FROM (SELECT avg ...) b1, (SELECT count ...) b2 LIMIT 100``."""
+    eng = _engine()
+    q = eng.register("SELECT * FROM (SELECT avg(a) AS x, count(DISTINCT b) AS y FROM t) b1, "
+                     "(SELECT count(*) AS n FROM t WHERE b > 0) b2 LIMIT 100", {"t.k": 2})
+    assert q.result().to_pylist() == [{"x": (10 + 2**62) / 3, "y": 4, "n": 3}]

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from imp_core.plan.aggregates import registry
+from imp_core.plan.aggregates.base import ValueRange
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Literal
 from imp_core.plan.nodes import Select, Window
 from imp_core.safety.facts import Context, Facts, Taint, partial_taint
@@ -58,7 +60,8 @@ def window(node: Window, facts: Facts, ctx: Context) -> Facts:
     for c in node.calls:
         arg = "" if c.arg is None else facts.show(c.arg)
         labels[c.name] = f"{c.func}({arg}) OVER (...)"
-        ivals[c.name] = NONNEG if c.ranking or c.func in ("count", "count_star") else UNKNOWN
+        nonneg = c.ranking or registry.get(c.func).value_range is ValueRange.NONNEG
+        ivals[c.name] = NONNEG if nonneg else UNKNOWN
     out = replace(facts, tainted=dict(facts.tainted), labels=labels, ivals=ivals)
     if not facts.has_table:
         return out

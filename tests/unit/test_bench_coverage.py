@@ -17,7 +17,7 @@ FILES = {
                   "SELECT l_returnflag, sum(l_quantity) AS q FROM lineitem "
                   "GROUP BY l_returnflag",
     "b_window.sql": "-- sketch: lineitem.l_orderkey\n"
-                    "SELECT l_orderkey, row_number() OVER (ORDER BY l_orderkey) AS r "
+                    "SELECT l_orderkey, lag(l_orderkey) OVER (ORDER BY l_orderkey) AS r "
                     "FROM lineitem",
     "c_unsafe.sql": "-- sketch: lineitem.l_orderkey\n"
                     "SELECT l_returnflag, sum(l_quantity) AS q FROM lineitem "
@@ -40,14 +40,15 @@ def test_coverage_counts_registered_and_refused_by_construct(tmp_path):
     assert rows["a_good"]["sketch"] == ["lineitem.l_orderkey"]
     assert rows["b_window"]["status"] == "refused"
     assert rows["b_window"]["error"] == "UnsupportedSqlError"
-    assert rows["b_window"]["construct"] == "window function"
+    assert rows["b_window"]["construct"] == "window function lag"
     assert rows["c_unsafe"]["status"] == "refused"
     assert rows["c_unsafe"]["error"] == "UnsafeSketchError"
     assert rows["c_unsafe"]["construct"] == UNSAFE
     assert "HAVING" in rows["c_unsafe"]["reason"]
     assert all(r["seconds"] >= 0 for r in rows.values())
     assert report["summary"] == {"total": 3, "registered": 1, "refused": 2, "errors": 0,
-                                 "refused_by_construct": {UNSAFE: 1, "window function": 1},
+                                 "refused_by_construct": {UNSAFE: 1,
+                                                          "window function lag": 1},
                                  "errors_by_construct": {}}
     text = format_table(report)
     assert "1 of 3 registered" in text and "window function" in text

@@ -62,25 +62,17 @@ from imp_core.sql.join_tree import FromTree
 from imp_core.sql.join_tree import Sourced as _Sourced
 from imp_core.sql.pushdown import push_selection
 from imp_core.sql.scope import Scope
+from imp_core.sql.select_clauses import (
+    GROUPING_CLAUSES,
+    check_clauses,
+    has_aggregate,
+    is_correlated,
+)
 from imp_core.sql.set_operations import plan_query
 from imp_core.sql.subqueries import Step, SubqueryPlanner, has_subquery
 from imp_core.sql.text import SqlText
 from imp_core.sql.windows import WindowPlanner
 
-_ALLOWED_CLAUSES = frozenset({"expressions", "distinct", "from_", "joins", "where", "group",
-                              "having", "order", "limit"})
-_CLAUSES = {
-    "with_": ("WITH clause (CTE)", "WITH"), "laterals": ("LATERAL VIEW", "LATERAL"),
-    "pivots": ("PIVOT", "PIVOT"), "qualify": ("QUALIFY clause", "QUALIFY"),
-    "windows": ("WINDOW clause", "WINDOW"), "distribute": ("DISTRIBUTE BY", "DISTRIBUTE"),
-    "sort": ("SORT BY", "SORT"), "cluster": ("CLUSTER BY", "CLUSTER"),
-    "offset": ("OFFSET", "OFFSET"), "hint": ("query hint", None),
-    "into": ("SELECT INTO", "INTO"), "sample": ("TABLESAMPLE", "TABLESAMPLE"),
-}
-_GROUPING = {"grouping_sets": ("GROUP BY GROUPING SETS", "GROUPING"),
-             "cube": ("GROUP BY ... WITH CUBE", "CUBE"),
-             "rollup": ("GROUP BY ... WITH ROLLUP", "ROLLUP"),
-             "totals": ("GROUP BY ... WITH TOTALS", "TOTALS"), "all": ("GROUP BY ALL", "ALL")}
 _TRUE = Literal(True, pa.bool_())
 _WINDOW_CLAUSES = ("SELECT list", "ORDER BY")  # where window functions may appear
 # what type inference raises for an ill-typed expression (KeyError: type pairings that
@@ -107,7 +99,7 @@ class SelectPlanner(FromTree):
         self.catalog = catalog
         self.nested = nested
         self.required = required
-        _check_clauses(select, text)
+        check_clauses(select, text)
         self.items_from = self._bind_from()
         self.scope = Scope([i.source for i in self.items_from], text)
         self.agg: Aggregation | None = None
@@ -290,7 +282,7 @@ class SelectPlanner(FromTree):
         if self.select.args.get("group") is not None or self.select.args.get("having"):
             return True
         nodes = [i.node for i in items] + ([o.this for o in order.expressions] if order else [])
-        return any(_has_aggregate(n) for n in nodes)
+        return any(has_aggregate(n) for n in nodes)
 
     # -- binding -------------------------------------------------------------------------
 
@@ -373,7 +365,7 @@ class SelectPlanner(FromTree):
             # after aggregation a key is its expanded column; grouping() reads the set
             self.agg.groups = {**self.grouping.expanded(), ColumnRef(SET_COLUMN): SET_COLUMN}
             return
-        for key, (construct, keyword) in _GROUPING.items():
+        for key, (construct, keyword) in GROUPING_CLAUSES.items():
             if group.args.get(key):
                 raise self.text.unsupported(construct, group, keyword)
         for node in group.expressions:
@@ -483,7 +475,7 @@ class SelectPlanner(FromTree):
         inner = node if isinstance(node, exp.Select) else node.find(exp.Select)
         if inner is None:
             return self.text.unsupported(f"subquery in {clause}", node)
-        construct = ("correlated subquery" if _is_correlated(inner, scope, self.catalog)
+        construct = ("correlated subquery" if is_correlated(inner, scope, self.catalog)
                      else f"subquery in {clause}")
         return self.text.unsupported(construct, inner, "SELECT")
 
@@ -580,24 +572,6 @@ class SelectPlanner(FromTree):
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _check_clauses(select: exp.Select, text: SqlText) -> None:
-    for key, value in select.args.items():
-        if key in _ALLOWED_CLAUSES or value in (None, [], False, ""):
-            continue
-        construct, keyword = _CLAUSES.get(key, (f"{key.rstrip('_').upper()} clause", None))
-        node = value if isinstance(value, exp.Expression) else None
-        if isinstance(value, list) and value and isinstance(value[0], exp.Expression):
-            node = value[0]
-        raise text.unsupported(construct, node, keyword)
-
-
-
-def _has_aggregate(node: exp.Expression) -> bool:
-    nested = (exp.Window, exp.Subquery, exp.Select)
-    return any(isinstance(n, exp.AggFunc)
-               for n in node.walk(prune=lambda n: isinstance(n, nested)))
-
-
 def _ordinal(node: exp.Expression) -> int | None:
     if isinstance(node, exp.Literal) and node.is_int:
         return int(node.to_py())
@@ -631,23 +605,3 @@ def _names(node: PlanNode) -> tuple[str, ...]:
     if isinstance(node, (Select, Distinct, TopK)):
         return _names(node.input)
     return node.column_names
-
-
-def _is_correlated(inner: exp.Select, scope: Scope, catalog: Mapping[str, pa.Schema]) -> bool:
-    """Whether a subquery refers to the enclosing query's columns (a best effort)."""
-    inner_aliases: set[str] = set()
-    inner_columns: set[str] = set()
-    for table in inner.find_all(exp.Table):
-        inner_aliases.add((table.alias or table.name).lower())
-        schema = catalog.get(table.name.lower())
-        inner_columns |= {n.lower() for n in schema.names} if schema is not None else set()
-    outer_aliases = {s.alias for s in scope.sources}
-    for column in inner.find_all(exp.Column):
-        qualifier = column.table.lower()
-        if qualifier:
-            if qualifier not in inner_aliases and qualifier in outer_aliases:
-                return True
-        elif (column.name.lower() not in inner_columns
-              and any(s.find(column.name) for s in scope.sources)):
-            return True
-    return False

@@ -241,7 +241,7 @@ def advise(plan: QueryPlan, catalog: Mapping[str, pa.Schema],
     found = []
     for table, col, roles in candidate_attributes(plan.root, clustered):
         dtype = catalog[table].field(col).type
-        if not prunable(dtype):  # strings' statistics may be truncated, floats hold NaN
+        if not prunable(dtype):  # floats hold NaN, whose order statistics do not follow
             found.append(Candidate(table, col, roles, False,
                                    f"its type {dtype} has no statistics that skip data"))
             continue

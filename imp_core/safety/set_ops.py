@@ -14,7 +14,10 @@ of both inputs, or of the left input only for EXCEPT.
   row (``optional``), and a column keeps holding the attribute (``attr``) only where
   every row of the other input carries a tuple of R whose attribute that column holds
   too: otherwise a group on it (rule 4) could hold rows of R and rows without R, and
-  the sketch instance could keep only the latter, a partial group.
+  the sketch instance could keep only the latter, a partial group. The columns every
+  row of both inputs holds the attribute in get an entry of their own, under the
+  union's path and never optional: each row's tuple of R comes from its own input, and
+  a union above (TPC-DS q33, q56: three branches) still sees them held on every row.
 - INTERSECT [ALL] is monotone in both inputs, like a semi-join on all columns whose
   partners' fragments join the row's: no column of either input may be tainted (a
   phantom with a partial aggregate value could meet rows its shadow does not meet), and
@@ -58,10 +61,16 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
         lcols, rcols = _always(left.attr, left.optional), _always(rattr, right.optional)
         attr = {**{p: cols & rcols for p, cols in left.attr.items()},
                 **{p: cols & lcols for p, cols in rattr.items()}}
+        optional = left.optional | right.optional | frozenset(left.attr) | frozenset(rattr)
+        if lcols & rcols:
+            # every row, from either input, carries a tuple of R whose attribute these
+            # columns hold: an entry for the union itself that no row lacks, so a union
+            # over this one still finds them held on every row
+            attr[path] = lcols & rcols
         return Facts(left.has_table or right.has_table, {**rtainted, **left.tainted},
                      attr, everything, dict(left.labels),
                      {c: iv for c, iv in ivals.items() if iv is not None}, dict(left.exprs),
-                     left.optional | right.optional | frozenset(left.attr) | frozenset(rattr))
+                     optional)
     for tainted in (left.tainted, rtainted):
         if tainted:
             col = sorted(tainted)[0]

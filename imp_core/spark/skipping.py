@@ -5,8 +5,14 @@ per-file statistics; every file is opened even when its row groups are then skip
 sketched table we keep only the files whose [min, max] of the partition column meets one
 of the filter's ranges (``predicate_ranges``). Invariant: a skipped file holds no row the
 filter keeps, so the query's result is unchanged. Files without statistics, with NULLs when
-a range admits NULL, or of column types whose logged statistics may be truncated (strings)
-or unordered (floating point NaN) are always kept.
+a range admits NULL, or of column types whose statistics are unordered (floating point NaN)
+are always kept.
+
+Strings: writers truncate logged string statistics to a prefix (delta-rs to 64 characters,
+Delta on Spark to 32). A truncated minimum is a prefix of the true minimum, so it is still
+a lower bound. A maximum is trusted only when shorter than ``STRING_PREFIX_TRUSTED``
+characters, which no writer truncates to; a longer one is read as unbounded above, whatever
+the writer did to it (delta-rs raises its last character, Delta appends a tie-breaker).
 """
 
 from __future__ import annotations
@@ -19,11 +25,22 @@ import pyarrow as pa
 from imp_core.sketch.sketch import Range, Sketch
 from imp_core.spark.compile import predicate_ranges
 
+# the shortest prefix a Delta writer truncates string statistics to (Delta on Spark's
+# default dataSkippingStringPrefixLength); a shorter logged maximum is the true maximum
+STRING_PREFIX_TRUSTED = 32
+
+
+def is_text(dtype: pa.DataType) -> bool:
+    """Whether ``dtype`` is a string type."""
+    return pa.types.is_string(dtype) or pa.types.is_large_string(dtype) \
+        or pa.types.is_string_view(dtype)
+
 
 def prunable(dtype: pa.DataType) -> bool:
     """Whether file statistics of a column of ``dtype`` may skip files."""
     return (pa.types.is_integer(dtype) or pa.types.is_date(dtype)
-            or pa.types.is_decimal(dtype) or pa.types.is_timestamp(dtype))
+            or pa.types.is_decimal(dtype) or pa.types.is_timestamp(dtype)
+            or is_text(dtype))
 
 
 def file_meets(ranges: Sequence[Range], his: Sequence[Any], lo: Any, hi: Any,
@@ -51,5 +68,23 @@ def sketch_files(sketch: Sketch, table: str,
         return [s[0] for s in stats]
     ranges = predicate_ranges(sketch, table)
     bounded = [r.hi for r in ranges if r.hi is not None]
-    return [uri for uri, lo, hi, nulls in stats
-            if file_meets(ranges, bounded, lo, hi, nulls)]
+    meets = _text_meets if is_text(found[0].dtype) else file_meets
+    return [uri for uri, lo, hi, nulls in stats if meets(ranges, bounded, lo, hi, nulls)]
+
+
+def _text_meets(ranges: Sequence[Range], his: Sequence[Any], lo: Any, hi: Any,
+                nulls: int | None) -> bool:
+    """``file_meets`` for logged string statistics (the module docstring)."""
+    if lo is None or hi is None or nulls is None:
+        return True
+    if len(hi) >= STRING_PREFIX_TRUSTED:
+        return _meets_above(ranges, lo, nulls)
+    return file_meets(ranges, his, lo, hi, nulls)
+
+
+def _meets_above(ranges: Sequence[Range], lo: Any, nulls: int) -> bool:
+    """Whether a file whose values are all >= ``lo`` (no upper bound known) may hold a
+    row in ``ranges``."""
+    if nulls and ranges and ranges[0].includes_null:
+        return True
+    return any(r.hi is None or r.hi > lo for r in ranges)

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from imp_core.errors import UnsupportedSqlError
+from imp_core.plan import numeric_casts
 from imp_core.plan.aggregates import registry
 from imp_core.plan.aggregates.distinct import distinct_call
 from imp_core.plan.evaluate import literal_type
@@ -338,10 +339,16 @@ def _concat(node: exp.Expression, ctx: BindContext) -> Expr:
 
 
 def _fold_cast(literal: Literal, to: pa.DataType, node: exp.Expression,
-               ctx: BindContext) -> Literal:
+               ctx: BindContext) -> Expr:
     """Evaluate a cast of a constant now, so ``DATE '1998-12-01'`` is a date literal."""
     if literal.value is None:
         return Literal(None, to)
+    if numeric_casts.handles(literal.dtype, to):  # Spark's rules (Arrow's need more digits)
+        values, overflow = numeric_casts.cast_numbers(pa.array([literal.value],
+                                                               literal.dtype), to)
+        if overflow.any():  # NULL, or under ANSI mode an error: decided when it runs
+            return Cast(literal, to)
+        return Literal(values[0].as_py(), to)
     try:
         value = pc.cast(pa.scalar(literal.value, literal.dtype), to).as_py()
     except (pa.ArrowException, ValueError, TypeError, OverflowError):

@@ -21,6 +21,9 @@ from imp_core.plan.nodes import Field, NamedExpr, PlanNode, Project, Scan, SortK
 from imp_core.sql.scope import Source
 from imp_core.sql.text import SqlText
 
+# the FROM alias a scalar subquery's rows are counted under (``subqueries._at_most_one_row``)
+SCALAR_SOURCE = "__one"
+
 
 @dataclass(frozen=True)
 class Planned:
@@ -106,6 +109,9 @@ def _column_aliases(node: exp.Expression, columns: tuple[str, ...],
     renamed = tuple(c.name for c in alias.columns) if isinstance(alias, exp.TableAlias) else ()
     if not renamed:
         return columns
+    if len(renamed) != len(columns) and alias.name == SCALAR_SOURCE:
+        raise text.unsupported("scalar subquery of more than one column", alias,
+                               detail=f"{len(columns)} columns")
     if len(renamed) != len(columns):
         raise text.unsupported("column alias list of the wrong length", alias,
                                detail=f"{len(renamed)} names for {len(columns)} columns")

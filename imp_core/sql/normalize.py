@@ -53,6 +53,7 @@ def normalize_statements(statements: Sequence[exp.Expression],
         return query
     for body in [v.body for v in views.values()] + [query]:
         fold_constants(body, text)
+        split_subquery_between(body)
         factor_common_conjuncts(body)
     earlier: dict[str, Definition] = {}
     for name, view in views.items():  # a view sees the views created before it
@@ -214,6 +215,22 @@ class _Inliner:
             with_.pop()  # its references are inlined already
         return exp.Subquery(this=body, alias=exp.TableAlias(
             this=name.copy(), columns=[c.copy() for c in renamed]))
+
+
+def split_subquery_between(root: exp.Expression) -> None:
+    """``x BETWEEN (SELECT ..) AND (SELECT ..)`` as ``x >= (SELECT ..) AND x <= (SELECT
+    ..)`` (TPC-DS q54), in place: each bound is then a comparison with a scalar subquery.
+    The operand is repeated, so only a deterministic one is split."""
+    for node in list(root.find_all(exp.Between)):
+        low, high = node.args.get("low"), node.args.get("high")
+        if node.args.get("symmetric") or not any(
+                b is not None and b.find(exp.Subquery, exp.Select) for b in (low, high)):
+            continue
+        if node.this.find(exp.Rand, exp.Subquery, exp.Select):
+            continue
+        node.replace(exp.Paren(this=exp.and_(
+            exp.GTE(this=node.this.copy(), expression=low.copy()),
+            exp.LTE(this=node.this.copy(), expression=high.copy()))))
 
 
 def _ancestors(node: exp.Expression):

@@ -52,7 +52,12 @@ from imp_core.plan.nodes import (
     SemiJoin,
 )
 from imp_core.sql.expressions import split_and
-from imp_core.sql.from_clause import Planned, bind_from_item, set_operation_name
+from imp_core.sql.from_clause import (
+    SCALAR_SOURCE,
+    Planned,
+    bind_from_item,
+    set_operation_name,
+)
 from imp_core.sql.scope import Scope
 from imp_core.sql.text import SqlText
 
@@ -484,10 +489,17 @@ def _at_most_one_row(sub: exp.Select) -> exp.Select:
     value = sub.expressions[0]
     value = value.this if isinstance(value, exp.Alias) else value
     inner = sub.copy()
-    inner.set("expressions", [exp.alias_(value.copy(), "_e")])
-    source = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__one")))
+    alias = exp.TableAlias(this=exp.to_identifier(SCALAR_SOURCE))
+    if isinstance(value, exp.Star) or isinstance(value, exp.Column) \
+            and isinstance(value.this, exp.Star):
+        # ``(SELECT * FROM t)``: the one column t has, named by the alias list (a star
+        # over several columns fails there: the list has the wrong length)
+        alias.set("columns", [exp.to_identifier("_e")])
+    else:
+        inner.set("expressions", [exp.alias_(value.copy(), "_e")])
+    source = exp.Subquery(this=inner, alias=alias)
     check = exp.Anonymous(this=ONE_ROW, expressions=[
-        exp.Max(this=exp.column("_e", "__one")), exp.Count(this=exp.Star())])
+        exp.Max(this=exp.column("_e", SCALAR_SOURCE)), exp.Count(this=exp.Star())])
     return exp.select(exp.alias_(check, "_v")).from_(source)
 
 

@@ -16,13 +16,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyroaring import BitMap
 from runtime_support import make_config
 
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sketch.sketch import Sketch
 from imp_core.spark.compile import predicate_ranges
-from imp_core.spark.skipping import prunable, sketch_files
+from imp_core.spark.skipping import STRING_PREFIX_TRUSTED, prunable, sketch_files
 
 
 def _in_ranges(ranges, value) -> bool:
@@ -64,12 +66,58 @@ def test_kept_files_are_exactly_those_meeting_the_filter(seed):
 
 def test_types_whose_statistics_cannot_skip_keep_every_file():
     assert prunable(pa.int32()) and prunable(pa.date32()) and prunable(pa.decimal128(10, 2))
-    assert not prunable(pa.string()) and not prunable(pa.float64())
-    part = RangePartition.from_bounds("t", "s", pa.string(), ["g", "p"])
-    stats = [("x", "a", "b", 0), ("y", "q", "z", 0)]
+    assert prunable(pa.string()) and prunable(pa.string_view())
+    assert not prunable(pa.float64())
+    part = RangePartition.from_bounds("t", "f", pa.float64(), [1.5, 3.5])
+    stats = [("x", 0.0, 1.0, 0), ("y", 4.0, 5.0, 0)]
     assert sketch_files(_sketch(part, [1]), "t", stats) == ["x", "y"]
     other = RangePartition.from_bounds("u", "a", pa.int64(), [10])
     assert sketch_files(_sketch(other, [1]), "t", stats) == ["x", "y"]  # t not sketched
+
+
+def test_strings_skip_on_short_maxima_and_read_long_ones_as_unbounded():
+    part = RangePartition.from_bounds("t", "s", pa.string(), ["g", "p"])
+    sketch = _sketch(part, [1])  # ['g', 'p')
+    long_max = "b" * STRING_PREFIX_TRUSTED  # may be a truncation of any "b..." string
+    stats = [("below", "a", "b", 0), ("inside", "h", "k", 0), ("above", "q", "z", 0),
+             ("long_below", "a", long_max, 0), ("long_above", "q", "q" * 40, 0),
+             ("nulls", None, None, 3)]
+    assert sketch_files(sketch, "t", stats) == ["inside", "long_below", "nulls"]
+
+
+STRINGS = st.lists(st.text(alphabet="abz\u00e9\u4e2d", min_size=0, max_size=90), min_size=1,
+                   max_size=12)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(STRINGS, min_size=1, max_size=3),
+       bounds=st.lists(st.text(alphabet="abz\u00e9", max_size=70), min_size=1, max_size=4,
+                       unique=True),
+       data=st.data())
+def test_string_files_written_by_delta_rs_are_kept_when_they_hold_a_kept_row(
+        tmp_path_factory, files, bounds, data):
+    """delta-rs truncates long string statistics (min to a prefix, max raised); a file
+    holding a value the sketch's ranges keep is never skipped."""
+    from deltalake import DeltaTable, write_deltalake
+
+    root = tmp_path_factory.mktemp("strings")
+    for values in files:
+        write_deltalake(str(root), pa.table({"s": pa.array(values, pa.string())}),
+                        mode="append")
+    part = RangePartition.from_bounds("t", "s", pa.string(), sorted(bounds))
+    frags = data.draw(st.lists(st.integers(0, part.size - 1), unique=True))
+    sketch = _sketch(part, frags)
+    ranges = predicate_ranges(sketch, "t")
+    table = DeltaTable(str(root))
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    stats = [(uri, lo, hi, n) for uri, lo, hi, n in zip(
+        actions["path"], actions["min.s"], actions["max.s"], actions["null_count.s"])]
+    kept = set(sketch_files(sketch, "t", stats))
+    for uri in actions["path"]:
+        values = pq.read_table(str(root / uri)).column("s").to_pylist()
+        if any(_in_ranges(ranges, v) for v in values):
+            assert uri in kept, (uri, values, ranges)
 
 
 @pytest.mark.parametrize("dtype,conv", [

@@ -201,3 +201,17 @@ def test_sums_over_the_least_bigint_stay_exact():
     got = {r["b"]: r for r in q.result().to_pylist()}
     assert got[0]["s"] == 0 and got[0]["m"] == -2.0**63  # -2^64 wraps to 0
     assert q.result_rows() == q.reference().rows()
+
+
+def test_a_cast_of_a_constant_folds_by_sparks_rules_or_waits_to_raise():
+    """``CAST(0 AS DECIMAL(7, 2))`` (TPC-DS q5) folds to 0.00 although Arrow's cast of an
+    INT wants 12 digits; a constant that overflows stays a CAST, NULL with ANSI mode off
+    and NUMERIC_VALUE_OUT_OF_RANGE with it on."""
+    sql = ("SELECT k, CAST(0 AS DECIMAL(7, 2)) AS z, CAST(-2.345 AS DECIMAL(3, 2)) AS r, "
+           "CAST(123456 AS DECIMAL(7, 2)) AS o FROM t")
+    q = _engine().register(sql, {"t.k": 2})
+    rows = q.result().to_pylist()
+    assert rows and all(r["z"] == Decimal("0.00") and r["r"] == Decimal("-2.35")
+                        and r["o"] is None for r in rows)
+    assert _raises(_engine(ansi=True).register(sql, {"t.k": 2})) == \
+        "NUMERIC_VALUE_OUT_OF_RANGE"

@@ -14,14 +14,27 @@ from small_tables import inner_rows as _i
 from small_tables import outer_rows as _o
 
 from imp_core.embedded.api import Engine
-from imp_core.errors import SqlRuntimeError
+from imp_core.errors import SqlRuntimeError, UnsupportedSqlError
 
 QUERIES = [
     "SELECT k FROM o WHERE g = (SELECT g FROM i WHERE x = 5)",
     "SELECT k, z FROM o WHERE z > (SELECT DISTINCT x FROM i WHERE g = 2)",
     "SELECT g, count(*) AS n FROM o WHERE z < 2 * (SELECT avg(x) FROM i WHERE g IS NOT NULL "
     "GROUP BY g HAVING count(*) > 1) GROUP BY g",
+    # written SELECT * (TPC-DS q23): the one column of its FROM
+    "SELECT k FROM o WHERE g = (SELECT * FROM (SELECT g FROM i WHERE x = 5) t)",
 ]
+
+
+def test_a_star_over_several_columns_is_refused_as_a_scalar_subquery():
+    rng = random.Random(0)
+    eng = Engine()
+    eng.create_table("o", _o(rng, range(3)), key="k")
+    eng.create_table("i", _i(rng, range(3)), key="j")
+    with pytest.raises(UnsupportedSqlError, match="scalar subquery of more than one column"):
+        eng.register("SELECT k FROM o WHERE g = (SELECT * FROM (SELECT g, x FROM i) t)",
+                     {"o.k": 3})
+    assert eng.queries() == []
 
 
 

@@ -20,6 +20,7 @@ from test_sql_subqueries import ROWS_R, ROWS_S, _check, _tables
 
 from imp_core.embedded.api import Engine
 from imp_core.errors import SqlSyntaxError, UnknownColumnError, UnsupportedSqlError
+from imp_core.oracle.reference import reference_capture, restrict_to_sketch
 from imp_core.plan.nodes import SetOp, TopK
 from imp_core.sql.planner import plan_sql
 
@@ -115,6 +116,42 @@ def test_safe_set_operations_register_without_force():
     eng.register("SELECT a, b FROM r EXCEPT SELECT a, b FROM r WHERE c > 2", {"r.a": 2})
     with pytest.raises(Exception, match="right of the EXCEPT"):
         eng.register("SELECT d, e FROM s EXCEPT SELECT b, c FROM r", {"r.a": 2})
+
+
+# three branches each grouped on r.b, summed again over their UNION ALL and ranked on the
+# sum (TPC-DS q33, q56): r.b holds the attribute on every row of every branch, so each
+# outer group lies in one fragment
+NESTED_UNION = ("SELECT b, sum(t) AS total FROM ("
+                "SELECT b, sum(c) AS t FROM r WHERE c > 0 GROUP BY b UNION ALL "
+                "SELECT b, sum(c) FROM r WHERE c < 2 GROUP BY b UNION ALL "
+                "SELECT r.b, sum(s.e) FROM r JOIN s ON r.c = s.d GROUP BY r.b) u "
+                "GROUP BY b ORDER BY total DESC NULLS LAST, b LIMIT 2")
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows_r=ROWS_R, rows_s=ROWS_S, bounds=st.lists(st.integers(-2, 5), min_size=1,
+                                                        max_size=3, unique=True))
+def test_a_union_of_unions_keeps_the_attribute_every_branch_holds(rows_r, rows_s, bounds):
+    eng = Engine()
+    r, s = _tables(rows_r, rows_s)
+    eng.create_table("r", r, key="a")
+    eng.create_table("s", s, key="c")
+    q = eng.register(NESTED_UNION, {"r.b": sorted(bounds)})  # safe: not forced
+    tables = eng.tables()
+    full = reference_capture(q.plan, tables, q.partitions)
+    cut = reference_capture(q.plan, restrict_to_sketch(tables, full.sketch), q.partitions)
+    assert full.rows() == cut.rows()
+
+
+def test_a_union_branch_without_the_table_loses_the_attribute():
+    eng = Engine()
+    r, s = _tables([(1, 2)], [(1, 2)])
+    eng.create_table("r", r, key="a")
+    eng.create_table("s", s, key="c")
+    without = NESTED_UNION.replace("SELECT r.b, sum(s.e) FROM r JOIN s ON r.c = s.d "
+                                   "GROUP BY r.b", "SELECT d, sum(e) FROM s GROUP BY d")
+    with pytest.raises(Exception, match="is unsafe"):
+        eng.register(without, {"r.b": 2})
 
 
 # -- planning -----------------------------------------------------------------------------

@@ -50,6 +50,14 @@ QUERIES = [
     ("count_distinct", "SELECT b, count(DISTINCT c) AS n FROM r GROUP BY b"),
     ("sum_distinct_global", "SELECT sum(DISTINCT c) AS t FROM r"),
     ("global_empty", "SELECT count(*) AS n, sum(c) AS t, max(b) AS m FROM r WHERE c > 3"),
+    # a scalar subquery written SELECT * over a one-column derived table (TPC-DS q23)
+    ("scalar_star", "SELECT b, sum(c) AS t FROM r GROUP BY b HAVING sum(c) > "
+                    "(SELECT * FROM (SELECT max(e) AS m FROM s) x) - 3"),
+    ("scalar_star_where", "SELECT a FROM r WHERE b >= (SELECT * FROM (SELECT min(d) AS m "
+                          "FROM s WHERE e > 0) x)"),
+    # BETWEEN with scalar subqueries for bounds (TPC-DS q54)
+    ("between_subqueries", "SELECT a, b FROM r WHERE b BETWEEN (SELECT min(d) FROM s) "
+                           "AND (SELECT max(e) FROM s) - 1"),
 ]
 
 

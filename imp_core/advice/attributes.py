@@ -235,7 +235,7 @@ def advise(plan: QueryPlan, catalog: Mapping[str, pa.Schema],
     docstring); ``column(table, column)`` reads a column's current values (for the
     equi-depth partitions), ``capture(partitions)`` returns the accurate sketch.
     Raises ``UnsafeSketchError`` listing every candidate's reason when none is safe."""
-    from imp_core.safety import check_attribute
+    from imp_core.safety import check_attribute, declared_not_null
 
     table_columns = {t: s.names for t, s in catalog.items()}
     found = []
@@ -245,7 +245,8 @@ def advise(plan: QueryPlan, catalog: Mapping[str, pa.Schema],
             found.append(Candidate(table, col, roles, False,
                                    f"its type {dtype} has no statistics that skip data"))
             continue
-        verdict = check_attribute(plan, table, col, domains, table_columns)
+        verdict = check_attribute(plan, table, col, domains, table_columns,
+                                  declared_not_null(catalog))
         found.append(Candidate(table, col, roles, verdict.safe, verdict.reason))
     safe = [c for c in found if c.safe]
     if not safe:

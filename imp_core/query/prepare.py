@@ -148,7 +148,7 @@ def prepare_query(sql: str, source: TableSource,
     (whether a column never holds NULL) an aggregation's groups may be held by the data
     layer too (``imp_core.query.data_layer.groups_lookup``).
     """
-    from imp_core.safety import require_safe
+    from imp_core.safety import declared_not_null, require_safe
     from imp_core.sql import plan_sql
     from imp_core.sql.session import Session
 
@@ -183,7 +183,8 @@ def prepare_query(sql: str, source: TableSource,
     reads.clear()
     verdicts = require_safe(plan, [(p.table, p.column) for p in pset.partitions],
                             domains=domains, force=force,
-                            table_columns={t: s.names for t, s in catalog.items()})
+                            table_columns={t: s.names for t, s in catalog.items()},
+                            not_null=declared_not_null(catalog))
     if advice is None:
         from imp_core.advice.attributes import given_advice
 

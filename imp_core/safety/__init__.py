@@ -103,6 +103,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+import pyarrow as pa
+
 from imp_core.errors import UnsafeSketchError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.safety.facts import Context
@@ -112,7 +114,7 @@ from imp_core.safety.rules import analyze
 from imp_core.safety.scalar import essential_paths
 from imp_core.safety.verdict import SafetyVerdict, Unsafe
 
-__all__ = ["SafetyVerdict", "check_attribute", "require_safe"]
+__all__ = ["SafetyVerdict", "check_attribute", "declared_not_null", "require_safe"]
 
 
 def check_attribute(
@@ -121,25 +123,35 @@ def check_attribute(
     column: str,
     domains: Domains | None = None,
     table_columns: Mapping[str, Sequence[str]] | None = None,
+    not_null: Mapping[str, Iterable[str]] | None = None,
 ) -> SafetyVerdict:
     """Decide whether every range partition of ``table`` on ``column`` gives a safe sketch.
 
     ``domains`` maps table -> column -> declared ``(low, high)`` (``None`` for an open
     side); it only serves to prove sums non-negative. ``table_columns`` lists all
     columns of each table, to accept an attribute the query does not read; without it
-    the column must be read by the query or have a declared domain.
+    the column must be read by the query or have a declared domain. ``not_null`` maps
+    table -> its columns declared NOT NULL (enforced on every write): with them a
+    grouping set's subtotal rows are told apart from the finest groups by their NULLs.
 
     Raises ``UnknownTableError`` if the query does not read ``table`` and
     ``UnknownColumnError`` if ``column`` is not a column of it.
     """
     root = plan.root if isinstance(plan, QueryPlan) else plan
     table, column = resolve(root, table, column, domains, table_columns)
-    ctx = Context(table, column, domains or {}, essential=essential_paths(root))
+    ctx = Context(table, column, domains or {}, essential=essential_paths(root),
+                  required={t: frozenset(cols) for t, cols in (not_null or {}).items()})
     try:
         analyze(root, (), True, ctx)
     except Unsafe as exc:
         return SafetyVerdict(table, column, False, exc.reason)
     return SafetyVerdict(table, column, True, ctx.safe_reason())
+
+
+def declared_not_null(catalog: Mapping[str, pa.Schema]) -> dict[str, frozenset[str]]:
+    """Per table of ``catalog``, its columns declared NOT NULL."""
+    return {t: frozenset(f.name for f in schema if not f.nullable)
+            for t, schema in catalog.items()}
 
 
 def require_safe(
@@ -148,13 +160,15 @@ def require_safe(
     domains: Domains | None = None,
     force: bool = False,
     table_columns: Mapping[str, Sequence[str]] | None = None,
+    not_null: Mapping[str, Iterable[str]] | None = None,
 ) -> list[SafetyVerdict]:
     """Check each ``(table, column)``; raise ``UnsafeSketchError`` for the first unsafe one.
 
     With ``force`` the verdicts are returned without raising (the caller accepts a
     possibly wrong result). Unknown tables or columns raise regardless of ``force``.
     """
-    verdicts = [check_attribute(plan, t, c, domains, table_columns) for t, c in attributes]
+    verdicts = [check_attribute(plan, t, c, domains, table_columns, not_null)
+                for t, c in attributes]
     if not force:
         for verdict in verdicts:
             if not verdict.safe:

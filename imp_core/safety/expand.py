@@ -10,7 +10,8 @@ phantom row of the sketch instance expands into phantom copies of the same sets,
   set (otherwise the copy for a set without it is NULL, not the attribute, and a group
   of that set spans fragments: the aggregation above must then be safe by its own rule,
   for partial groups);
-- the set column is exact (a constant per copy) and untainted;
+- the set column is exact (a constant per copy), untainted and never NULL; a key's copy
+  is never NULL only when the key is not and is in every set;
 - no unique key survives (a row's copies agree on the input columns); the set column
   with an input key would be one, but none is claimed (conservative).
 """
@@ -40,5 +41,7 @@ def expand(node: Expand, facts: Facts) -> Facts:
             exprs[name] = facts.exprs[key]
     attr = {p: cols | frozenset(copies[c] for c in cols if c in always)
             for p, cols in facts.attr.items()}
+    not_null = facts.not_null | {copies[k] for k in always if k in facts.not_null} | \
+        {node.set_column}
     return replace(facts, tainted=tainted, attr=attr, keys=(), labels=labels, ivals=ivals,
-                   exprs=exprs)
+                   exprs=exprs, not_null=frozenset(not_null))

@@ -20,10 +20,22 @@ in the sketch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from imp_core.plan.aggregates import registry
 from imp_core.plan.aggregates.base import Monotonicity
-from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjuncts, rename_columns
+from imp_core.plan.expr import (
+    BinaryOp,
+    ColumnRef,
+    Expr,
+    FuncCall,
+    InList,
+    Like,
+    Literal,
+    UnaryOp,
+    conjuncts,
+    rename_columns,
+)
 from imp_core.safety.intervals import UNKNOWN, Domains, Interval, domain_interval
 from imp_core.safety.names import pick
 from imp_core.safety.render import sql_text
@@ -36,6 +48,37 @@ def equalities(pred: Expr | None) -> list[tuple[str, str]]:
     return [(p.left.name, p.right.name) for p in conjuncts(pred)
             if isinstance(p, BinaryOp) and p.op == "="
             and isinstance(p.left, ColumnRef) and isinstance(p.right, ColumnRef)]
+
+
+_NULL_REJECTING = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
+
+
+def rejects_null(pred: Expr | None) -> frozenset[str]:
+    """The columns a row must have non-NULL to pass ``pred``: the plain columns compared
+    by its conjuncts (a comparison with NULL is not true), tested by IN, LIKE or IS NOT
+    NULL."""
+    out: set[str] = set()
+    for p in conjuncts(pred):
+        if isinstance(p, BinaryOp) and p.op in _NULL_REJECTING:
+            out.update(x.name for x in (p.left, p.right) if isinstance(x, ColumnRef))
+        elif isinstance(p, (InList, Like)) and isinstance(p.operand, ColumnRef):
+            out.add(p.operand.name)
+        elif isinstance(p, UnaryOp) and p.op == "is_not_null" \
+                and isinstance(p.operand, ColumnRef):
+            out.add(p.operand.name)
+    return frozenset(out)
+
+
+def never_null(expr: Expr, not_null: frozenset[str]) -> bool:
+    """Whether ``expr`` is never NULL on rows whose ``not_null`` columns are not: a column
+    among them, a non-NULL constant, or a concatenation of such."""
+    if isinstance(expr, ColumnRef):
+        return expr.name in not_null
+    if isinstance(expr, Literal):
+        return expr.value is not None
+    if isinstance(expr, FuncCall) and expr.name == "concat":
+        return all(never_null(a, not_null) for a in expr.args)
+    return False
 
 
 def close(attr: dict[Path, frozenset[str]],
@@ -108,6 +151,8 @@ class Facts:
     exprs: dict[str, str] = field(default_factory=dict)
     # paths in ``attr`` whose scan may contribute no tuple to a row
     optional: frozenset[Path] = frozenset()
+    # output columns never NULL (declared NOT NULL, or a condition rejected NULL)
+    not_null: frozenset[str] = frozenset()
 
     def show(self, col: str) -> str:
         return self.labels.get(col, col)
@@ -146,6 +191,8 @@ class Context:
     inspected: set[int] = field(default_factory=set)
     # paths of the nodes every root row derives from (``negation.essential_paths``)
     essential: frozenset[Path] = frozenset()
+    # per table, its columns declared NOT NULL
+    required: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def attribute(self) -> str:

@@ -55,7 +55,8 @@ def _merged(left: Facts, right: Facts) -> Facts:
                  {**left.labels, **right.labels},
                  {**left.ivals, **right.ivals},
                  {**left.exprs, **right.exprs},
-                 left.optional | right.optional)
+                 left.optional | right.optional,
+                 left.not_null | right.not_null)
 
 
 def _check_condition(cond: Expr | None, both: Facts, what: str, ctx: Context) -> None:
@@ -106,7 +107,7 @@ def semi_join(node: SemiJoin, left: Facts, right: Facts, ctx: Context) -> Facts:
             for p, c in close({**left.attr, **right.attr}, equalities(node.condition)).items()}
     return Facts(left.has_table or right.has_table, dict(left.tainted), attr, left.keys,
                  dict(left.labels), dict(left.ivals), dict(left.exprs),
-                 left.optional | right.optional)
+                 left.optional | right.optional, left.not_null)
 
 
 def anti_join(node: SemiJoin, path: Path, left: Facts, right: Facts,
@@ -135,7 +136,8 @@ def anti_join(node: SemiJoin, path: Path, left: Facts, right: Facts,
                          f"a row in the sketch instance keeps all its partners and NOT "
                          f"EXISTS decides as over the full data")
     return Facts(left.has_table, dict(left.tainted), dict(left.attr), left.keys,
-                 dict(left.labels), dict(left.ivals), dict(left.exprs), left.optional)
+                 dict(left.labels), dict(left.ivals), dict(left.exprs), left.optional,
+                 left.not_null)
 
 
 def outer_join(node: OuterJoin, path: Path, left: Facts, right: Facts, lossless: bool,
@@ -181,4 +183,5 @@ def outer_join(node: OuterJoin, path: Path, left: Facts, right: Facts, lossless:
         keys = tuple(a | b for a in left.keys for b in right.keys)
     supplying = frozenset(attr) if full else frozenset(right.attr)
     both.attr, both.keys, both.optional = attr, keys, both.optional | supplying
+    both.not_null = frozenset() if full else left.not_null  # padded columns are NULL
     return both

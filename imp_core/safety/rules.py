@@ -39,7 +39,9 @@ from imp_core.safety.facts import (
     Taint,
     close,
     equalities,
+    never_null,
     partial_taint,
+    rejects_null,
     tainted_in,
 )
 from imp_core.safety.intervals import INF, NONNEG, UNKNOWN, Interval, interval_of
@@ -100,11 +102,14 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
 def _scan(node: Scan, path: tuple[int, ...], ctx: Context) -> Facts:
     ivals = {f.name: ctx.domain(node.table, src)
              for src, f in zip(node.source_columns, node.fields)}
+    required = ctx.required.get(node.table, frozenset())
+    not_null = frozenset(f.name for src, f in zip(node.source_columns, node.fields)
+                         if src in required)
     if node.table != ctx.table:
-        return Facts(False, ivals=ivals)
+        return Facts(False, ivals=ivals, not_null=not_null)
     cols = frozenset({node.output_name(ctx.column)}) if ctx.column in node.source_columns \
         else frozenset()
-    return Facts(True, attr={path: cols}, ivals=ivals)
+    return Facts(True, attr={path: cols}, ivals=ivals, not_null=not_null)
 
 
 def _check_filter(pred: Expr, facts: Facts, ctx: Context, what: str) -> None:
@@ -161,7 +166,8 @@ def _why_not(taint: Taint, op: str) -> str:
 
 def _select(node: Select, facts: Facts, ctx: Context) -> Facts:
     _check_filter(node.predicate, facts, ctx, "HAVING")
-    return replace(facts, attr=close(facts.attr, equalities(node.predicate)))
+    return replace(facts, attr=close(facts.attr, equalities(node.predicate)),
+                   not_null=facts.not_null | rejects_null(node.predicate))
 
 
 def _project(node: Project, facts: Facts) -> Facts:
@@ -171,6 +177,7 @@ def _project(node: Project, facts: Facts) -> Facts:
     exprs: dict[str, str] = {}
     renames: dict[str, list[str]] = {}
     defs = {c: ColumnRef(d) for c, d in {**facts.exprs, **facts.labels}.items()}
+    not_null = frozenset(ne.name for ne in node.exprs if never_null(ne.expr, facts.not_null))
     for ne in node.exprs:
         e = ne.expr
         ivals[ne.name] = interval_of(e, facts.ivals)
@@ -197,7 +204,8 @@ def _project(node: Project, facts: Facts) -> Facts:
             for p, cols in facts.attr.items()}
     keys = tuple(frozenset(renames[c][0] for c in key) for key in facts.keys
                  if all(c in renames for c in key))
-    return Facts(facts.has_table, tainted, attr, keys, labels, ivals, exprs, facts.optional)
+    return Facts(facts.has_table, tainted, attr, keys, labels, ivals, exprs, facts.optional,
+                 not_null)
 
 
 def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
@@ -208,7 +216,8 @@ def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
                   {**left.labels, **right.labels},
                   {**left.ivals, **right.ivals},
                   {**left.exprs, **right.exprs},
-                  left.optional | right.optional)
+                  left.optional | right.optional,
+                  left.not_null | right.not_null | rejects_null(node.condition))
     if node.condition is not None:
         bad = tainted_in(node.condition, both)
         if bad:
@@ -243,9 +252,10 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
             ivals[a.name] = arg_iv
         else:
             ivals[a.name] = UNKNOWN
-    keys = (frozenset(node.group_by),)
+    keys = (frozenset(node.group_by),) + _sets_told_apart(node, facts)
     attr = {p: cols & frozenset(node.group_by) for p, cols in facts.attr.items()}
-    out = Facts(facts.has_table, {}, attr, keys, labels, ivals, exprs, facts.optional)
+    out = Facts(facts.has_table, {}, attr, keys, labels, ivals, exprs, facts.optional,
+                facts.not_null & frozenset(node.group_by))
     if not facts.has_table:
         return out
     bad_keys = [g for g in node.group_by if g in facts.tainted]
@@ -268,6 +278,23 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
     for a in node.aggregates:
         out.tainted[a.name] = partial_taint(labels[a.name], origin, a.func, a.arg, facts)
     return out
+
+
+def _sets_told_apart(node: Aggregate, facts: Facts) -> tuple[frozenset[str], ...]:
+    """Over grouping sets (an Expand below), the group key without the set column when
+    the key columns alone tell the sets apart: each key whose membership differs between
+    sets is never NULL in the input, so its column is NULL exactly in the sets without
+    it (ROLLUP (a, b) over non-NULL a and b: (x, NULL) is the subtotal of x, never a
+    group of the finest set)."""
+    ex = node.input
+    if not isinstance(ex, Expand) or ex.set_column not in node.group_by \
+            or len({frozenset(g) for g in ex.sets}) != len(ex.sets):
+        return ()
+    varying = [j for j in range(len(ex.keys)) if not ex.in_every_set(j)]
+    if any(ex.keys[j] not in facts.not_null or ex.names[j] not in node.group_by
+           for j in varying):
+        return ()
+    return (frozenset(node.group_by) - {ex.set_column},)
 
 
 def _covered(seen: set[str], keys: tuple[frozenset[str], ...]) -> bool:

@@ -50,6 +50,7 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
     rtainted = {rename[c]: t for c, t in right.tainted.items() if c in rename}
     rkeys = tuple(frozenset(rename[c] for c in key) for key in right.keys
                   if all(c in rename for c in key))
+    rnot_null = frozenset(rename[c] for c in right.not_null if c in rename)
     everything = (frozenset(names),) if node.distinct else ()
     what = f"the {node.sql_name}"
     if node.kind == "union":
@@ -70,7 +71,7 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
         return Facts(left.has_table or right.has_table, {**rtainted, **left.tainted},
                      attr, everything, dict(left.labels),
                      {c: iv for c, iv in ivals.items() if iv is not None}, dict(left.exprs),
-                     optional)
+                     optional, left.not_null & rnot_null)
     for tainted in (left.tainted, rtainted):
         if tainted:
             col = sorted(tainted)[0]
@@ -83,7 +84,8 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
     if node.kind == "intersect":
         return Facts(left.has_table or right.has_table, {}, {**left.attr, **rattr},
                      left.keys + rkeys + everything, dict(left.labels), dict(left.ivals),
-                     dict(left.exprs), left.optional | right.optional)
+                     dict(left.exprs), left.optional | right.optional,
+                     left.not_null | rnot_null)
     if rattr:
         anchors = frozenset().union(*(c for q, c in left.attr.items()
                                       if q not in left.optional))
@@ -100,7 +102,8 @@ def set_operation(node: SetOp, path: Path, left: Facts, right: Facts,
                          f"sketch instance keeps every right row equal to it and {what} "
                          f"decides as over the full data")
     return Facts(left.has_table, {}, dict(left.attr), left.keys + everything,
-                 dict(left.labels), dict(left.ivals), dict(left.exprs), left.optional)
+                 dict(left.labels), dict(left.ivals), dict(left.exprs), left.optional,
+                 left.not_null)
 
 
 def _always(attr: dict[Path, frozenset[str]], optional: frozenset[Path]) -> frozenset[str]:

@@ -249,6 +249,50 @@ def test_rollup_without_filter_is_safe_on_any_attribute():
         assert _over_sketch_equals(sql, "r.x", {"r": _rows(rng, 12, 0)}, [0, 4])
 
 
+# a top-k on the rolled-up key (TPC-DS q5, q27, q80): ties between a group whose key is
+# NULL and the subtotal of the set without the key fall to the SUM
+ROLLUP_TOPK = "SELECT g, sum(x) AS s FROM r GROUP BY ROLLUP(g) ORDER BY g NULLS FIRST LIMIT 1"
+
+
+def test_a_nullable_rolled_up_key_ties_subtotals_with_groups():
+    """The counterexample: the NULL group of g (a = 1) ties the grand total on g and wins
+    on its smaller sum; over the sketch ({a = 1, a = 2}) the partial grand total is
+    smaller still and takes its place."""
+    with pytest.raises(UnsafeSketchError, match="ties on its order keys"):
+        _register(ROLLUP_TOPK, "r.a")
+    tables = _tables([(1, None, "p", 0), (2, 1, "p", -3), (10, 2, "p", 10)])
+    assert not _over_sketch_equals(ROLLUP_TOPK, "r.a", tables, [5])
+
+
+def _not_null_g(table: pa.Table) -> pa.Table:
+    schema = pa.schema([f.with_nullable(f.name != "g") for f in SCHEMA])
+    return table.cast(schema)
+
+
+def test_a_key_declared_not_null_tells_subtotals_from_groups():
+    """With g NOT NULL, a NULL g is the subtotal's: (g) alone is the group key, the top-k's
+    order keys cover it and the tie-break never reaches the SUM."""
+    eng = Engine()
+    eng.create_table("r", _not_null_g(_tables([(1, 1, "p", 1)])["r"]), key="a")
+    q = eng.register(ROLLUP_TOPK + "0", {"r.a": 2})  # LIMIT 10, safe: not forced
+    assert q.verdicts[0].safe
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        rows = _rows(rng, 12, 0)
+        rows = rows.set_column(1, "g", pa.array([v if v is not None else 0
+                                                 for v in rows.column("g").to_pylist()],
+                                                pa.int64()))
+        tables = {"r": _not_null_g(rows)}
+        for cut in ([3], [1, 6], [0, 4, 8]):
+            eng2 = Engine()
+            eng2.create_table("r", tables["r"], key="a")
+            q2 = eng2.register(ROLLUP_TOPK.replace("LIMIT 1", "LIMIT 2"), {"r.a": cut})
+            full = reference_evaluate(q2.plan.root, tables, q2.partitions)
+            sub = reference_evaluate(q2.plan.root, restrict_to_sketch(tables, q2.sketch),
+                                     q2.partitions)
+            assert _rows_of(full) == _rows_of(sub)
+
+
 # -- lineage and the memory estimate of Expand ----------------------------------------------------
 
 

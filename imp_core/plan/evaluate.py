@@ -9,7 +9,6 @@ from values.
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 from contextlib import contextmanager
 from typing import Iterator, Mapping
@@ -19,8 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.errors import UnknownColumnError
-from imp_core.plan import ansi, decimal64, division, numeric_casts, rounding, string_casts
+from imp_core.plan import ansi, division, rounding
+from imp_core.plan import coercion as co
 from imp_core.plan.aggregates import registry
+from imp_core.plan.coercion import literal_type
 from imp_core.plan.expr import (
     BinaryOp,
     Case,
@@ -36,50 +37,6 @@ from imp_core.plan.expr import (
 )
 
 MAX_PRECISION = division.MAX_PRECISION
-
-_CMP = {"=": "equal", "<>": "not_equal", "<": "less", "<=": "less_equal",
-        ">": "greater", ">=": "greater_equal"}
-
-
-def literal_type(value: object) -> pa.DataType:
-    """The Arrow type of a Python literal as SQL would type it."""
-    if value is None:
-        return pa.null()
-    if isinstance(value, bool):
-        return pa.bool_()
-    if isinstance(value, int):
-        return pa.int32() if -(2**31) <= value < 2**31 else pa.int64()
-    if isinstance(value, float):
-        return pa.float64()
-    if isinstance(value, decimal.Decimal):
-        sign, digits, exp = value.as_tuple()
-        scale = max(0, -int(exp))
-        precision = max(len(digits), scale, 1)
-        return pa.decimal128(precision, scale)
-    if isinstance(value, dt.datetime):
-        return pa.timestamp("us")
-    if isinstance(value, dt.date):
-        return pa.date32()
-    if isinstance(value, str):
-        return pa.string()
-    raise TypeError(f"unsupported literal {value!r}")
-
-
-def _is_decimal(t: pa.DataType) -> bool:
-    return pa.types.is_decimal(t)
-
-
-def _int_as_decimal(t: pa.DataType) -> pa.DataType:
-    digits = {8: 3, 16: 5, 32: 10, 64: 20}[t.bit_width]
-    return pa.decimal128(min(digits, MAX_PRECISION), 0)
-
-
-def _literal_decimal(value: object) -> pa.DataType:
-    return literal_type(decimal.Decimal(int(value)))
-
-
-_adjust = division.adjust  # Spark's precision-loss rule, one definition
-
 
 def aggregate_type(func: str, dtype: pa.DataType | None) -> pa.DataType:
     """Result type of an aggregate (Spark's rules, declared by each function in
@@ -159,11 +116,11 @@ class _Evaluator:
                 right = self._bool(e.right)
             return (pc.and_kleene if e.op == "and" else pc.or_kleene)(left, right)
         left, right = self.eval(e.left), self.eval(e.right)
-        if e.op in _CMP:
-            narrowed = _compare_at_column_scale(left, right, e.op)
+        if e.op in co.CMP:
+            narrowed = co.compare_at_column_scale(left, right, e.op)
             if narrowed is not None:
                 return narrowed
-        left, right = _coerce_pair(left, right, e.op)
+        left, right = co.coerce_pair(left, right, e.op)
         return _binary(e.op, left, right)
 
     def _UnaryOp(self, e: UnaryOp) -> pa.Array | pa.Scalar:
@@ -179,7 +136,7 @@ class _Evaluator:
     def _Strict(self, e: Strict) -> pa.Array | pa.Scalar:
         inner = e.inner
         if isinstance(inner, BinaryOp):
-            operands = list(_coerce_pair(self.eval(inner.left), self.eval(inner.right),
+            operands = list(co.coerce_pair(self.eval(inner.left), self.eval(inner.right),
                                          inner.op))
             value = _binary(inner.op, *operands)
         elif isinstance(inner, UnaryOp):
@@ -188,12 +145,12 @@ class _Evaluator:
         elif isinstance(inner, FuncCall):
             operands = [self.eval(a) for a in inner.args]
             if inner.name in ("pmod", "div"):
-                operands = list(_coerce_pair(operands[0], operands[1], "%"))
+                operands = list(co.coerce_pair(operands[0], operands[1], "%"))
             value = self._function(inner.name, operands)
         else:
             assert isinstance(inner, Cast), inner
             operands = [self.eval(inner.operand)]
-            value, overflow = cast_overflowing(operands[0], inner.to)
+            value, overflow = co.cast_overflowing(operands[0], inner.to)
             if overflow is not None:  # a number out of the type's range
                 if overflow.any():
                     rows = np.broadcast_to(overflow, (self.n,)).copy()
@@ -226,9 +183,9 @@ class _Evaluator:
             conds = [self._bool(c) for c, _ in e.whens]
             values = [self.eval(v) for _, v in e.whens]
             default = self.eval(e.default) if e.default is not None else pa.scalar(None)
-        out_type = _common_type([v.type for v in values] + [default.type])
-        values = [_cast(v, out_type) for v in values]
-        default = _cast(default, out_type)
+        out_type = co.common_type([v.type for v in values] + [default.type])
+        values = [co.cast(v, out_type) for v in values]
+        default = co.cast(default, out_type)
         result = self._broadcast(default)
         # apply WHEN branches last-to-first so the first true branch wins
         for cond, value in reversed(list(zip(conds, values))):
@@ -240,10 +197,10 @@ class _Evaluator:
         v = self._broadcast(self.eval(e.operand))
         vals = [x.value for x in e.values if x.value is not None]
         target = v.type
-        value_set = pa.array(vals, type=_common_type([literal_type(x) for x in vals] or [target]))
+        value_set = pa.array(vals, type=co.common_type([literal_type(x) for x in vals] or [target]))
         if value_set.type != target:
-            common = _common_type([target, value_set.type])
-            v, value_set = _cast(v, common), _cast(value_set, common)
+            common = co.common_type([target, value_set.type])
+            v, value_set = co.cast(v, common), co.cast(value_set, common)
         out = pc.is_in(v, value_set=value_set)
         unknown = pa.scalar(None, pa.bool_())
         out = pc.if_else(pc.is_null(v), unknown, out)
@@ -256,7 +213,7 @@ class _Evaluator:
     def _Like(self, e: Like) -> pa.Array:
         v = self.eval(e.operand)
         if pa.types.is_string_view(v.type) or pa.types.is_large_string(v.type):
-            v = _cast(v, pa.string())
+            v = co.cast(v, pa.string())
         out = pc.match_like(self._broadcast(v), e.pattern)
         return pc.invert(out) if e.negated else out
 
@@ -278,7 +235,7 @@ class _Evaluator:
         else:
             args = [self.eval(a) for a in e.args]
         if e.name in ("pmod", "div"):
-            args = list(_coerce_pair(args[0], args[1], "%"))
+            args = list(co.coerce_pair(args[0], args[1], "%"))
         return self._function(e.name, args)
 
     def _try(self, inner: Expr) -> pa.Array | pa.Scalar:
@@ -298,7 +255,7 @@ class _Evaluator:
     def _function(self, name: str, args: list) -> pa.Array | pa.Scalar:
         if name in ("upper", "lower", "substring") and (
                 pa.types.is_string_view(args[0].type) or pa.types.is_large_string(args[0].type)):
-            args[0] = _cast(args[0], pa.string())  # the utf8 kernels take plain strings
+            args[0] = co.cast(args[0], pa.string())  # the utf8 kernels take plain strings
         if name in ("year", "month", "day"):
             return pc.cast(pc.call_function(name, [args[0]]), pa.int32())
         if name in ("pmod", "div"):
@@ -308,15 +265,15 @@ class _Evaluator:
         if name == "round":
             return rounding.round_half_up(args[0], args[1].as_py() if len(args) > 1 else 0)
         if name == "concat":  # NULL if any argument is NULL, as Spark's || and concat
-            strings = [_cast(self._broadcast(a), pa.string()) for a in args]
+            strings = [co.cast(self._broadcast(a), pa.string()) for a in args]
             return pc.binary_join_element_wise(*strings, "")
         if name == "upper":
             return pc.utf8_upper(args[0])
         if name == "lower":
             return pc.utf8_lower(args[0])
         if name == "coalesce":
-            out_type = _common_type([a.type for a in args])
-            return pc.coalesce(*[_cast(a, out_type) for a in args])
+            out_type = co.common_type([a.type for a in args])
+            return pc.coalesce(*[co.cast(a, out_type) for a in args])
         if name == "substring":
             start = args[1].as_py() - 1
             stop = None if len(args) < 3 else start + args[2].as_py()
@@ -324,7 +281,7 @@ class _Evaluator:
         raise AssertionError(name)
 
     def _Cast(self, e: Cast) -> pa.Array | pa.Scalar:
-        return _cast_value(self.eval(e.operand), e.to)
+        return co.cast_value(self.eval(e.operand), e.to)
 
     # -- helpers --------------------------------------------------------------------------
     def _bool(self, e: Expr) -> pa.Array | pa.Scalar:
@@ -342,17 +299,17 @@ class _Evaluator:
 def _binary(op: str, left, right) -> pa.Array | pa.Scalar:
     """Arithmetic or comparison of two operands of a common kind, Spark's rules with ANSI
     off: integers wrap, a decimal beyond 38 digits or a zero divisor is NULL."""
-    if op in _CMP:
-        return pc.call_function(_CMP[op], [left, right])
+    if op in co.CMP:
+        return pc.call_function(co.CMP[op], [left, right])
     if op == "/":  # ``imp_core.plan.division``
         return division.divide(left, right)
     if op == "%":
         return division.remainder(left, right)
     if pa.types.is_date(left.type) or pa.types.is_date(right.type):
         return _date_plus_days(op, left, right)
-    if _is_decimal(left.type) and _is_decimal(right.type):
+    if co.is_decimal(left.type) and co.is_decimal(right.type):
         try:
-            return _decimal_arith(op, left, right)
+            return co.decimal_arith(op, left, right)
         except pa.ArrowInvalid:  # some row overflows its type: NULL there
             return _decimal_arith_rows(op, left, right)
     return pc.call_function({"+": "add", "-": "subtract", "*": "multiply"}[op],
@@ -370,8 +327,8 @@ def _date_plus_days(op: str, left, right) -> pa.Array | pa.Scalar:
 
 
 def _decimal_arith_rows(op: str, left, right) -> pa.Array | pa.Scalar:
-    """``_decimal_arith`` one row at a time, NULL where the value does not fit its type."""
-    out_type = _decimal_arith(op, _empty(left), _empty(right)).type
+    """``co.decimal_arith`` one row at a time, NULL where the value does not fit its type."""
+    out_type = co.decimal_arith(op, _empty(left), _empty(right)).type
     n = _length(left, right)
     a = _values_of(left, n)
     b = _values_of(right, n)
@@ -382,7 +339,7 @@ def _decimal_arith_rows(op: str, left, right) -> pa.Array | pa.Scalar:
         if x is None or y is None:
             out.append(None)
             continue
-        v = fn(x, y).quantize(step, rounding=decimal.ROUND_HALF_UP, context=_EXACT)
+        v = fn(x, y).quantize(step, rounding=decimal.ROUND_HALF_UP, context=co.EXACT)
         out.append(v if abs(v.scaleb(out_type.scale)) < 10 ** out_type.precision else None)
     arr = pa.array(out, out_type)
     return arr[0] if n is None else arr
@@ -403,171 +360,6 @@ def _values_of(v: pa.Array | pa.Scalar, n: int | None) -> list:
     if isinstance(v, pa.Scalar):
         return [v.as_py()] * (1 if n is None else n)
     return v.to_pylist()
-
-
-def _cast_value(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
-    """An explicit CAST: strings parse as Spark does (NULL for what does not parse),
-    numbers overflow as Spark's do with ANSI off (``numeric_casts``); implicit
-    coercions of strings into numbers stay refused."""
-    return cast_overflowing(v, to)[0]
-
-
-def cast_overflowing(v: pa.Array | pa.Scalar, to: pa.DataType
-                     ) -> tuple[pa.Array | pa.Scalar, np.ndarray | None]:
-    """``_cast_value`` and the mask of numbers that overflowed (None: none can)."""
-    if string_casts.handles(v.type, to):
-        return string_casts.cast_strings(v, to), None
-    if not numeric_casts.handles(v.type, to):
-        return _cast(v, to), None
-    try:
-        exact = pc.cast(v, to)  # Arrow's safe cast: no rounding, no overflow
-        return exact, np.zeros(1 if isinstance(exact, pa.Scalar) else len(exact), bool)
-    except pa.ArrowInvalid:
-        pass
-    if isinstance(v, pa.Scalar):
-        out, overflow = numeric_casts.cast_numbers(pa.array([v.as_py()], v.type), to)
-        return out[0], overflow
-    if isinstance(v, pa.ChunkedArray):
-        v = v.combine_chunks()
-    return numeric_casts.cast_numbers(v, to)
-
-
-def _cast(v: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
-    if v.type == to:
-        return v
-    if pa.types.is_null(v.type):
-        return pa.scalar(None, to) if isinstance(v, pa.Scalar) else pa.nulls(len(v), to)
-    if pa.types.is_decimal(v.type) and pa.types.is_floating(to):
-        return _cast(division.to_double(v), to)  # correctly rounded, unlike Arrow's cast
-    return pc.cast(v, to)
-
-
-def _common_type(types: list[pa.DataType]) -> pa.DataType:
-    types = [t for t in types if not pa.types.is_null(t)]
-    if not types:
-        return pa.null()
-    out = types[0]
-    for t in types[1:]:
-        out = _unify(out, t)
-    return out
-
-
-def _unify(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    if a == b:
-        return a
-    if pa.types.is_string(a) or pa.types.is_string_view(a) or pa.types.is_large_string(a):
-        return pa.string()
-    if pa.types.is_floating(a) or pa.types.is_floating(b):
-        return pa.float64()
-    if _is_decimal(a) or _is_decimal(b):
-        da = a if _is_decimal(a) else _int_as_decimal(a)
-        db = b if _is_decimal(b) else _int_as_decimal(b)
-        scale = max(da.scale, db.scale)
-        digits = max(da.precision - da.scale, db.precision - db.scale)
-        return pa.decimal128(min(MAX_PRECISION, digits + scale), scale)
-    if pa.types.is_integer(a) and pa.types.is_integer(b):
-        return pa.int64()
-    return a
-
-
-_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-# the rounding that keeps ``column op value`` when ``value`` is rounded to the column's
-# scale: the column only holds multiples of its last digit
-_ROUNDING = {">": decimal.ROUND_FLOOR, "<=": decimal.ROUND_FLOOR,
-             "<": decimal.ROUND_CEILING, ">=": decimal.ROUND_CEILING}
-_WIDE = decimal.Context(prec=2 * MAX_PRECISION)
-_EXACT = decimal.Context(prec=4 * MAX_PRECISION)  # a product of two 38-digit decimals
-
-
-def _compare_at_column_scale(left, right, op: str) -> pa.Array | None:
-    """``left op right`` for a decimal column and a decimal value of a finer scale (a
-    column against a scalar subquery's average), with the value rounded to the column's
-    type instead of every row cast to the finer one; None when that does not apply (the
-    value does not round exactly for ``=``/``<>``, or does not fit the column's type)."""
-    if isinstance(left, pa.Scalar) and isinstance(right, pa.Array):
-        left, right, op = right, left, _FLIPPED[op]
-    if not (isinstance(left, pa.Array) and isinstance(right, pa.Scalar)
-            and _is_decimal(left.type) and _is_decimal(right.type)
-            and right.is_valid and right.type.scale > left.type.scale):
-        return None
-    value = right.as_py()
-    step = decimal.Decimal(1).scaleb(-left.type.scale)
-    rounded = value.quantize(step, rounding=_ROUNDING.get(op, decimal.ROUND_FLOOR),
-                             context=_WIDE)
-    if op not in _ROUNDING and rounded != value:
-        return None
-    if abs(rounded) >= decimal.Decimal(10) ** (left.type.precision - left.type.scale):
-        return None
-    return pc.call_function(_CMP[op], [left, pa.scalar(rounded, left.type)])
-
-
-def _coerce_pair(left, right, op: str):
-    lt, rt = left.type, right.type
-    if lt == rt:
-        return left, right
-    if pa.types.is_null(lt):
-        return _cast(left, rt), right
-    if pa.types.is_null(rt):
-        return left, _cast(right, lt)
-    for side in ("left", "right"):
-        this, other = (left, right) if side == "left" else (right, left)
-        if pa.types.is_string_view(this.type) or pa.types.is_large_string(this.type):
-            this = _cast(this, pa.string())
-        if side == "left":
-            left = this
-        else:
-            right = this
-    lt, rt = left.type, right.type
-    if lt == rt:
-        return left, right
-    if _is_decimal(lt) or _is_decimal(rt):
-        if pa.types.is_floating(lt) or pa.types.is_floating(rt):
-            return _cast(left, pa.float64()), _cast(right, pa.float64())
-
-        def as_dec(v):
-            if _is_decimal(v.type):
-                return v
-            if isinstance(v, pa.Scalar) and v.is_valid:
-                lit = decimal.Decimal(int(v.as_py()))
-                return pa.scalar(lit, _literal_decimal(lit))
-            return _cast(v, _int_as_decimal(v.type))
-
-        left, right = as_dec(left), as_dec(right)
-        if op in _CMP:
-            common = _unify(left.type, right.type)
-            return _cast(left, common), _cast(right, common)
-        return left, right
-    # a string next to a date is read as a date the way Spark parses it ('1999-5-01')
-    if pa.types.is_date(lt) and pa.types.is_string(rt):
-        return left, string_casts.cast_strings(right, lt)
-    if pa.types.is_date(rt) and pa.types.is_string(lt):
-        return string_casts.cast_strings(left, rt), right
-    if op in ("+", "-") and (pa.types.is_date(lt) and pa.types.is_integer(rt)
-                             or pa.types.is_integer(lt) and pa.types.is_date(rt) and op == "+"):
-        return left, right  # date ± days (Spark's date_add / date_sub), in ``_binary``
-    common = _unify(lt, rt)
-    return _cast(left, common), _cast(right, common)
-
-
-def _decimal_arith(op: str, left, right):
-    p1, s1, p2, s2 = left.type.precision, left.type.scale, right.type.precision, right.type.scale
-    if op == "*":
-        precision, scale = p1 + p2 + 1, s1 + s2
-    else:
-        scale = max(s1, s2)
-        precision = max(p1 - s1, p2 - s2) + scale + 1
-    fn = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[op]
-    target_p, target_s = _adjust(precision, scale)
-    fast = decimal64.arith(op, left, right, pa.decimal128(target_p, target_s), scale)
-    if fast is not None:
-        return fast
-    if precision <= MAX_PRECISION:
-        return pc.call_function(fn, [left, right])
-    wide = pc.call_function(fn, [_cast(left, pa.decimal256(p1, s1)),
-                                 _cast(right, pa.decimal256(p2, s2))])
-    if target_s < scale:
-        wide = pc.round(wide, ndigits=target_s, round_mode="half_towards_infinity")
-    return pc.cast(wide, pa.decimal128(target_p, target_s))
 
 
 def _strict(*exprs: Expr) -> bool:

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imp_core.plan import coercion as ev
 from imp_core.plan import decimal64
-from imp_core.plan import evaluate as ev
 
 
 def _slow(op, left, right):
     real = decimal64.arith
     decimal64.arith = lambda *a, **k: None
     try:
-        return ev._decimal_arith(op, left, right)
+        return ev.decimal_arith(op, left, right)
     finally:
         decimal64.arith = real
 
@@ -67,12 +67,12 @@ def _operands(draw):
 @given(_operands(), st.sampled_from(["+", "-", "*"]), st.booleans())
 def test_fast_path_equals_arrow(operands, op, chain):
     left, right = operands
-    fast = ev._decimal_arith(op, left, right)
+    fast = ev.decimal_arith(op, left, right)
     slow = _slow(op, left, right)
     if chain and isinstance(fast, pa.Array):
         # a second product widens past 38 digits: Spark narrows the scale (rounding),
         # or overflows them: then both paths refuse it
-        fast, slow = _outcome(lambda: ev._decimal_arith("*", fast, fast)), \
+        fast, slow = _outcome(lambda: ev.decimal_arith("*", fast, fast)), \
             _outcome(lambda: _slow("*", slow, slow))
         if isinstance(slow, str):
             assert fast == slow
@@ -97,8 +97,8 @@ def test_tpch_charge_takes_the_fast_path_and_rounds_like_arrow():
 
     decimal64.arith = spy
     try:
-        net = ev._decimal_arith("*", price, ev._decimal_arith("-", one, disc))
-        charge = ev._decimal_arith("*", net, ev._decimal_arith("+", one, disc))
+        net = ev.decimal_arith("*", price, ev.decimal_arith("-", one, disc))
+        charge = ev.decimal_arith("*", net, ev.decimal_arith("+", one, disc))
     finally:
         decimal64.arith = real
     assert calls == [True, True, True, True]
@@ -113,7 +113,7 @@ def test_values_beyond_int64_fall_back():
     assert decimal64.arith("+", big, big, pa.decimal128(38, 0), 0) is None
     wide = pa.array([decimal.Decimal(3) * 10 ** 17], pa.decimal128(18, 0))
     assert decimal64.arith("*", wide, wide, pa.decimal128(37, 0), 0) is None
-    assert ev._decimal_arith("*", wide, wide).to_pylist() == [decimal.Decimal(9) * 10 ** 34]
+    assert ev.decimal_arith("*", wide, wide).to_pylist() == [decimal.Decimal(9) * 10 ** 34]
 
 
 @pytest.mark.parametrize("op", ["+", "-", "*"])
@@ -156,9 +156,9 @@ def test_comparison_at_the_column_scale_equals_the_cast_comparison(case):
     scale, the column not cast) gives what casting both to the common type gives."""
     column, scalar, op, scalar_left = case
     left, right = (scalar, column) if scalar_left else (column, scalar)
-    narrowed = ev._compare_at_column_scale(left, right, op)
-    a, b = ev._coerce_pair(left, right, op)
-    want = pa.compute.call_function(ev._CMP[op], [a, b])
+    narrowed = ev.compare_at_column_scale(left, right, op)
+    a, b = ev.coerce_pair(left, right, op)
+    want = pa.compute.call_function(ev.CMP[op], [a, b])
     if narrowed is not None:
         assert narrowed.to_pylist() == want.to_pylist()
     else:  # only an inexact equality or a value beyond the column's type is left out

@@ -66,7 +66,9 @@ class Blocks:
             return out
         starts, ends = _runs(part, fragments)
         # the first range ending above a block's minimum; later ones start even higher
-        i = np.searchsorted(ends, self.lo, side="right")
+        # (string prefix codes tie where the strings do not: an end equal to the
+        # minimum's code may still lie above it)
+        i = np.searchsorted(ends, self.lo, side="left" if _is_text(part.dtype) else "right")
         inside = i < len(ends)
         j = np.minimum(i, len(ends) - 1)
         out = inside & (starts[j] <= self.hi) & (self.lo <= self.hi)
@@ -81,7 +83,11 @@ class Blocks:
 
     def rows_inside(self, lo: Any, hi: Any) -> int:
         """Rows of the blocks whose every value lies in keys [lo, hi) (None: open),
-        without NULLs."""
+        without NULLs (strings: by their prefix codes, ``text_codes``)."""
+        if isinstance(lo, str):
+            lo = int(text_codes(pa.array([lo]))[0])
+        if isinstance(hi, str):
+            hi = int(text_codes(pa.array([hi]))[0])
         inside = (self.lo <= self.hi) & ~self.nulls
         if lo is not None:
             inside &= self.lo >= lo
@@ -100,10 +106,33 @@ def _extremes(keys: np.ndarray) -> tuple[Any, Any]:
     raise TypeError("block bounds need numeric keys")
 
 
+def _is_text(dtype: pa.DataType) -> bool:
+    return pa.types.is_string(dtype) or pa.types.is_large_string(dtype) \
+        or pa.types.is_string_view(dtype)
+
+
+TEXT_CODE_BYTES = 7  # a code is a non-negative int64
+
+
+def text_codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Strings as int64 codes in their order: the first ``TEXT_CODE_BYTES`` bytes of
+    their UTF-8 text, zero-padded, big-endian (UTF-8 bytes order as code points do).
+    Order-preserving but not one-to-one: s <= t implies code(s) <= code(t). NULLs get 0."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    encoded = values.cast(pa.string()).dictionary_encode()
+    codes = np.array([int.from_bytes(s.encode()[:TEXT_CODE_BYTES].ljust(TEXT_CODE_BYTES,
+                                                                          b"\0"), "big")
+                      for s in encoded.dictionary.to_pylist()] or [0], dtype=np.int64)
+    return codes[encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)]
+
+
 def _runs(part: RangePartition, fragments: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """Start and end keys of the runs of consecutive ``fragments``, open ends as the
     key type's extremes (the end of a run is exclusive)."""
     keys = part._sorted_bounds
+    if _is_text(part.dtype):
+        keys = text_codes(pa.array(list(keys), pa.string()))
     top, bottom = _extremes(keys if len(keys) else np.zeros(0, np.int64))
     starts, ends = [], []
     prev = None
@@ -124,8 +153,8 @@ def _runs(part: RangePartition, fragments: Sequence[int]) -> tuple[np.ndarray, n
 def blocks(files: Sequence[str], column: str, dtype: pa.DataType,
            page_rows: int = DEFAULT_PAGE_ROWS) -> Blocks | None:
     """The pages of ``files`` (Parquet URIs or paths) with their bounds of ``column``
-    (of type ``dtype``); None where its values have no numeric order (strings, big
-    decimals)."""
+    (of type ``dtype``; strings by their prefix codes, ``text_codes``); None where its
+    values have no numeric order (big decimals)."""
     parts = []
     for fragment in ds.dataset(list(files), format="parquet").get_fragments() if files else ():
         found = file_blocks(fragment, column, dtype, page_rows)
@@ -154,7 +183,7 @@ def cut_blocks(values: pa.Array | pa.ChunkedArray, dtype: pa.DataType,
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     try:
-        keys = _sortable(values, dtype)
+        keys = text_codes(values) if _is_text(dtype) else _sortable(values, dtype)
     except Exception:  # noqa: BLE001 - no order the filter's statistics follow
         return None
     if keys.dtype.kind not in "iuf":

@@ -180,3 +180,49 @@ def test_service_query_reads_fewer_files_and_the_same_rows(spark, tmp_path):
                 assert not any(_in_ranges(ranges, v) for v in values), uri
     finally:
         c.close(checkpoint=False)
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_service_query_on_a_string_attribute_skips_files_and_keeps_the_rows(spark, tmp_path):
+    """A sketch on a string column: files whose logged [min, max] miss the filter's ranges
+    are skipped (short values: exact statistics), files of long values (truncated
+    statistics) are read when they may hold a kept row, and the rows equal the plain
+    query's."""
+    from imp_actors.coordinator import Coordinator
+    from imp_actors.types import QuerySpec
+    from imp_core.storage import DeltaStore
+    from imp_core.storage.delta_store import WriteOptions
+
+    rng = np.random.default_rng(5)
+    n = 20_000
+    ids = rng.integers(0, 300, n)
+    # a tenth of the names are long, sharing a 70-character prefix (truncated statistics)
+    names = [f"n{v:03d}" if i % 10 else f"{'z' * 70}{v:03d}" for i, v in enumerate(ids)]
+    data = pa.table({"id": pa.array(np.arange(n), pa.int64()),
+                     "s": pa.array(names, pa.string()),
+                     "c": pa.array(rng.integers(0, 1000, n), pa.int64())})
+    store = DeltaStore(tmp_path / "tables", WriteOptions(max_row_group_size=512,
+                                                         target_file_size=8 * 1024))
+    store.create_table("t", data, key=["id"], cluster_by=["s"])
+    c = Coordinator(make_config(tmp_path / "svc", tables_root=str(store.root)),
+                    store=store).start()
+    try:
+        sql = "SELECT s, avg(c) AS ac FROM t GROUP BY s HAVING avg(c) > 600"
+        c.register(QuerySpec(name="q", sql=sql, partitions={"t.s": 60}))
+        used = c.run_query(query="q", use_sketch=True)
+        plain = c.run_query(sql=sql, use_sketch=False)
+        assert used.rows.sort_by("s").equals(plain.rows.sort_by("s"))
+        assert used.rows.num_rows > 0
+        assert used.files_skipped["t"] > 0
+        sketch = used.sketch.sketch
+        ranges = predicate_ranges(sketch, "t")
+        _, stats = store.file_stats("t", None, "s")
+        kept = set(sketch_files(sketch, "t", stats))
+        for uri, *_ in stats:
+            if uri not in kept:
+                path = uri[len("file://"):] if uri.startswith("file://") else uri
+                values = pq.read_table(path, columns=["s"]).column("s").to_pylist()
+                assert not any(_in_ranges(ranges, v) for v in values), uri
+    finally:
+        c.close(checkpoint=False)

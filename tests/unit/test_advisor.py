@@ -200,3 +200,39 @@ def test_blocks_of_dates_decimals_and_timestamps(tmp_path, dtype):
     assert in_kept <= rows <= in_kept + 2 * 3 * 100 and 0 < hit < len(found)
     fitted = fit_to_blocks(Sketch(PartitionSet((part,)), BitMap(kept)), "t", found, 1)
     assert len(fitted.ranges("t")) == 1
+
+
+TEXT = st.text(alphabet="ab\u00e9z\u4e2d", max_size=12)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.none(), TEXT), min_size=1, max_size=120), st.integers(1, 16),
+       st.lists(TEXT.filter(bool), min_size=1, max_size=5, unique=True), st.data())
+def test_blocks_of_strings_read_every_page_holding_a_kept_row(tmp_path, values, page, bounds,
+                                                              data):
+    """String pages are bounded by prefix codes (``text_codes``, not one-to-one): a
+    filter is estimated to read every page that holds a row it keeps, and fitting to
+    pages keeps a superset."""
+    arr = pa.array(values, pa.string())
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"x": arr}), path, row_group_size=max(page, 8))
+    found = blocks([str(path)], "x", pa.string(), page)
+    part = RangePartition.from_bounds("t", "x", pa.string(), sorted(bounds))
+    frags = sorted(data.draw(st.sets(st.integers(0, part.size - 1), min_size=1)))
+    hit = found.hit(part, frags)
+    ids = part.annotate(arr)
+    starts = np.concatenate([[0], np.cumsum(found.rows)[:-1]])
+    for b, (s, n) in enumerate(zip(starts, found.rows)):
+        if np.isin(ids[s:s + n], frags).any():
+            assert hit[b], (values[s:s + n], bounds, frags)
+    sketch = Sketch(PartitionSet((part,)), BitMap(frags))
+    assert set(sketch.fragments) <= set(fit_to_blocks(sketch, "t", found, 1).fragments)
+
+
+def test_string_codes_keep_the_order_of_their_strings():
+    from imp_core.storage.row_groups import text_codes
+
+    words = sorted(["", "a", "a\u0000", "ab", "abcdefgh", "abcdefgz", "b", "\u00e9", "\u4e2d"])
+    codes = text_codes(pa.array(words))
+    assert list(codes) == sorted(codes) and codes.dtype == np.int64

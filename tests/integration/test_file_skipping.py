@@ -133,13 +133,37 @@ def test_dates_and_decimals(dtype, conv):
 
 
 # -- through Spark and the service ----------------------------------------------------------
+def _clustered_service(tmp_path, data: pa.Table, column: str):
+    """A store of small files clustered on ``column`` and a started Coordinator over it."""
+    from imp_actors.coordinator import Coordinator
+    from imp_core.storage import DeltaStore
+    from imp_core.storage.delta_store import WriteOptions
+
+    store = DeltaStore(tmp_path / "tables", WriteOptions(max_row_group_size=512,
+                                                         target_file_size=8 * 1024))
+    store.create_table("t", data, key=["id"], cluster_by=[column])
+    return store, Coordinator(make_config(tmp_path / "svc", tables_root=str(store.root)),
+                              store=store).start()
+
+
+def _skipped_files_hold_no_kept_row(store, sketch: Sketch, column: str) -> set[str]:
+    """The files the sketch's filter keeps, after checking that no other file holds a
+    row the filter keeps (read from the files themselves)."""
+    ranges = predicate_ranges(sketch, "t")
+    _, stats = store.file_stats("t", None, column)
+    kept = set(sketch_files(sketch, "t", stats))
+    for uri, *_ in stats:
+        if uri not in kept:
+            path = uri[len("file://"):] if uri.startswith("file://") else uri
+            values = pq.read_table(path, columns=[column]).column(column).to_pylist()
+            assert not any(_in_ranges(ranges, v) for v in values), uri
+    return kept
+
+
 @pytest.mark.spark
 @pytest.mark.integration
 def test_service_query_reads_fewer_files_and_the_same_rows(spark, tmp_path):
-    from imp_actors.coordinator import Coordinator
     from imp_actors.types import QuerySpec
-    from imp_core.storage import DeltaStore
-    from imp_core.storage.delta_store import WriteOptions
 
     rng = np.random.default_rng(3)
     n = 40_000
@@ -147,11 +171,7 @@ def test_service_query_reads_fewer_files_and_the_same_rows(spark, tmp_path):
                      "a": pa.array(rng.integers(0, 400, n), pa.int64()),
                      "c": pa.array(rng.integers(0, 1000, n), pa.int64())})
     # small files, clustered on a: each file spans a narrow range of a
-    store = DeltaStore(tmp_path / "tables", WriteOptions(max_row_group_size=512,
-                                                         target_file_size=8 * 1024))
-    store.create_table("t", data, key=["id"], cluster_by=["a"])
-    c = Coordinator(make_config(tmp_path / "svc", tables_root=str(store.root)),
-                    store=store).start()
+    store, c = _clustered_service(tmp_path, data, "a")
     try:
         sql = "SELECT a, avg(c) AS ac FROM t GROUP BY a HAVING avg(c) > 560"
         c.register(QuerySpec(name="q", sql=sql, partitions={"t.a": 100}))
@@ -167,17 +187,7 @@ def test_service_query_reads_fewer_files_and_the_same_rows(spark, tmp_path):
         assert total > 10
         assert used.files_skipped["t"] > 0
         assert used.files_read["t"] + used.files_skipped["t"] == total
-        # no skipped file holds a row the sketch's filter keeps
-        sketch = used.sketch.sketch
-        ranges = predicate_ranges(sketch, "t")
-        _, stats = store.file_stats("t", None, "a")
-        kept = set(sketch_files(sketch, "t", stats))
-        assert len(kept) < total
-        for uri, *_ in stats:
-            if uri not in kept:
-                path = uri[len("file://"):] if uri.startswith("file://") else uri
-                values = pq.read_table(path, columns=["a"]).column("a").to_pylist()
-                assert not any(_in_ranges(ranges, v) for v in values), uri
+        assert len(_skipped_files_hold_no_kept_row(store, used.sketch.sketch, "a")) < total
     finally:
         c.close(checkpoint=False)
 
@@ -189,10 +199,7 @@ def test_service_query_on_a_string_attribute_skips_files_and_keeps_the_rows(spar
     are skipped (short values: exact statistics), files of long values (truncated
     statistics) are read when they may hold a kept row, and the rows equal the plain
     query's."""
-    from imp_actors.coordinator import Coordinator
     from imp_actors.types import QuerySpec
-    from imp_core.storage import DeltaStore
-    from imp_core.storage.delta_store import WriteOptions
 
     rng = np.random.default_rng(5)
     n = 20_000
@@ -202,11 +209,7 @@ def test_service_query_on_a_string_attribute_skips_files_and_keeps_the_rows(spar
     data = pa.table({"id": pa.array(np.arange(n), pa.int64()),
                      "s": pa.array(names, pa.string()),
                      "c": pa.array(rng.integers(0, 1000, n), pa.int64())})
-    store = DeltaStore(tmp_path / "tables", WriteOptions(max_row_group_size=512,
-                                                         target_file_size=8 * 1024))
-    store.create_table("t", data, key=["id"], cluster_by=["s"])
-    c = Coordinator(make_config(tmp_path / "svc", tables_root=str(store.root)),
-                    store=store).start()
+    store, c = _clustered_service(tmp_path, data, "s")
     try:
         sql = "SELECT s, avg(c) AS ac FROM t GROUP BY s HAVING avg(c) > 600"
         c.register(QuerySpec(name="q", sql=sql, partitions={"t.s": 60}))
@@ -215,14 +218,6 @@ def test_service_query_on_a_string_attribute_skips_files_and_keeps_the_rows(spar
         assert used.rows.sort_by("s").equals(plain.rows.sort_by("s"))
         assert used.rows.num_rows > 0
         assert used.files_skipped["t"] > 0
-        sketch = used.sketch.sketch
-        ranges = predicate_ranges(sketch, "t")
-        _, stats = store.file_stats("t", None, "s")
-        kept = set(sketch_files(sketch, "t", stats))
-        for uri, *_ in stats:
-            if uri not in kept:
-                path = uri[len("file://"):] if uri.startswith("file://") else uri
-                values = pq.read_table(path, columns=["s"]).column("s").to_pylist()
-                assert not any(_in_ranges(ranges, v) for v in values), uri
+        _skipped_files_hold_no_kept_row(store, used.sketch.sketch, "s")
     finally:
         c.close(checkpoint=False)

@@ -18,9 +18,10 @@ Batches (a seeded ``numpy`` generator per query, so a failure replays):
    it, so sales-returns joins still hit), some of them with measure columns perturbed
    within the declared domains (``tpcds_schemas``); rows of a table without an order or
    ticket number (``inventory``, ``date_dim``) are updated in place instead;
-2. emptying: every row of one live fragment of each sketched attribute deleted (a
-   partition of the sketch empties), then every fact row of a few items and of one date
-   (groups vanish, EXISTS turns false), and a few item rows (joins stop hitting);
+2. emptying: every row of one live fragment of a sketched attribute deleted (a
+   partition of the sketch empties; the smallest live one, to keep batches small),
+   then every fact row of a few items and of one date (groups vanish, EXISTS turns
+   false), and a few item rows (joins stop hitting);
 3. mixed: random fact rows deleted, copies inserted with measures scaled up and down
    (groups change rank: top-k cuts and window ranks move), and rows of a dimension the
    query reads updated, their referenced columns taken from other rows (rows change
@@ -449,17 +450,20 @@ class Batches:
             self.eng.apply(table, deletes=gone)
 
     def empty_fragments(self) -> None:
-        """Every row of one live fragment (else any) of each sketched attribute."""
-        for part in self.q.partitions.partitions:
-            data = self.eng.table(part.table)
-            ids = part.annotate(data.column(part.column))
-            live = self.q.sketch.table_fragments(part.table) or np.unique(ids).tolist()
-            if not live:
-                continue
-            fragment = int(self.rng.choice(live))
-            gone = data.filter(pa.array(ids == fragment))
-            if gone.num_rows:
-                self.eng.apply(part.table, deletes=gone)
+        """Every row of one fragment of one sketched attribute: the live fragment with
+        the fewest rows (a fragment of a few stores' sales would make a batch of
+        thousands of rows), else the smallest non-empty one."""
+        parts = self.q.partitions.partitions
+        part = parts[int(self.rng.integers(len(parts)))]
+        data = self.eng.table(part.table)
+        ids = part.annotate(data.column(part.column))
+        counts = np.bincount(ids, minlength=part.size)
+        live = [f for f in self.q.sketch.table_fragments(part.table) if counts[f]] or \
+            np.flatnonzero(counts).tolist()
+        if not live:
+            return
+        fragment = min(live, key=lambda f: (counts[f], self.rng.random()))
+        self.eng.apply(part.table, deletes=data.filter(pa.array(ids == fragment)))
 
     def empty_groups(self) -> None:
         """Every fact row of a few items and of one date; a few item rows."""

@@ -1,0 +1,559 @@
+"""Every registered TPC-DS query at SF 0.01, maintained over random batches: after each
+batch the maintained sketch equals the recapture and the maintained result DuckDB's.
+
+Which queries. Each file of the ``tpcds99`` suite is registered through the embedded
+``Engine`` as ``imp bench coverage`` does (``benchmarks.coverage``): on its header
+attribute with 64 fragments, and when that attribute is unsafe on the attribute advisor's
+choice (``partitions="auto"``). A file the engine refuses (``ImpError``) is skipped, the
+refused construct (and the unsafe attribute's reason) in the skip message; which files
+register is found at test time, never listed here. Data: tpcgen-cli's SF 0.01 tables
+(``workload_data.tpcds_tables``, generated once and cached); each test builds an engine
+over the tables its query reads and registers the query once.
+
+Batches (a seeded ``numpy`` generator per query, so a failure replays):
+
+1. insert: copies of fact rows with fresh order / ticket numbers (whole orders or
+   tickets, so per-ticket counts and "other warehouse of the same order" still see their
+   siblings; with the matching rows of the channel's returns table when the query reads
+   it, so sales-returns joins still hit), some of them with measure columns perturbed
+   within the declared domains (``tpcds_schemas``); rows of a table without an order or
+   ticket number (``inventory``, ``date_dim``) are updated in place instead;
+2. emptying: every row of one live fragment of a sketched attribute deleted (a
+   partition of the sketch empties; the smallest live one, to keep batches small),
+   then every fact row of a few items and of one date (groups vanish, EXISTS turns
+   false), and a few item rows (joins stop hitting);
+3. mixed: random fact rows deleted, copies inserted with measures scaled up and down
+   (groups change rank: top-k cuts and window ranks move), and rows of a dimension the
+   query reads updated, their referenced columns taken from other rows (rows change
+   groups).
+
+Rows are drawn mostly from the live fragments of the sketched table, so the batches touch
+what the query reads. After each batch: (a) ``q.sketch`` equals ``q.reference().sketch``
+(the non-incremental recapture) and the annotated result the reference's; (b) the result
+equals DuckDB's for the same text, transpiled Spark -> DuckDB by sqlglot (which spells
+Spark's NULL ordering, ``/`` and date arithmetic for DuckDB). Rows compare as multisets,
+numbers as floats within ``benchmarks.fuzz_sql``'s tolerance (1e-9 relative, 1e-4
+absolute: Spark's AVG and quotients of decimals are rounded decimals, DuckDB's doubles);
+strings and dates exactly.
+
+Ties at a LIMIT. ``ORDER BY k LIMIT n`` picks any n rows when the n-th and the (n+1)-th
+tie on k, and Spark (the engine) and DuckDB may pick different ones. So for an outer
+ORDER BY .. LIMIT n DuckDB runs the query without the LIMIT (the whole ordered result
+R), and with b the order key of R's n-th row the engine's n rows must hold every row of
+R strictly before the tie group of b exactly (as a multiset), and the rest must be rows
+of that tie group (keys equal within the tolerance, so float rounding does not split a
+tie). An order key that is no output column (nor an ORDER BY position), and a LIMIT
+without ORDER BY, leave only membership: the engine's rows are min(n, |R|) rows of R.
+
+A hypothesis test draws batch sequences for four representative shapes (a window, a
+ROLLUP, a set operation, an EXISTS / IN inside OR), the first registered query of each
+shape's candidates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import functools
+import zlib
+from collections import defaultdict
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import sqlglot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+from workload_data import tpcds_tables
+
+from benchmarks.coverage import DEFAULT_FRAGMENTS, classify, make_engine
+from benchmarks.fuzz_sql import AVG_ROUNDING
+from imp_core.embedded.api import Engine, RegisteredQuery
+from imp_core.errors import ImpError, UnsafeSketchError
+from imp_core.workloads.queries import WorkloadQuery, list_queries, load_query
+from imp_core.workloads.tpcds_schemas import FACT_TABLES, TPCDS
+
+pytestmark = [pytest.mark.tpcds, pytest.mark.slow]
+
+QUERIES = list_queries("tpcds99")
+REL_TOL = 1e-9  # benchmarks.fuzz_sql._same: 1e-9 relative or AVG_ROUNDING absolute
+FRESH = 1_000_000_000  # order / ticket numbers and surrogate keys from here on are new
+# the order / ticket number column of each sales and returns table, and the returns
+# table of each sales table with its (item, number) columns
+NUMBER = {"store_sales": "ss_ticket_number", "catalog_sales": "cs_order_number",
+          "web_sales": "ws_order_number", "store_returns": "sr_ticket_number",
+          "catalog_returns": "cr_order_number", "web_returns": "wr_order_number"}
+RETURNS = {"store_sales": ("store_returns", ("ss_item_sk", "ss_ticket_number"),
+                           ("sr_item_sk", "sr_ticket_number")),
+           "catalog_sales": ("catalog_returns", ("cs_item_sk", "cs_order_number"),
+                             ("cr_item_sk", "cr_order_number")),
+           "web_sales": ("web_returns", ("ws_item_sk", "ws_order_number"),
+                         ("wr_item_sk", "wr_order_number"))}
+# representative shapes for the hypothesis test: candidates in order, first registered
+SHAPES = {
+    "window": ("ds53", "ds63", "ds98", "ds44", "ds12", "ds20", "ds89", "ds47"),
+    "rollup": ("ds27", "ds36", "ds86", "ds70", "ds67", "ds18", "ds22", "ds77", "ds80",
+               "ds05", "ds14a"),
+    "set operation": ("ds87", "ds38", "ds71", "ds76", "ds60", "ds33", "ds56"),
+    "exists or in inside or": ("ds10", "ds35", "ds45"),
+}
+
+
+# -- registering -----------------------------------------------------------------------------
+
+
+def _engine(wq: WorkloadQuery) -> Engine:
+    """An engine over the TPC-DS tables ``wq`` reads (keys and domains declared)."""
+    data = tpcds_tables()
+    return make_engine({t: data[t] for t in _tables_read(wq.sql)}, "tpcds")
+
+
+@functools.cache
+def _tables_read(sql: str) -> tuple[str, ...]:
+    tree = sqlglot.parse_one(_body(sql), read="spark")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return tuple(sorted({t.name.lower() for t in tree.find_all(exp.Table)} - ctes))
+
+
+def _register(eng: Engine, wq: WorkloadQuery) -> RegisteredQuery:
+    """``wq`` registered as ``imp bench coverage`` does (header attribute, else the
+    advisor's after an unsafe one); a refusal skips the test with its construct."""
+    header = {f"{t}.{c}": DEFAULT_FRAGMENTS for t, c in wq.sketch}
+    try:
+        try:
+            return eng.register(wq.sql, header, name=wq.name)
+        except UnsafeSketchError as unsafe:
+            try:
+                return eng.register(wq.sql, "auto", fragments=DEFAULT_FRAGMENTS,
+                                    name=wq.name)
+            except ImpError:
+                raise unsafe from None
+    except ImpError as exc:
+        info = classify(exc)
+        why = info["construct"] + (f" ({info['reason']})" if info.get("reason") else "")
+        pytest.skip(f"{wq.name} refused at registration: {why[:300]}")
+
+
+# -- DuckDB and comparing --------------------------------------------------------------------
+
+
+def _body(sql: str) -> str:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return "\n".join(lines).strip().rstrip(";")
+
+
+def _value(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, str, dt.date)):
+        return v
+    if isinstance(v, (int, float, decimal.Decimal)):
+        return float(v)
+    return v
+
+
+def _arrow_rows(table: pa.Table) -> list[tuple]:
+    """The rows by position (a repeated output name, as in ds39, keeps both columns)."""
+    columns = [c.to_pylist() for c in table.columns]
+    return [tuple(_value(v) for v in row) for row in zip(*columns)] if columns else []
+
+
+def _close(x: Any, y: Any) -> bool:
+    if isinstance(x, float) and isinstance(y, float):
+        return abs(x - y) <= max(REL_TOL * abs(y), AVG_ROUNDING)
+    return x == y
+
+
+def _same_row(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+
+
+def _bucket(row: tuple) -> tuple:
+    return tuple(round(v, 2) if isinstance(v, float) else v for v in row)
+
+
+def _unmatched(ours: list[tuple], theirs: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """The rows of each side left over by a multiset matching within the tolerance
+    (equal rounded rows first, then any close row)."""
+    pool: dict[tuple, list[tuple]] = defaultdict(list)
+    for row in theirs:
+        pool[_bucket(row)].append(row)
+    left = []
+    for row in ours:
+        same = pool.get(_bucket(row))
+        hit = next((i for i, r in enumerate(same or ()) if _same_row(row, r)), None)
+        if hit is None:
+            left.append(row)
+        else:
+            same.pop(hit)
+    rest = [r for rows in pool.values() for r in rows]
+    still = []
+    for row in left:
+        hit = next((i for i, r in enumerate(rest) if _same_row(row, r)), None)
+        if hit is None:
+            still.append(row)
+        else:
+            rest.pop(hit)
+    return still, rest
+
+
+class DuckOracle:
+    """DuckDB's answer to a Spark SQL text, and whether the engine's rows match it."""
+
+    def __init__(self, sql: str):
+        tree = sqlglot.parse_one(_body(sql), read="spark")
+        self.sql = tree.sql(dialect="duckdb")
+        limit = tree.args.get("limit")
+        self.limit = None
+        if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Literal):
+            self.limit = int(limit.expression.this)
+            uncut = tree.copy()
+            uncut.set("limit", None)
+            self.sql = uncut.sql(dialect="duckdb")
+        order = tree.args.get("order")
+        self.order = list(order.expressions) if order is not None else []
+        self.selects = list(tree.selects) if isinstance(tree, exp.Select) else []
+
+    def _key_positions(self, names: list[str]) -> list[int] | None:
+        """The output positions of the ORDER BY keys, or None (one is no output column)."""
+        lower = [n.lower() for n in names]
+        out = []
+        for ordered in self.order:
+            key = ordered.this
+            if isinstance(key, exp.Literal) and key.is_int:
+                out.append(int(key.this) - 1)
+                continue
+            text = key.sql(dialect="spark")
+            by_text = [i for i, s in enumerate(self.selects)
+                       if s.unalias().sql(dialect="spark") == text]
+            if len(by_text) == 1 and len(self.selects) == len(names):
+                out.append(by_text[0])
+            elif isinstance(key, exp.Column) and lower.count(key.name.lower()) == 1:
+                out.append(lower.index(key.name.lower()))
+            else:
+                return None
+        return out
+
+    def rows(self, eng: Engine) -> tuple[list[tuple], list[str]]:
+        con = duckdb.connect()
+        for name, data in eng.tables().items():
+            con.register(name, data)
+        rel = con.sql(self.sql)
+        names = list(rel.columns)
+        return [tuple(_value(v) for v in row) for row in rel.fetchall()], names
+
+    def difference(self, eng: Engine, result: pa.Table) -> str | None:
+        """Why the engine's ``result`` is not DuckDB's (see the module docstring)."""
+        ours = _arrow_rows(result)
+        full, names = self.rows(eng)
+        if result.num_columns != len(names):
+            return f"{result.num_columns} columns, DuckDB {len(names)}"
+        n = self.limit
+        if n is None or len(full) <= n:
+            extra, missing = _unmatched(ours, full)
+            if extra or missing:
+                return (f"{len(ours)} rows, DuckDB {len(full)}; ours only {extra[:4]}, "
+                        f"DuckDB only {missing[:4]}")
+            return None
+        if len(ours) != n:
+            return f"{len(ours)} rows under LIMIT {n}, DuckDB has {len(full)} uncut"
+        positions = self._key_positions(names) if self.order else None
+        if positions is None:  # no tie structure to use: membership only
+            extra, _ = _unmatched(ours, full)
+            return f"rows not in DuckDB's uncut result: {extra[:4]}" if extra else None
+
+        def key(row: tuple) -> tuple:
+            return tuple(row[i] for i in positions)
+
+        boundary = key(full[n - 1])
+        above = [r for r in full[:n] if not _same_row(key(r), boundary)]
+        tied = [r for r in full if _same_row(key(r), boundary)]
+        rest, missing = _unmatched(ours, above)
+        if missing:
+            return f"rows above the LIMIT's tie group missing: {missing[:4]}"
+        extra, _ = _unmatched(rest, tied)
+        if extra:
+            return f"rows beyond the LIMIT's tie group {boundary}: {extra[:4]}"
+        return None
+
+
+def _check(eng: Engine, q: RegisteredQuery, duck: DuckOracle, when: str) -> None:
+    ref = q.reference()
+    assert q.sketch == ref.sketch, f"{q.name} {when}: sketch {q.sketch} != recapture " \
+                                   f"{ref.sketch}"
+    assert q.pipeline.result().to_counter() == ref.bag.items, \
+        f"{q.name} {when}: annotated result != recapture's"
+    problem = duck.difference(eng, q.result())
+    assert problem is None, f"{q.name} {when}: result differs from DuckDB: {problem}"
+
+
+# -- batches -----------------------------------------------------------------------------------
+
+
+def _columns_used(sql: str) -> frozenset[str]:
+    tree = sqlglot.parse_one(_body(sql), read="spark")
+    return frozenset(c.name.lower() for c in tree.find_all(exp.Column))
+
+
+def _max_decimal(dtype: pa.Decimal128Type) -> decimal.Decimal:
+    return decimal.Decimal(10) ** (dtype.precision - dtype.scale) - \
+        decimal.Decimal(1).scaleb(-dtype.scale)
+
+
+class Batches:
+    """Random batches of a query's tables (the module docstring's three kinds)."""
+
+    def __init__(self, eng: Engine, q: RegisteredQuery, seed: int):
+        self.eng, self.q = eng, q
+        self.rng = np.random.default_rng(seed)
+        read = set(q.plan.root.tables())
+        self.facts = [t for t in FACT_TABLES if t in read]
+        self.dims = sorted(read - set(self.facts))
+        self.used = _columns_used(q.sql)
+        self.fresh = FRESH
+
+    # row picking
+    def _live(self, table: str) -> np.ndarray:
+        """Positions of ``table``'s rows in the sketch's fragments (all rows when the
+        table is not sketched or none is live)."""
+        data = self.eng.table(table)
+        found = self.q.partitions.for_table(table)
+        if found is not None:
+            live = self.q.sketch.table_fragments(table)
+            ids = found[0].annotate(data.column(found[0].column))
+            hits = np.flatnonzero(np.isin(ids, live))
+            if len(hits):
+                return hits
+        return np.arange(data.num_rows)
+
+    def _pick(self, table: str, n: int, live_share: float = 0.7) -> np.ndarray:
+        data = self.eng.table(table)
+        if data.num_rows == 0 or n <= 0:
+            return np.zeros(0, np.int64)
+        live = self._live(table)
+        k = int(round(n * live_share))
+        chosen = np.concatenate([self.rng.choice(live, min(k, len(live)), replace=False),
+                                 self.rng.choice(data.num_rows, min(n - k, data.num_rows),
+                                                 replace=False)])
+        return np.unique(chosen)
+
+    def _take(self, table: str, positions: np.ndarray) -> pa.Table:
+        return self.eng.table(table).take(pa.array(positions, type=pa.int64()))
+
+    # row changing
+    def _perturb(self, table: str, rows: pa.Table, share: float) -> pa.Table:
+        """``rows`` with the measure columns of about ``share`` of them scaled (decimals)
+        or redrawn in their domain (integers), within the declared domains."""
+        info = TPCDS[table]
+        key = set(info.key)
+        which = self.rng.random(rows.num_rows) < share
+        if not which.any():
+            return rows
+        for i, field in enumerate(rows.schema):
+            name = field.name
+            if name in key or name.endswith(("_sk", "_number")) or \
+                    not (pa.types.is_decimal(field.type) or pa.types.is_integer(field.type)):
+                continue
+            low, high = info.domains.get(name, (None, None))
+            values = rows.column(i).to_pylist()
+            out = []
+            for v, change in zip(values, which):
+                if v is None or not change:
+                    out.append(v)
+                elif pa.types.is_decimal(field.type):
+                    factor = decimal.Decimal(str(self.rng.choice([0, 0.5, 1.5, 3, 10])))
+                    top = _max_decimal(field.type) if high is None else \
+                        min(decimal.Decimal(high), _max_decimal(field.type))
+                    new = (v * factor).quantize(decimal.Decimal(1).scaleb(-field.type.scale))
+                    new = max(min(new, top), -_max_decimal(field.type))
+                    out.append(new if low is None else max(new, decimal.Decimal(low)))
+                else:
+                    lo = int(low) if low is not None else max(int(v) - 50, 0)
+                    hi = int(high) if high is not None else int(v) + 50
+                    out.append(int(self.rng.integers(lo, hi + 1)))
+            rows = rows.set_column(i, field, pa.array(out, type=field.type))
+        return rows
+
+    def _fresh_numbers(self, values: pa.ChunkedArray | pa.Array) -> dict[Any, int]:
+        mapping = {}
+        for v in pc.unique(values).to_pylist():
+            self.fresh += 1
+            mapping[v] = self.fresh
+        return mapping
+
+    def insert_copies(self, table: str, n: int, perturb: float) -> None:
+        """Copies of about ``n`` rows of ``table`` under fresh keys (whole orders or
+        tickets of a sales table, with their returns when read), some perturbed."""
+        positions = self._pick(table, n)
+        if len(positions) == 0:
+            return
+        src = self._take(table, positions)
+        number = NUMBER.get(table)
+        if number is None:  # no free key column: update in place
+            self.eng.apply(table, inserts=self._perturb(table, src, max(perturb, 0.5)),
+                           deletes=src)
+            return
+        data = self.eng.table(table)
+        if table in RETURNS:  # whole orders / tickets, capped
+            chosen = pc.unique(src.column(number))
+            src = data.filter(pc.is_in(data.column(number), value_set=chosen)).slice(0, 4 * n)
+        mapping = self._fresh_numbers(src.column(number))
+        renumber = pa.array([mapping[v] for v in src.column(number).to_pylist()],
+                            type=src.schema.field(number).type)
+        copies = src.set_column(src.schema.get_field_index(number),
+                                src.schema.field(number), renumber)
+        self.eng.apply(table, inserts=self._perturb(table, copies, perturb))
+        ret = RETURNS.get(table)
+        if ret is not None and ret[0] in self.eng.tables():
+            rtable, (s_item, s_num), (r_item, r_num) = ret
+            returns = self.eng.table(rtable)
+            pairs = src.select([s_item, s_num]).rename_columns([r_item, r_num])
+            matched = returns.join(pairs, [r_item, r_num], join_type="left semi")
+            if matched.num_rows:
+                renum = pa.array([mapping[v] for v in matched.column(r_num).to_pylist()],
+                                 type=matched.schema.field(r_num).type)
+                matched = matched.set_column(matched.schema.get_field_index(r_num),
+                                             matched.schema.field(r_num), renum)
+                self.eng.apply(rtable, inserts=self._perturb(rtable, matched, perturb))
+
+    def update_dimension(self, table: str, n: int) -> None:
+        """``n`` rows of ``table`` (keys kept) with the columns the query uses (else two
+        others) taken from other random rows: rows move between groups."""
+        data = self.eng.table(table)
+        if data.num_rows < 2:
+            return
+        key = set(TPCDS[table].key)
+        columns = [f.name for f in data.schema if f.name not in key]
+        used = [c for c in columns if c in self.used]
+        swap = used or [str(c) for c in self.rng.choice(columns, min(2, len(columns)),
+                                                          replace=False)]
+        old = self._take(table, self._pick(table, n, live_share=0.5))
+        donors = self._take(table, self.rng.integers(0, data.num_rows, old.num_rows))
+        new = old
+        for c in swap:
+            i = new.schema.get_field_index(c)
+            new = new.set_column(i, new.schema.field(c), donors.column(c))
+        self.eng.apply(table, inserts=new, deletes=old)
+
+    def delete_rows(self, table: str, n: int) -> None:
+        positions = self._pick(table, n)
+        if len(positions):
+            self.eng.apply(table, deletes=self._take(table, positions))
+
+    def delete_where(self, table: str, column: str, values: list[Any]) -> None:
+        data = self.eng.table(table)
+        gone = data.filter(pc.is_in(data.column(column),
+                                    value_set=pa.array(values, data.schema.field(column).type)))
+        if gone.num_rows:
+            self.eng.apply(table, deletes=gone)
+
+    def empty_fragments(self) -> None:
+        """Every row of one fragment of one sketched attribute: the live fragment with
+        the fewest rows (a fragment of a few stores' sales would make a batch of
+        thousands of rows), else the smallest non-empty one."""
+        parts = self.q.partitions.partitions
+        part = parts[int(self.rng.integers(len(parts)))]
+        data = self.eng.table(part.table)
+        ids = part.annotate(data.column(part.column))
+        counts = np.bincount(ids, minlength=part.size)
+        live = [f for f in self.q.sketch.table_fragments(part.table) if counts[f]] or \
+            np.flatnonzero(counts).tolist()
+        if not live:
+            return
+        fragment = min(live, key=lambda f: (counts[f], self.rng.random()))
+        self.eng.apply(part.table, deletes=data.filter(pa.array(ids == fragment)))
+
+    def empty_groups(self) -> None:
+        """Every fact row of a few items and of one date; a few item rows."""
+        for table in self.facts[:2]:
+            data = self.eng.table(table)
+            if data.num_rows == 0:
+                continue
+            rows = self._take(table, self._pick(table, 4))
+            items = [c for c in data.column_names if c.endswith("item_sk")]
+            dates = [c for c in data.column_names if c.endswith("date_sk")]
+            if items:
+                self.delete_where(table, items[0], rows.column(items[0]).to_pylist())
+            if dates:
+                self.delete_where(table, dates[0], rows.column(dates[0]).to_pylist()[:1])
+        if "item" in self.dims:
+            self.delete_rows("item", 3)
+
+    # the three kinds
+    def insert(self) -> None:
+        targets = self.facts[:2] or self.dims[:1]
+        for table in targets:
+            self.insert_copies(table, 25, perturb=0.3)
+
+    def emptying(self) -> None:
+        self.empty_fragments()
+        self.empty_groups()
+
+    def mixed(self) -> None:
+        main = (self.facts or self.dims)[0]
+        self.delete_rows(main, 20)
+        self.insert_copies(main, 20, perturb=0.8)
+        dims = [d for d in self.dims if self.eng.table(d).num_rows > 1]
+        if dims:
+            self.update_dimension(dims[int(self.rng.integers(len(dims)))], 4)
+
+    KINDS = ("insert", "emptying", "mixed")
+
+
+def _seed(name: str, salt: int = 0) -> int:
+    return zlib.crc32(name.encode()) + salt
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wq", QUERIES, ids=[q.name for q in QUERIES])
+def test_maintained_sketch_and_result_equal_recapture_and_duckdb(wq):
+    eng = _engine(wq)
+    q = _register(eng, wq)
+    duck = DuckOracle(wq.sql)
+    _check(eng, q, duck, "after registering")
+    batches = Batches(eng, q, _seed(wq.name))
+    for kind in Batches.KINDS:
+        getattr(batches, kind)()
+        _check(eng, q, duck, f"after the {kind} batch")
+
+
+def _shape_query(shape: str) -> WorkloadQuery:
+    """The first candidate of ``shape`` that registers (skip when none does)."""
+    reasons = []
+    for name in SHAPES[shape]:
+        wq = load_query(f"tpcds99/{name}")
+        try:
+            _register(_engine(wq), wq)
+            return wq
+        except pytest.skip.Exception as skipped:
+            reasons.append(str(skipped.msg).split(" (")[0].replace(" refused at registration", ""))
+    pytest.skip(f"no {shape} query registers: " + "; ".join(reasons))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_hypothesis_batch_sequences(shape):
+    wq = _shape_query(shape)
+    duck = DuckOracle(wq.sql)
+
+    @settings(max_examples=2, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(kinds=st.lists(st.sampled_from(Batches.KINDS + ("dimension",)), min_size=1,
+                          max_size=3),
+           seed=st.integers(0, 2**31 - 1))
+    def run(kinds: list[str], seed: int) -> None:
+        eng = _engine(wq)
+        q = _register(eng, wq)
+        batches = Batches(eng, q, seed)
+        for step, kind in enumerate(kinds):
+            if kind == "dimension":
+                for d in batches.dims[:2]:
+                    batches.update_dimension(d, 5)
+            else:
+                getattr(batches, kind)()
+            _check(eng, q, duck, f"after batch {step} ({kind}, seed {seed})")
+
+    run()

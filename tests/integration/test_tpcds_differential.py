@@ -279,12 +279,16 @@ class DuckOracle:
         return None
 
 
-def _check(eng: Engine, q: RegisteredQuery, duck: DuckOracle, when: str) -> None:
-    ref = q.reference()
-    assert q.sketch == ref.sketch, f"{q.name} {when}: sketch {q.sketch} != recapture " \
-                                   f"{ref.sketch}"
-    assert q.pipeline.result().to_counter() == ref.bag.items, \
-        f"{q.name} {when}: annotated result != recapture's"
+def _check(eng: Engine, q: RegisteredQuery, duck: DuckOracle, when: str,
+           recapture: bool = True) -> None:
+    """After a batch: sketch and annotated result against the recapture (``recapture``;
+    right after registering the state is a capture itself), result against DuckDB."""
+    if recapture:
+        ref = q.reference()
+        assert q.sketch == ref.sketch, f"{q.name} {when}: sketch {q.sketch} != recapture " \
+                                       f"{ref.sketch}"
+        assert q.pipeline.result().to_counter() == ref.bag.items, \
+            f"{q.name} {when}: annotated result != recapture's"
     problem = duck.difference(eng, q.result())
     assert problem is None, f"{q.name} {when}: result differs from DuckDB: {problem}"
 
@@ -514,7 +518,7 @@ def test_maintained_sketch_and_result_equal_recapture_and_duckdb(wq):
     eng = _engine(wq)
     q = _register(eng, wq)
     duck = DuckOracle(wq.sql)
-    _check(eng, q, duck, "after registering")
+    _check(eng, q, duck, "after registering", recapture=False)
     batches = Batches(eng, q, _seed(wq.name))
     for kind in Batches.KINDS:
         getattr(batches, kind)()

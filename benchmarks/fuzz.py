@@ -115,6 +115,7 @@ def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests
         "sql_ansi_raised": report.get("sql", {}).get("ansi_raised", 0),
         "sql_ansi_spark_divergences": len(
             report.get("sql", {}).get("ansi_spark_divergences", ())),
+        "sql_shapes": report.get("sql", {}).get("shapes", {}),
         "requests": report.get("requests", {}).get("requests", 0),
         "findings": findings,
         "seconds": round(time.perf_counter() - t0, 1),

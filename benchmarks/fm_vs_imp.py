@@ -309,6 +309,7 @@ def aggregate(queries: list[dict[str, Any]], samples: list[dict[str, Any]]
                "fm_over_imp_feed": ratio(1000 * fm[q], imp(feed)) if feed else None,
                "imp_outside_ms": imp(outside),
                "imp_outside_ops_ms": imp(outside, "ops_ms"),
+               "imp_outside_join_ms": imp(outside, "join_ms"),
                "imp_outside_pull_ms": imp(outside, "pull_ms"),
                "fm_over_imp_outside": ratio(1000 * fm[q], imp(outside)) if outside else None,
                "sketch_ok": ok[q], "samples": len(own)}

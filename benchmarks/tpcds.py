@@ -189,7 +189,9 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
     """One Markdown row per measured query at delta ``delta`` (default: the summary's):
     attribute (and how chosen), batch table, FM, IMP of a mixed batch committed by an
     outside writer (and by the service), FM/IMP, state, registration, sketch =
-    recapture; failed and refused queries after, with their reason."""
+    recapture, where IMP's time went (operators, of them joins, and reading the change
+    files) and how many join sides are probed from the table files (beyond the state
+    budget); failed and refused queries after, with their reason."""
 
     def cell(x: Any) -> str:
         if x is None:
@@ -203,7 +205,8 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
     n = delta if delta is not None else report.get("summary", {}).get("delta", 100)
     head = ["query", "attribute", "batches", "FM s", f"IMP ms (outside, mixed {n})",
             "FM/IMP", "IMP ms (own commits)", "FM/IMP own", "state bytes", "registration s",
-            "registration/FM", "sketch = recapture"]
+            "registration/FM", "sketch = recapture", "of IMP: operators / joins / pull ms",
+            "probed join sides"]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|"]
     for q in report["queries"]:
@@ -214,7 +217,9 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
                mixed.get("imp_outside_ms"), mixed.get("fm_over_imp_outside"),
                mixed.get("imp_ms"), mixed.get("fm_over_imp"), f"{q['state_bytes']:,}",
                q["bootstrap_s"], round(q["bootstrap_s"] / q["fm_s"], 1) if q["fm_s"] else None,
-               q.get("sketch_ok")]
+               q.get("sketch_ok"), " / ".join(cell(mixed.get(f"imp_outside_{k}_ms"))
+                                             for k in ("ops", "join", "pull")),
+               len(q.get("probed_join_sides", ()))]
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
     for kind, key in (("failed", "message"), ("refused", "reason")):
         for f in report.get(kind, []):

@@ -31,11 +31,13 @@ version from the Delta log and reads its changes from the change feed
 (``imp_outside_ms``: from the sketch request, version discovery and change files
 included). FM is a warm Spark recapture
 (``coordinator.recapture``): one warm-up run, ``fm_runs`` timed runs right after
-registration, and one at a verification point (after a mixed batch of the largest
-size), where the maintained sketch must equal the recaptured one (``sketch_ok``). A
-``-partial.json`` report is rewritten after every query. A query that fails (say, a
-construct Spark cannot compile yet) is listed under ``failed`` with its error, the rows
-its batches had deleted are re-inserted, and the run goes on with the next query.
+registration, and one at each verification point (after a mixed batch of the largest
+size, and after the outside writer's cycles), where the maintained sketch must equal the
+recaptured one (``sketch_ok``). A ``-partial.json`` report is rewritten after every
+query. A query that fails (say, a construct Spark cannot compile yet) is listed under
+``failed`` with its error, the rows its batches had deleted are re-inserted, and the run
+goes on with the next query. The measurement loop is ``benchmarks.fm_vs_imp``'s, shared
+with ``imp bench tpcds``; this module says what is TPC-H's (``TPCH``).
 """
 
 from __future__ import annotations

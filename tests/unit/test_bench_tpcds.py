@@ -73,14 +73,16 @@ def test_markdown_table_rows_for_measured_failed_and_refused_queries():
                            "sketch_ok": True, "state_bytes": 123456, "bootstrap_s": 4.0}],
               "results": [{"query": "ds03", "delta": 100, "kind": "mixed", "imp_ms": 2.0,
                            "fm_over_imp": 1000.0, "imp_outside_ms": 8.0,
-                           "fm_over_imp_outside": 250.0}],
+                           "fm_over_imp_outside": 250.0, "imp_outside_ops_ms": 6.0,
+                           "imp_outside_join_ms": 1.5, "imp_outside_pull_ms": 1.0}],
               "failed": [{"query": "ds10", "error": "RuntimeError", "message": "a | b"}],
               "refused": [{"query": "ds06", "error": "UnsafeSketchError",
                            "reason": "header unsafe\nmore"}]}
     lines = tpcds.markdown_table(report).splitlines()
     assert len(lines) == 5
     assert lines[2] == ("| ds03 | `date_dim.d_year` (advisor) | store_sales | 2.00 | 8.00 | "
-                        "250.00 | 2.00 | 1,000 | 123,456 | 4.00 | 2.00 | yes |")
+                        "250.00 | 2.00 | 1,000 | 123,456 | 4.00 | 2.00 | yes | "
+                        "6.00 / 1.50 / 1.00 | 0 |")
     assert lines[3].startswith("| ds10 | failed: RuntimeError |") and "a / b" in lines[3]
     assert lines[4].startswith("| ds06 | refused: UnsafeSketchError |")
     assert all(line.count("|") == lines[0].count("|") for line in lines)

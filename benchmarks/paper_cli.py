@@ -1,4 +1,4 @@
-"""Command-line wiring of the paper suites: ``imp bench tpch|scale|micro|breakeven|
+"""Command-line wiring of the paper suites: ``imp bench tpch|tpcds|scale|micro|breakeven|
 mixed|strategies|memory|all`` (``benchmarks.cli`` adds them with ``add_paper_suites``).
 
 Each writes its full report to ``--out`` (JSON with machine, versions, load, parameters,
@@ -81,47 +81,58 @@ def _run(fn: Callable[..., dict[str, Any]], **fixed: Any):
 
 
 def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
-    from benchmarks import breakeven, memory, micro, mixed, scale, strategies, tpch
+    from benchmarks import breakeven, memory, micro, mixed, scale, strategies, tpcds, tpch
 
-    p = bsub.add_parser("tpch", help="IMP vs full maintenance on TPC-H: the paper's 12 "
-                        "queries (lineitem batches) or the 22 standard ones (--queries all22; "
-                        "batches of each query's sketched table)")
-    _common(p, "bench-results/tpch.json")
-    p.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
-    p.add_argument("--delta-sizes", type=_ints, default=None,
-                   help=f"default {','.join(map(str, tpch.DELTA_SIZES))}")
-    p.add_argument("--queries", type=_names, default=None,
-                   help=f"comma list of workload queries; all22 = h01..h22 (the 22 standard "
-                   f"TPC-H queries, each on its header's sketch attribute); default "
-                   f"{','.join(tpch.QUERIES)}")
-    p.add_argument("--fragments", type=int, default=None, help="default 1000")
-    p.add_argument("--repeats", type=int, default=None, help="timed cycles (default 3)")
-    p.add_argument("--feed-repeats", type=int, default=None,
-                   help="cycles reading the delta back from the change feed (default 1)")
-    p.add_argument("--outside-repeats", type=int, default=None,
-                   help="cycles committed by another writer (delta-rs on the table's files), "
-                   "maintained from the change feed (default 1)")
-    p.add_argument("--fm-runs", type=int, default=None,
-                   help="timed FM runs after registration (default 1; one more is timed at "
-                   "the verification point)")
-    p.add_argument("--merge", type=_names, default=None,
-                   help="instead of running: combine these reports (runs over disjoint "
-                   "query sets, e.g. an interrupted run's -partial.json) into --out")
-    run = _run(tpch.run_tpch_bench, a="sf", b="delta_sizes", c="queries", d="fragments",
-               e="repeats", f="feed_repeats", g="fm_runs", h="outside_repeats")
+    def maintenance_suite(name: str, module, help_text: str, queries_help: str) -> None:
+        """``imp bench tpch`` / ``imp bench tpcds``: the same options (``fm_vs_imp``)."""
+        p = bsub.add_parser(name, help=help_text)
+        _common(p, f"bench-results/{name}.json")
+        p.add_argument("--sf", type=float, default=1.0, help="scale factor")
+        p.add_argument("--delta-sizes", type=_ints, default=None,
+                       help=f"default {','.join(map(str, module.DELTA_SIZES))}")
+        p.add_argument("--queries", type=_names, default=None, help=queries_help)
+        p.add_argument("--fragments", type=int, default=None, help="default 1000")
+        p.add_argument("--repeats", type=int, default=None, help="timed cycles (default 3)")
+        p.add_argument("--feed-repeats", type=int, default=None,
+                       help="cycles reading the delta back from the change feed (default 1)")
+        p.add_argument("--outside-repeats", type=int, default=None,
+                       help="cycles committed by another writer (delta-rs on the table's "
+                       "files), maintained from the change feed (default 1)")
+        p.add_argument("--fm-runs", type=int, default=None,
+                       help="timed FM runs after registration (default 1; more are timed "
+                       "at the verification points)")
+        p.add_argument("--merge", type=_names, default=None,
+                       help="instead of running: combine these reports (runs over disjoint "
+                       "query sets, e.g. an interrupted run's -partial.json) into --out")
+        fn = tpch.run_tpch_bench if name == "tpch" else module.run_tpcds_bench
+        run = _run(fn, a="sf", b="delta_sizes", c="queries", d="fragments",
+                   e="repeats", f="feed_repeats", g="fm_runs", h="outside_repeats")
 
-    def tpch_handler(args: argparse.Namespace) -> int:
-        if args.merge:
-            return _emit(tpch.merge_reports(args.merge, args.out), args)
-        if args.queries:
-            try:
-                args.queries = tpch.expand_queries(args.queries)  # all22 -> h01..h22
-            except KeyError as exc:
-                print(f"imp bench tpch: {exc.args[0]}", file=sys.stderr)
-                return 2
-        return run(args)
+        def handler(args: argparse.Namespace) -> int:
+            if args.merge:
+                return _emit(module.merge_reports(args.merge, args.out), args)
+            if args.queries:
+                try:
+                    args.queries = module.expand_queries(args.queries)  # all22, tpcds99
+                except KeyError as exc:
+                    print(f"imp bench {name}: {exc.args[0]}", file=sys.stderr)
+                    return 2
+            return run(args)
 
-    p.set_defaults(func=tpch_handler)
+        p.set_defaults(func=handler)
+
+    maintenance_suite(
+        "tpch", tpch, "IMP vs full maintenance on TPC-H: the paper's 12 queries (lineitem "
+        "batches) or the 22 standard ones (--queries all22; batches of each query's "
+        "sketched table)",
+        f"comma list of workload queries; all22 = h01..h22 (the 22 standard TPC-H queries, "
+        f"each on its header's sketch attribute); default {','.join(tpch.QUERIES)}")
+    maintenance_suite(
+        "tpcds", tpcds, "IMP vs full maintenance on the TPC-DS queries (suite tpcds99): "
+        "each on its header's attribute when safe, else the advisor's; batches of its "
+        "fact table, committed by the service and by an outside writer",
+        "comma list of workload queries (ds01..ds99, ds14a, ...); default tpcds99 = all "
+        "of the suite (queries refused at registration are listed, not run)")
 
     p = bsub.add_parser("scale", help="every TPC-H query registered at once in one "
                         "service at --sf (default 10), maintained together at --delta; "

@@ -24,14 +24,14 @@ def test_tpcds_bench_tiny(spark, tmp_path):
     from imp_core.workloads.queries import load_query
 
     out = tmp_path / "tpcds.json"
-    # ds03: header store_sales.ss_item_sk; ds06: refused (unsafe on both attributes)
-    run_tpcds_bench(sf=0.01, queries=["ds03", "ds06"], delta_sizes=[10], fragments=20,
+    # ds03: header store_sales.ss_item_sk; ds22: refused (unsafe on every attribute)
+    run_tpcds_bench(sf=0.01, queries=["ds03", "ds22"], delta_sizes=[10], fragments=20,
                     repeats=1, feed_repeats=0, outside_repeats=1, data_root=tmp_path,
                     progress=False, out=out)
     report = json.loads(out.read_text())
     assert report["benchmark"] == "tpcds" and report["parameters"]["sf"] == 0.01
     assert report["failed"] == []
-    assert [r["query"] for r in report["refused"]] == ["ds06"]
+    assert [r["query"] for r in report["refused"]] == ["ds22"]
     assert report["refused"][0]["reason"]
     (q,) = report["queries"]
     assert q["query"] == "ds03" and q["table"] in FACTS
@@ -48,11 +48,11 @@ def test_tpcds_bench_tiny(spark, tmp_path):
         assert r["imp_ms"] > 0 and r["imp_outside_ms"] > 0 and r["sketch_ok"] is True
         assert r["fm_over_imp_outside"] > 0
     s = report["summary"]
-    assert s["all_sketches_ok"] is True and s["refused_queries"] == ["ds06"]
+    assert s["all_sketches_ok"] is True and s["refused_queries"] == ["ds22"]
     assert set(s["fm_over_imp_outside"]) == {"ds03"}
     table = markdown_table(report).splitlines()
     assert len(table) == 4 and table[2].startswith("| ds03 |")
-    assert table[3].startswith("| ds06 | refused: ")
+    assert table[3].startswith("| ds22 | refused: ")
     # the inserted copies carry fresh keys above the generated ones, and the batch table
     # has its row count again
     import pyarrow.compute as pc

@@ -42,7 +42,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -513,3 +513,18 @@ def merge_reports(paths: Iterable[str | Path], out: str | Path, label: str = "TP
     report["plots"] = plot(report, out.with_suffix(""), label)
     out.write_text(json.dumps(report, indent=2, default=str))
     return report
+
+
+def problem_rows(report: dict[str, Any], columns: int,
+                 kinds: Sequence[tuple[str, str]], limit: int) -> list[str]:
+    """Markdown rows of ``columns`` cells for the report's queries under each ``(kind,
+    text field)`` of ``kinds`` (``failed``, ``refused``): the error, dashes, and the
+    text's first line cut to ``limit`` characters."""
+    lines = []
+    for kind, key in kinds:
+        for f in report.get(kind, []):
+            msg = (f.get(key) or "").splitlines()[0] if f.get(key) else ""
+            msg = (msg[:limit - 3] + "...") if len(msg) > limit else msg
+            lines.append(f"| {f['query']} | {kind}: {f['error']} | " + " | ".join(
+                ["-"] * (columns - 3)) + f" | {msg.replace('|', '/')} |")
+    return lines

@@ -221,12 +221,8 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
                                              for k in ("ops", "join", "pull")),
                len(q.get("probed_join_sides", ()))]
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
-    for kind, key in (("failed", "message"), ("refused", "reason")):
-        for f in report.get(kind, []):
-            msg = (f.get(key) or "").splitlines()[0] if f.get(key) else ""
-            msg = (msg[:157] + "...") if len(msg) > 160 else msg
-            lines.append(f"| {f['query']} | {kind}: {f['error']} | " + " | ".join(
-                ["-"] * (len(head) - 3)) + f" | {msg.replace('|', '/')} |")
+    lines += fm_vs_imp.problem_rows(report, len(head), (("failed", "message"),
+                                                         ("refused", "reason")), 160)
     return "\n".join(lines)
 
 

@@ -237,11 +237,7 @@ def markdown_table(report: dict[str, Any], delta: int | None = None) -> str:
                mixed.get("fm_over_imp_outside"), q.get("sketch_ok"),
                round(q["state_bytes"] / 2**20, 1), q["bootstrap_s"]]
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
-    for f in report.get("failed", []):
-        msg = f["message"].splitlines()[0] if f["message"] else ""
-        msg = (msg[:117] + "...") if len(msg) > 120 else msg
-        lines.append(f"| {f['query']} | failed: {f['error']} | " + " | ".join(
-            ["-"] * (len(head) - 3)) + f" | {msg.replace('|', '/')} |")
+    lines += fm_vs_imp.problem_rows(report, len(head), (("failed", "message"),), 120)
     return "\n".join(lines)
 
 

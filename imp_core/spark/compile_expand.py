@@ -12,22 +12,16 @@ plan of ``GROUP BY ROLLUP / CUBE / GROUPING SETS`` does.
 from __future__ import annotations
 
 from imp_core.plan.expand import Expand
-from imp_core.plan.nodes import PlanNode, arrow_schema
-from imp_core.spark.sql_text import AnnColumn, Relation, quote, spark_type
+from imp_core.plan.nodes import arrow_schema
+from imp_core.spark.sql_text import CompilerHost, Relation, quote, spark_type
 
 _ROW = "__imp_x"
 _SETS = "__imp_g"
 _POSITION = "__imp_set"
 
 
-class ExpandCompiler:
-    """``_Expand`` for a compiler that provides ``compile`` and ``_cte``."""
-
-    def compile(self, node: PlanNode) -> Relation:  # pragma: no cover - the host's
-        raise NotImplementedError
-
-    def _cte(self, body: str, ann: tuple[AnnColumn, ...]) -> Relation:  # pragma: no cover
-        raise NotImplementedError
+class ExpandCompiler(CompilerHost):
+    """``_Expand``, mixed into the compiler (``CompilerHost``)."""
 
     def _Expand(self, node: Expand) -> Relation:
         child = self.compile(node.input)

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from imp_core.errors import SparkCompileError
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, UnaryOp
-from imp_core.plan.nodes import OuterJoin, PlanNode, SemiJoin, arrow_schema
+from imp_core.plan.nodes import OuterJoin, SemiJoin, arrow_schema
 from imp_core.spark.sql_text import (
     AnnColumn,
+    CompilerHost,
     Relation,
     ann_aggregate,
     ann_union_padded,
@@ -48,18 +49,9 @@ from imp_core.spark.sql_text import (
 ROW_ID = "__imp_rid"  # the left row's number inside a semi-join's annotated CTEs
 
 
-class JoinCompilers:
+class JoinCompilers(CompilerHost):
     """``_SemiJoin`` and ``_OuterJoin`` for a compiler that provides ``compile`` (a node to
     its relation), ``_cte`` (a new CTE) and ``_new_ann`` (a fresh annotation column)."""
-
-    def compile(self, node: PlanNode) -> Relation:  # pragma: no cover - the host's
-        raise NotImplementedError
-
-    def _cte(self, body: str, ann: tuple[AnnColumn, ...]) -> Relation:  # pragma: no cover
-        raise NotImplementedError
-
-    def _new_ann(self, is_set: bool) -> AnnColumn:  # pragma: no cover - the host's
-        raise NotImplementedError
 
     # -- semi-, anti- and null-aware anti-join ---------------------------------------------
     def _SemiJoin(self, node: SemiJoin) -> Relation:

@@ -20,10 +20,11 @@ the planner gave both the same types).
 
 from __future__ import annotations
 
-from imp_core.plan.nodes import PlanNode, SetOp
+from imp_core.plan.nodes import SetOp
 from imp_core.spark.sql_text import (
     EMPTY_ANNOTATION,
     AnnColumn,
+    CompilerHost,
     Relation,
     ann_aggregate,
     ann_union,
@@ -46,17 +47,8 @@ _MULTIPLICITY = {
 }
 
 
-class SetOpCompilers:
-    """``_SetOp`` for a compiler that provides ``compile``, ``_cte`` and ``_new_ann``."""
-
-    def compile(self, node: PlanNode) -> Relation:  # pragma: no cover - the host's
-        raise NotImplementedError
-
-    def _cte(self, body: str, ann: tuple[AnnColumn, ...]) -> Relation:  # pragma: no cover
-        raise NotImplementedError
-
-    def _new_ann(self, is_set: bool) -> AnnColumn:  # pragma: no cover - the host's
-        raise NotImplementedError
+class SetOpCompilers(CompilerHost):
+    """``_SetOp``, mixed into the compiler (``CompilerHost``)."""
 
     def _SetOp(self, node: SetOp) -> Relation:
         left, right = self.compile(node.left), self.compile(node.right)

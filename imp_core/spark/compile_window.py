@@ -20,8 +20,8 @@ with the semantics and provenance of the engine's ``WindowOp``:
 
 from __future__ import annotations
 
-from imp_core.plan.nodes import PlanNode, Window
-from imp_core.spark.sql_text import AnnColumn, Relation, ann_union, quote
+from imp_core.plan.nodes import Window
+from imp_core.spark.sql_text import AnnColumn, CompilerHost, Relation, ann_union, quote
 
 
 def _item(column: str, descending: bool, nulls_first: bool) -> str:
@@ -29,17 +29,8 @@ def _item(column: str, descending: bool, nulls_first: bool) -> str:
             f"NULLS {'FIRST' if nulls_first else 'LAST'}")
 
 
-class WindowCompiler:
-    """``_Window`` for a compiler that provides ``compile``, ``_cte`` and ``_new_ann``."""
-
-    def compile(self, node: PlanNode) -> Relation:  # pragma: no cover - the host's
-        raise NotImplementedError
-
-    def _cte(self, body: str, ann: tuple[AnnColumn, ...]) -> Relation:  # pragma: no cover
-        raise NotImplementedError
-
-    def _new_ann(self, is_set: bool) -> AnnColumn:  # pragma: no cover - the host's
-        raise NotImplementedError
+class WindowCompiler(CompilerHost):
+    """``_Window``, mixed into the compiler (``CompilerHost``)."""
 
     def _Window(self, node: Window) -> Relation:
         child = self.compile(node.input)

@@ -255,3 +255,17 @@ def ann_union_padded(anns: tuple[AnnColumn, ...]) -> str:
              for a in anns]
     inner = parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
     return f"array_sort(array_distinct({inner}))"
+
+
+class CompilerHost:
+    """What the compiler mixins (joins, set operations, grouping sets, windows) call on
+    the compiler they are mixed into (``imp_core.spark.compile``)."""
+
+    def compile(self, node: Any) -> Relation:  # pragma: no cover - the host's
+        raise NotImplementedError
+
+    def _cte(self, body: str, ann: tuple[AnnColumn, ...]) -> Relation:  # pragma: no cover
+        raise NotImplementedError
+
+    def _new_ann(self, is_set: bool) -> AnnColumn:  # pragma: no cover - the host's
+        raise NotImplementedError

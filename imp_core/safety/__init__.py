@@ -87,16 +87,27 @@ some tuples: a *partial group*. The rules that keep the invariant, each with why
    are exact when the attribute flows into a PARTITION BY column (each partition lies in
    one fragment), else tainted: an aggregate over a frame of an exact input with its
    function's monotonicity (rule 5), a rank with none.
+   A window whose PARTITION BY holds a unique key of its input has one-row partitions:
+   a rank is 1 and an aggregate the row's own value, whatever the order.
 12. A partitioned top-k, ``r <= c`` / ``r < c`` / ``r = 1`` alone on a rank, dense_rank
    or row_number of a window over an exact input with only projections, DISTINCTs and
    aggregations above, is safe: the first c rows of every partition reach the result,
    so they are in D_P, and every other row there ranks after them.
+13. An aggregation whose grand-total row (the group of an empty grouping set, or the
+   one row without GROUP BY) reaches the result whenever it exists holds its whole input
+   in the sketch: that row's fragments are those of every input row. Its result over
+   D_P is then its result over D (*complete*), and so is every operator above it that
+   reads no other scan of R: nothing there is tainted, a window over it is exact and a
+   top-k over it keeps its k rows. The grand total survives projections, windows,
+   DISTINCT and a top-k that provably sorts it first (``ORDER BY grouping(a) +
+   grouping(b) DESC`` over ROLLUP(a, b)); ``totals.py`` holds the proof.
 
 Where it is: the rules in ``rules.py`` (one function per operator), rules 7 and 8 in
 ``negation.py``, rule 9 in ``scalar.py``, rule 10 in ``set_ops.py``, rules 11 and 12 in
-``window.py``, grouping-set expansion in ``expand.py``, what they know of a result in
-``facts.py``, the interval analysis in ``intervals.py``, name resolution in ``names.py``,
-the text of reasons in ``render.py``, the verdict in ``verdict.py``.
+``window.py``, rule 13 in ``totals.py``, grouping-set expansion in ``expand.py``, what
+they know of a result in ``facts.py``, the interval analysis in ``intervals.py``, name
+resolution in ``names.py``, the text of reasons in ``render.py``, the verdict in
+``verdict.py``.
 """
 
 from __future__ import annotations
@@ -107,6 +118,7 @@ import pyarrow as pa
 
 from imp_core.errors import UnsafeSketchError
 from imp_core.plan.nodes import PlanNode, QueryPlan
+from imp_core.safety import totals
 from imp_core.safety.facts import Context
 from imp_core.safety.intervals import Domains
 from imp_core.safety.names import resolve
@@ -139,11 +151,26 @@ def check_attribute(
     """
     root = plan.root if isinstance(plan, QueryPlan) else plan
     table, column = resolve(root, table, column, domains, table_columns)
-    ctx = Context(table, column, domains or {}, essential=essential_paths(root),
-                  required={t: frozenset(cols) for t, cols in (not_null or {}).items()})
+    essential = essential_paths(root)
+    required = {t: frozenset(cols) for t, cols in (not_null or {}).items()}
+    ctx = Context(table, column, domains or {}, essential=essential, required=required)
     try:
         analyze(root, (), True, ctx)
     except Unsafe as exc:
+        # rule 13: assume the aggregations with a grand total whole, keep those whose
+        # grand total provably reaches the result, and try again until all of them do
+        whole = totals.candidates(root)
+        while whole:
+            ctx = Context(table, column, domains or {}, essential=essential,
+                          required=required, whole=whole,
+                          complete=totals.complete_paths(root, table, whole))
+            try:
+                reached = frozenset(analyze(root, (), True, ctx).totals) & whole
+            except Unsafe:
+                break
+            if reached == whole:
+                return SafetyVerdict(table, column, True, ctx.safe_reason())
+            whole = reached
         return SafetyVerdict(table, column, False, exc.reason)
     return SafetyVerdict(table, column, True, ctx.safe_reason())
 

@@ -39,8 +39,7 @@ from imp_core.plan.expr import (
 from imp_core.safety.intervals import UNKNOWN, Domains, Interval, domain_interval
 from imp_core.safety.names import pick
 from imp_core.safety.render import sql_text
-
-Path = tuple[int, ...]  # a node's position: child indices from the root
+from imp_core.safety.totals import Path, Total
 
 
 def equalities(pred: Expr | None) -> list[tuple[str, str]]:
@@ -153,6 +152,9 @@ class Facts:
     optional: frozenset[Path] = frozenset()
     # output columns never NULL (declared NOT NULL, or a condition rejected NULL)
     not_null: frozenset[str] = frozenset()
+    # per aggregation assumed whole (by its path), what is known of its grand total
+    # while it provably reaches this result (``totals.py``)
+    totals: Mapping[Path, Total] = field(default_factory=dict)
 
     def show(self, col: str) -> str:
         return self.labels.get(col, col)
@@ -193,6 +195,10 @@ class Context:
     essential: frozenset[Path] = frozenset()
     # per table, its columns declared NOT NULL
     required: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # aggregations assumed to hold their whole input (rule 13, ``totals.py``), and the
+    # nodes whose results are complete because of them
+    whole: frozenset[Path] = frozenset()
+    complete: frozenset[Path] = frozenset()
 
     @property
     def attribute(self) -> str:

@@ -49,24 +49,38 @@ from imp_core.safety.negation import anti_join, outer_join, semi_join
 from imp_core.safety.render import sql_text
 from imp_core.safety.scalar import pin_single_rows
 from imp_core.safety.set_ops import set_operation
+from imp_core.safety.totals import at_aggregate, through_project, through_topk
 from imp_core.safety.verdict import Unsafe
 from imp_core.safety.window import ranked_filter, window
+
+# the operators a grand-total row provably survives (``totals.py``)
+_KEEP_TOTALS = (Project, TopK, Aggregate, Window, Distinct, Expand)
 
 
 def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context) -> Facts:
     """Facts about ``node``'s result; ``lossless``: every row of it reaches the root's
     annotations (all operators above are projections, DISTINCTs or aggregations)."""
+    facts = _rule(node, path, lossless, ctx)
+    if facts.totals and not isinstance(node, _KEEP_TOTALS):
+        facts = replace(facts, totals={})
+    if facts.tainted and path in ctx.complete:
+        facts = replace(facts, tainted={})
+    return facts
+
+
+def _rule(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context) -> Facts:
     if isinstance(node, Scan):
         return _scan(node, path, ctx)
     if isinstance(node, Select) and isinstance(node.input, Window):
         inner = analyze(node.input.input, path + (0, 0), False, ctx)
-        facts = window(node.input, inner, ctx)
+        facts = window(node.input, inner, ctx, path + (0,) in ctx.complete)
         ranked = ranked_filter(node, inner, facts, lossless, ctx)
         return ranked if ranked is not None else _select(node, facts, ctx)
     if isinstance(node, Select):
         return _select(node, analyze(node.input, path + (0,), False, ctx), ctx)
     if isinstance(node, Window):  # rule 11 (``window.py``): each input row reaches it
-        return window(node, analyze(node.input, path + (0,), lossless, ctx), ctx)
+        return window(node, analyze(node.input, path + (0,), lossless, ctx), ctx,
+                      path in ctx.complete)
     if isinstance(node, Project):
         return _project(node, analyze(node.input, path + (0,), lossless, ctx))
     if isinstance(node, Join):
@@ -87,7 +101,9 @@ def analyze(node: PlanNode, path: tuple[int, ...], lossless: bool, ctx: Context)
         facts = analyze(node.input, path + (0,), lossless, ctx)
         return replace(facts, keys=facts.keys + (frozenset(node.column_names),))
     if isinstance(node, TopK):
-        return _topk(node, analyze(node.input, path + (0,), False, ctx), lossless, ctx)
+        facts = _topk(node, analyze(node.input, path + (0,), False, ctx), lossless,
+                      path in ctx.complete, ctx)
+        return replace(facts, totals=through_topk(node, facts.totals))
     if isinstance(node, SetOp):
         # every row of a UNION's inputs reaches its output; INTERSECT and EXCEPT drop rows
         through = lossless and node.kind == "union"
@@ -205,7 +221,7 @@ def _project(node: Project, facts: Facts) -> Facts:
     keys = tuple(frozenset(renames[c][0] for c in key) for key in facts.keys
                  if all(c in renames for c in key))
     return Facts(facts.has_table, tainted, attr, keys, labels, ivals, exprs, facts.optional,
-                 not_null)
+                 not_null, through_project(node, facts.totals) if facts.totals else {})
 
 
 def _join(node: Join, left: Facts, right: Facts, ctx: Context) -> Facts:
@@ -258,6 +274,13 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
                 facts.not_null & frozenset(node.group_by))
     if not facts.has_table:
         return out
+    if path in ctx.whole:
+        ctx.notes.append(f"the grand total of {desc} reaches the result whenever it exists "
+                         f"and carries the fragments of every row of its input, so the "
+                         f"sketch instance holds that input whole and every group is "
+                         f"complete")
+        out.totals = {path: at_aggregate(node, desc)}
+        return out
     bad_keys = [g for g in node.group_by if g in facts.tainted]
     if bad_keys:
         taint = facts.tainted[bad_keys[0]]
@@ -307,11 +330,15 @@ def _order_text(order: Sequence[SortKey], facts: Facts, k: int) -> str:
     return f"ORDER BY {keys} LIMIT {k}"
 
 
-def _topk(node: TopK, facts: Facts, lossless: bool, ctx: Context) -> Facts:
+def _topk(node: TopK, facts: Facts, lossless: bool, complete: bool, ctx: Context) -> Facts:
     out = replace(facts, tainted={})
     if not facts.has_table:
         return out
     text = _order_text(node.order, facts, node.k)
+    if complete:
+        ctx.notes.append(f"the top-k {text} ranks an input the sketch instance holds whole, "
+                         f"so it keeps the same k tuples there")
+        return out
     if not lossless:
         raise Unsafe(f"the top-k {text} has a selection, join or top-k above it that may "
                       f"drop some of its k tuples; their fragments then need not be in the "

@@ -52,8 +52,9 @@ def _describe(node: Window, facts: Facts) -> str:
     return f"the window OVER ({text})"
 
 
-def window(node: Window, facts: Facts, ctx: Context) -> Facts:
-    """Rule 10: the facts of ``node``'s result from those of its input."""
+def window(node: Window, facts: Facts, ctx: Context, complete: bool = False) -> Facts:
+    """Rule 10: the facts of ``node``'s result from those of its input; ``complete``:
+    its input over the sketch instance is its input over D (rule 13)."""
     desc = _describe(node, facts)
     labels = dict(facts.labels)
     ivals = dict(facts.ivals)
@@ -65,7 +66,14 @@ def window(node: Window, facts: Facts, ctx: Context) -> Facts:
     out = replace(facts, tainted=dict(facts.tainted), labels=labels, ivals=ivals)
     if not facts.has_table:
         return out
-    for col in list(node.partition_by) + [s.column for s in node.order]:
+    if complete:
+        ctx.notes.append(f"{desc} reads an input the sketch instance holds whole, so its "
+                         f"columns are exact")
+        return out
+    by = frozenset(node.partition_by)
+    alone = any(key <= by for key in facts.keys)
+    tested = list(node.partition_by) + ([] if alone else [s.column for s in node.order])
+    for col in tested:
         taint = facts.tainted.get(col)
         if taint is not None:
             ctx.inspected.add(taint.origin)
@@ -73,7 +81,8 @@ def window(node: Window, facts: Facts, ctx: Context) -> Facts:
                          f"computed over {ctx.partial()} in the sketch instance, so a "
                          f"partial group's row could change partition or rank ahead of "
                          f"complete rows")
-    by = frozenset(node.partition_by)
+    if alone:
+        return _one_row_partitions(node, facts, out, desc, ctx)
     if not facts.tainted and not facts.optional and \
             all(cols & by for cols in facts.attr.values()):
         ctx.notes.append(f"{ctx.attribute} determines a PARTITION BY column of {desc}, so "
@@ -90,6 +99,27 @@ def window(node: Window, facts: Facts, ctx: Context) -> Facts:
                         "part, so it may be smaller there")
         else:
             out.tainted[c.name] = partial_taint(labels[c.name], origin, c.func, c.arg, facts)
+    return out
+
+
+# over one row, each of these is the row's own value
+_OWN_VALUE = frozenset({"sum", "avg", "min", "max"})
+
+
+def _one_row_partitions(node: Window, facts: Facts, out: Facts, desc: str,
+                        ctx: Context) -> Facts:
+    """The window's PARTITION BY holds a unique key of its input (over D and over D_P),
+    so every partition is one row, a phantom's as well as its shadow's: a rank is 1, and
+    an aggregate is a function of the row's own value, tainted only as that value is."""
+    for c in node.calls:
+        if c.ranking or c.arg is None or c.arg not in facts.tainted:
+            continue
+        taint = facts.tainted[c.arg]
+        out.tainted[c.name] = taint if c.func in _OWN_VALUE else Taint(
+            out.labels[c.name], taint.origin,
+            why_not="is a function of a value from a possibly partial group")
+    ctx.notes.append(f"{desc} partitions on a unique key of its input, so each partition "
+                     f"is one row, in the sketch instance as over the whole tables")
     return out
 
 

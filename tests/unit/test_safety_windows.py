@@ -39,6 +39,19 @@ SAFE = [
     # q70's inner shape on the group key: the ranked sums are exact
     ("q70_on_group_key", "SELECT b FROM (SELECT b, rank() OVER (ORDER BY sum(c) DESC) AS rk "
                          "FROM r GROUP BY b) x WHERE rk <= 1", "b"),
+    # q70's inner shape on another attribute: PARTITION BY the group key, one row each
+    ("one_row_partitions", "SELECT b FROM (SELECT b, rank() OVER (PARTITION BY b ORDER BY "
+                           "sum(c) DESC) AS rk FROM r GROUP BY b) x WHERE rk <= 1", "a"),
+    # rule 13 (q36, q86): the ROLLUP's grand total sorts first, so it reaches the result
+    # and the sketch holds every input row: the ranked sums are exact
+    ("grand_total_first", "SELECT b, sum(c) AS s, grouping(b) AS g, rank() OVER (PARTITION "
+                          "BY grouping(b) ORDER BY sum(c) DESC) AS rk FROM r GROUP BY "
+                          "ROLLUP(b) ORDER BY g DESC, rk LIMIT 2", "a"),
+    ("grand_total_by_grouping_id", "SELECT b, c, rank() OVER (ORDER BY count(*), b, c) AS "
+                                   "rk FROM r WHERE c > 0 GROUP BY CUBE(b, c) ORDER BY "
+                                   "grouping_id(b, c) DESC, rk LIMIT 3", "b"),
+    ("grand_total_unordered", "SELECT b, max(c) AS m, rank() OVER (ORDER BY max(c)) AS rk "
+                              "FROM r GROUP BY ROLLUP(b)", "a"),
 ]
 
 # (name, SQL, attribute, rows of r as (a, b, c), split points on the attribute)
@@ -56,6 +69,15 @@ UNSAFE = [
     ("rank_over_partial_sums", "SELECT b FROM (SELECT b, rank() OVER (ORDER BY sum(c) DESC) "
      "AS rk FROM r GROUP BY b) x WHERE rk <= 1", "a",
      [(0, 1, 5), (3, 1, 5), (1, 2, 12), (6, 2, -5)], [3, 6]),
+    # the grand total sorts last, so it need not reach the result: the ranks are of
+    # partial sums (b=2 loses its negative row)
+    ("grand_total_last", "SELECT b, grouping(b) AS g, rank() OVER (PARTITION BY grouping(b) "
+     "ORDER BY sum(c) DESC) AS rk FROM r GROUP BY ROLLUP(b) ORDER BY g, rk LIMIT 1", "a",
+     [(0, 1, 5), (3, 1, 5), (1, 2, 12), (6, 2, -5)], [3, 6]),
+    # a selection drops the grand total, so nothing proves the sketch holds every row
+    ("grand_total_filtered", "SELECT b, rk FROM (SELECT b, rank() OVER (PARTITION BY "
+     "grouping(b) ORDER BY sum(c) DESC) AS rk FROM r GROUP BY ROLLUP(b)) x WHERE b IS NOT "
+     "NULL ORDER BY rk LIMIT 1", "a", [(0, 1, 5), (3, 1, 5), (1, 2, 12), (6, 2, -5)], [3, 6]),
     # a join above the top-k drops its first row, and the second moves up
     ("topk_under_join", "SELECT x.a FROM (SELECT a, b, rank() OVER (PARTITION BY b ORDER BY "
      "a) AS rk FROM r) x JOIN r y ON x.a = y.c WHERE x.rk <= 1", "a",

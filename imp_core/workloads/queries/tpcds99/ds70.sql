@@ -1,4 +1,4 @@
--- sketch: store_sales.ss_item_sk
+-- sketch: store_sales.ss_sold_date_sk
 -- SQLBench-DS query 70 derived from TPC-DS query 70 under the terms of the TPC Fair Use Policy.
 -- TPC-DS queries are Copyright 2021 Transaction Processing Performance Council.
 -- This query was generated at scale factor 1.

@@ -1,4 +1,4 @@
--- sketch: web_sales.ws_item_sk
+-- sketch: web_sales.ws_sold_date_sk
 -- SQLBench-DS query 86 derived from TPC-DS query 86 under the terms of the TPC Fair Use Policy.
 -- TPC-DS queries are Copyright 2021 Transaction Processing Performance Council.
 -- This query was generated at scale factor 1.

@@ -10,7 +10,8 @@ operators and of their annotation and grouping structures (``Annotation``/``Delt
 only carry the result of ``Bag.to_batch``); only expression evaluation
 (``imp_core.plan.evaluate``), the exact-sum finalizers and the set operations'
 multiplicity table (``set_multiplicity``) are shared, because they define the query's
-values rather than how they are maintained. Top-k follows the total order
+values rather than how they are maintained. Group codes and exact per-group sums are in
+``grouping.py``. Top-k follows the total order
 ``imp_core.engine.ordering`` defines, rebuilt here as Arrow sort keys.
 
 Invariants of a ``Bag``: ``data`` has the node's schema; ``mult`` is int64 and > 0, one
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cached_property
 from typing import Mapping
 
@@ -35,8 +35,8 @@ from imp_core.engine.annotation import Annotation
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import SqlRuntimeError
 from imp_core.oracle.expand import expand_rows
+from imp_core.oracle.grouping import first_of, group_codes, power_sums
 from imp_core.plan.aggregates.base import GroupState
-from imp_core.plan.aggregates.exact import FLOAT_SHIFT, kind_of, python_exact
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.expand import Expand
 from imp_core.plan.nodes import (
@@ -58,8 +58,6 @@ from imp_core.plan.nodes import (
 )
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
-
-INT64_SAFE = 2.0**62
 
 
 # -- fragment sets as list<int32> arrays ---------------------------------------------------
@@ -95,34 +93,6 @@ def _padded(ann: pa.ListArray) -> np.ndarray:
 
 
 # -- grouping ------------------------------------------------------------------------------
-def _codes(columns: list[pa.Array | pa.ChunkedArray], n: int) -> tuple[np.ndarray, int]:
-    """A dense group number per row: rows get one number iff all columns are equal.
-
-    NULLs are equal to each other (SQL grouping) and ``-0.0`` equals ``0.0`` (as Python
-    compares the values).
-    """
-    codes = np.zeros(n, dtype=np.int64)
-    groups = 1 if n else 0
-    for col in columns:
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        if pa.types.is_floating(col.type):
-            col = pc.add(col, pa.scalar(0.0, col.type))
-        enc = pc.dictionary_encode(col, null_encoding="encode")
-        idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        codes = codes * max(len(enc.dictionary), 1) + idx
-        uniq, codes = np.unique(codes, return_inverse=True)
-        groups = len(uniq)
-    return codes.reshape(-1), groups
-
-
-def _first_of(codes: np.ndarray, groups: int) -> np.ndarray:
-    """The first row of each group."""
-    first = np.full(groups, len(codes), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes), dtype=np.int64))
-    return first
-
-
 def _group_union(ann: pa.ListArray, codes: np.ndarray, groups: int) -> pa.ListArray:
     parent, values = _flat(ann)
     return _sets(codes[parent], values, groups)
@@ -165,12 +135,12 @@ class Bag:
         """Equal (row, annotation) pairs merged into one row."""
         if len(self) == 0:
             return self
-        codes, groups = _codes(list(self.data.columns), len(self))
+        codes, groups = group_codes(list(self.data.columns), len(self))
         _, ann_code = np.unique(_padded(self.ann), axis=0, return_inverse=True)
-        codes, groups = _codes([pa.array(codes), pa.array(ann_code.reshape(-1))], len(self))
+        codes, groups = group_codes([pa.array(codes), pa.array(ann_code.reshape(-1))], len(self))
         mult = np.zeros(groups, dtype=np.int64)
         np.add.at(mult, codes, self.mult)
-        first = self.take(_first_of(codes, groups))
+        first = self.take(first_of(codes, groups))
         return Bag(first.data, mult, first.ann)
 
     def to_batch(self) -> DeltaBatch:
@@ -208,8 +178,8 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
         return _outer_join(node, schema, tables, partitions)
     if isinstance(node, Distinct):
         child = reference_evaluate(node.input, tables, partitions)
-        codes, groups = _codes(list(child.data.columns), len(child))
-        first = child.data.take(pa.array(_first_of(codes, groups), type=pa.int64()))
+        codes, groups = group_codes(list(child.data.columns), len(child))
+        first = child.data.take(pa.array(first_of(codes, groups), type=pa.int64()))
         return Bag(first.cast(schema), np.ones(groups, dtype=np.int64),
                    _group_union(child.ann, codes, groups))
     if isinstance(node, Aggregate):
@@ -225,7 +195,7 @@ def reference_evaluate(node: PlanNode, tables: Mapping[str, pa.Table],
         from imp_core.oracle.window import evaluate_window
 
         child = reference_evaluate(node.input, tables, partitions)
-        return evaluate_window(node, child, _codes, _padded, Bag)
+        return evaluate_window(node, child, group_codes, _padded, Bag)
     raise TypeError(f"unknown plan node {type(node).__name__}")
 
 
@@ -245,7 +215,7 @@ def _set_op(node: SetOp, schema: pa.Schema, tables, partitions: PartitionSet) ->
     n, nl = data.num_rows, len(left)
     if n == 0:
         return Bag(data.combine_chunks(), mult, ann)
-    codes, groups = _codes(list(data.columns), n)
+    codes, groups = group_codes(list(data.columns), n)
     lcount = np.bincount(codes[:nl], weights=mult[:nl], minlength=groups).round()
     rcount = np.bincount(codes[nl:], weights=mult[nl:], minlength=groups).round()
     m = np.array([set_multiplicity(node.kind, node.distinct, int(a), int(b))
@@ -255,7 +225,7 @@ def _set_op(node: SetOp, schema: pa.Schema, tables, partitions: PartitionSet) ->
     else:
         sets = _group_union(ann, codes, groups)
     keep = np.flatnonzero(m > 0)
-    first = _first_of(codes, groups)[keep]
+    first = first_of(codes, groups)[keep]
     return Bag(data.take(pa.array(first, type=pa.int64())).combine_chunks(), m[keep],
                sets.take(pa.array(keep, type=pa.int64())))
 
@@ -315,7 +285,7 @@ def _join_pairs(node: Join | SemiJoin | OuterJoin, left: Bag,
         both = pa.chunked_array(la.cast(common).chunks + rb.cast(common).chunks, type=common)
         valid &= both.is_valid().to_numpy(zero_copy_only=False)
         cols.append(both)
-    codes, _ = _codes(cols, nl + nr)
+    codes, _ = group_codes(cols, nl + nr)
     lcodes, rcodes = codes[:nl], codes[nl:]
     lrows = np.flatnonzero(valid[:nl])
     rrows = np.flatnonzero(valid[nl:])
@@ -440,90 +410,13 @@ def _outer_join(node: OuterJoin, schema: pa.Schema, tables, partitions) -> Bag:
                pa.concat_arrays([b.ann for b in bags]))
 
 
-def _exact(col: pa.Array, dtype: pa.DataType) -> np.ndarray:
-    """The exact integer of each int or decimal value as sums keep it (NULL -> 0)."""
-    if kind_of(dtype) == "int":
-        if pa.types.is_uint64(col.type):
-            return np.array([int(v or 0) for v in col.to_pylist()], dtype=object)
-        return col.fill_null(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    if pa.types.is_decimal128(col.type) and col.offset == 0 and len(col):
-        # little-endian 128-bit words: a value fits int64 iff its high word is the
-        # sign extension of its low word (NULL slots hold arbitrary bytes)
-        words = np.frombuffer(col.buffers()[1], dtype=np.int64)[: 2 * len(col)]
-        lo, hi = words[0::2], words[1::2]
-        if np.array_equal(hi, lo >> 63):
-            return np.where(col.is_valid().to_numpy(zero_copy_only=False), lo, 0)
-    scale = dtype.scale
-    return np.array([0 if v is None else int(v.scaleb(scale)) for v in col.to_pylist()],
-                    dtype=object)
-
-
-def _group_sums(codes: np.ndarray, groups: int, values: np.ndarray,
-                mult: np.ndarray) -> list[int]:
-    """Exact sum of ``values * mult`` per group, as Python integers."""
-    if values.dtype != object:
-        bound = float(np.abs(values.astype(np.float64)) @ mult.astype(np.float64))
-        if bound < INT64_SAFE:
-            out = np.zeros(groups, dtype=np.int64)
-            np.add.at(out, codes, values * mult)
-            return out.tolist()
-    sums = [0] * groups
-    for g, v, m in zip(codes.tolist(), values.tolist(), mult.tolist()):
-        sums[g] += int(v) * m
-    return sums
-
-
-def _power_sums(codes: np.ndarray, groups: int, col: pa.Array, dtype: pa.DataType,
-                mult: np.ndarray, k: int) -> list[int]:
-    """Exact Σ x^k·mult per group over the non-NULL values (x as the engine's integer)."""
-    if k == 1:
-        return _float_group_sums(codes, groups, col, mult) if kind_of(dtype) == "float" \
-            else _group_sums(codes, groups, _exact(col, dtype), mult)
-    sums = [0] * groups
-    for g, v, m in zip(codes.tolist(), col.to_pylist(), mult.tolist()):
-        if v is not None:
-            sums[g] += python_exact(v, dtype) ** k * m
-    return sums
-
-
-def _float_group_sums(codes: np.ndarray, groups: int, col: pa.Array,
-                      mult: np.ndarray) -> list[int]:
-    """Exact sum per group of ``value * 2**FLOAT_SHIFT * mult`` over doubles.
-
-    A double is ``m * 2**(e - 53)`` with an integer ``|m| < 2**53``; rows of one group
-    and one exponent ``e`` are summed as integers (``m`` split in 26/27-bit halves so the
-    int64 sums cannot overflow), then shifted into place once per (group, e).
-    """
-    vals = col.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float64)
-    if not np.all(np.isfinite(vals)):
-        raise ValueError("cannot sum NaN or infinite values exactly")
-    mant, exp = np.frexp(vals)
-    m = (mant * 2.0**53).astype(np.int64)
-    if float(np.abs(m >> 27).astype(np.float64) @ mult.astype(np.float64)) >= INT64_SAFE:
-        exact = [int(Fraction(v) * 2**FLOAT_SHIFT) for v in vals.tolist()]
-        return _group_sums(codes, groups, np.array(exact, dtype=object), mult)
-    pair, pairs = _codes([pa.array(codes), pa.array(exp.astype(np.int64))], len(vals))
-    high = np.zeros(pairs, dtype=np.int64)
-    low = np.zeros(pairs, dtype=np.int64)
-    np.add.at(high, pair, (m >> 27) * mult)
-    np.add.at(low, pair, (m & (2**27 - 1)) * mult)
-    first = _first_of(pair, pairs)
-    sums = [0] * groups
-    for g, e, a, b in zip(codes[first].tolist(), exp[first].tolist(), high.tolist(),
-                          low.tolist()):
-        total, shift = (a << 27) + b, e - 53 + FLOAT_SHIFT
-        # a negative shift is still exact: every double is a multiple of 2**-1074
-        sums[g] += total << shift if shift >= 0 else total >> -shift
-    return sums
-
-
 def _aggregate(node: Aggregate, schema: pa.Schema, tables, partitions) -> Bag:
     child = reference_evaluate(node.input, tables, partitions)
     if len(child) == 0:  # no groups, so no rows (also without GROUP BY)
         return Bag(schema.empty_table(), np.zeros(0, np.int64), _empty_sets(0))
     types = {f.name: f.dtype for f in node.input.schema}
-    codes, groups = _codes([child.data.column(g) for g in node.group_by], len(child))
-    first = pa.array(_first_of(codes, groups), type=pa.int64())
+    codes, groups = group_codes([child.data.column(g) for g in node.group_by], len(child))
+    first = pa.array(first_of(codes, groups), type=pa.int64())
     cols: list[pa.Array] = [child.data.column(g).take(first) for g in node.group_by]
     counts = np.zeros(groups, dtype=np.int64)
     np.add.at(counts, codes, child.mult)
@@ -539,7 +432,7 @@ def _aggregate(node: Aggregate, schema: pa.Schema, tables, partitions) -> Bag:
         np.add.at(nonnull, codes, child.mult * valid)
         t = types[agg.arg]
         if not fn.extremes:  # from the counts and the exact power sums Σx … Σx^moments
-            powers = [_power_sums(codes, groups, col, t, child.mult, k)
+            powers = [power_sums(codes, groups, col, t, child.mult, k)
                       for k in range(1, fn.moments + 1)]
             state = GroupState(counts, nonnull, powers)
             raising = fn.raises(state, t)  # ANSI mode: a group's value raises

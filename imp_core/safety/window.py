@@ -102,8 +102,9 @@ def window(node: Window, facts: Facts, ctx: Context, complete: bool = False) -> 
     return out
 
 
-# over one row, each of these is the row's own value
-_OWN_VALUE = frozenset({"sum", "avg", "min", "max"})
+# over one row, a function bounded by its argument's values (or by them times the rows)
+# is the row's own value
+_OWN_VALUE = (ValueRange.ARGUMENT, ValueRange.SUM)
 
 
 def _one_row_partitions(node: Window, facts: Facts, out: Facts, desc: str,
@@ -115,7 +116,8 @@ def _one_row_partitions(node: Window, facts: Facts, out: Facts, desc: str,
         if c.ranking or c.arg is None or c.arg not in facts.tainted:
             continue
         taint = facts.tainted[c.arg]
-        out.tainted[c.name] = taint if c.func in _OWN_VALUE else Taint(
+        own = registry.get(c.func).value_range in _OWN_VALUE
+        out.tainted[c.name] = taint if own else Taint(
             out.labels[c.name], taint.origin,
             why_not="is a function of a value from a possibly partial group")
     ctx.notes.append(f"{desc} partitions on a unique key of its input, so each partition "

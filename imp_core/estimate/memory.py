@@ -50,7 +50,8 @@ product of two large inputs, not precision):
 - semi-join: |L|·min(1, distinct(R keys) / distinct(L keys)) (0.5 when unknown);
   anti-join: the rest of |L|; left outer join: max(inner, |L|); full: max(inner, |L|+|R|).
 - groups: min(input rows, product of the group columns' distinct counts), an unknown
-  column counting ``UNKNOWN_GROUPS``; no group-by column: one group. An aggregate's
+  column counting ``UNKNOWN_GROUPS`` or its domain, if smaller (a dimension's name
+  column of a small table); no group-by column: one group. An aggregate's
   output lies within its argument's bounds (MIN, MAX, AVG) or those times the average
   group's rows (SUM), so a HAVING on a sum interpolates against an average group.
 - row bytes: the Arrow widths of the schema (``VAR_WIDTH`` bytes for a string value),
@@ -380,8 +381,11 @@ class _Context:
             product = 1.0
             for k in keys:
                 c = child.cols.get(k)
-                product *= c.distinct if c is not None and c.distinct is not None \
-                    else UNKNOWN_GROUPS
+                if c is None:
+                    product *= UNKNOWN_GROUPS
+                else:  # a column has no more values than the table it came from has rows
+                    product *= c.distinct if c.distinct is not None else \
+                        min(UNKNOWN_GROUPS, c.domain)
             groups = min(child.rows, product)
         ids_in = child.rows * child.ids
         frag_pairs = min(ids_in, groups * self.fragments * max(child.ids, 1))

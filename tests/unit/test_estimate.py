@@ -196,6 +196,17 @@ def test_groups_top_k_and_probed_sides():
     assert kept > 1000 * probed
 
 
+def test_groups_of_an_unknown_column_are_at_most_its_tables_rows():
+    # ds70 at SF 1: ROLLUP(s_state, s_county) of a 12-row store joined to the facts
+    join = Join(scan("f", "fk", "v"), scan("d", "pk", "name", "town", dtype=pa.string()),
+                BinaryOp("=", col("f.fk"), col("d.pk")))
+    stats = {"f": TableStats(2_000_000), "d": TableStats(12)}
+    by_name = Aggregate(join, ("d.name", "d.town"), (AggCall("sum", "f.v", "s"),))
+    assert estimate(by_name, stats).root.rows == pytest.approx(12 * 12)
+    big = {"f": TableStats(2_000_000), "d": TableStats(100_000)}
+    assert estimate(by_name, big).root.rows == pytest.approx(200 * 200)
+
+
 def test_explain_lists_every_operator_and_estimates_stay_finite():
     huge = {"a": TableStats(10**12), "b": TableStats(10**12), "c": TableStats(10**12)}
     plan = Join(Join(scan("a", "x"), scan("b", "y"), None), scan("c", "z"), None)

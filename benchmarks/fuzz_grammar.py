@@ -335,7 +335,9 @@ class QueryGen:
         """GROUP BY ROLLUP / CUBE / GROUPING SETS (/ WITH ROLLUP, a key beside a ROLLUP)
         with grouping() and grouping_id() in the select list, sometimes HAVING, ORDER BY
         every output column (with explicit NULL placement; no AVG then, DuckDB's being a
-        double) and LIMIT, or a rank over the aggregates partitioned by grouping_id().
+        double) and LIMIT, or a rank over the aggregates partitioned by grouping_id()
+        (half of those ORDER BY grouping_id() DESC, then the keys, and LIMIT: the grand
+        total first, as TPC-DS q36 / q70 / q86 sort).
         DuckDB spells ``grouping_id()`` as ``grouping(k1, ..)`` of every key in their
         order of first appearance (Spark's bits: the first key highest)."""
         rng = self.rng
@@ -377,7 +379,12 @@ class QueryGen:
         outputs += [f"grouping({k})" for k in rng.sample(keys, rng.randint(0, len(keys)))]
         if rng.random() < 0.6:
             outputs.append("grouping_id()")
+        first_total = False
         if not ordered and rng.random() < 0.2:  # a rank of the groups of each set
+            # half of them sort as TPC-DS q36 / q70 / q86 do: the grand total first
+            first_total = rng.random() < 0.5
+            if first_total and "grouping_id()" not in outputs:
+                outputs.append("grouping_id()")
             by = ["grouping_id()"]
             if len(keys) > 1 and rng.random() < 0.5:  # as TPC-DS q36 / q70 / q86 write it
                 by = [f"grouping({keys[0]}) + grouping({keys[1]})",
@@ -407,6 +414,11 @@ class QueryGen:
         if ordered:
             order = ", ".join(f"x{i} {rng.choice(('ASC', 'DESC'))} NULLS "
                               f"{rng.choice(('FIRST', 'LAST'))}" for i in range(len(outputs)))
+            sql += f" ORDER BY {order} LIMIT {rng.randint(1, 5)}"
+        elif first_total:  # grouping_id() and the keys tell every row apart
+            order = ", ".join([f"x{outputs.index('grouping_id()')} DESC"] + [
+                f"x{i} {rng.choice(('ASC', 'DESC'))} NULLS {rng.choice(('FIRST', 'LAST'))}"
+                for i in range(len(keys))])
             sql += f" ORDER BY {order} LIMIT {rng.randint(1, 5)}"
         return sql
 

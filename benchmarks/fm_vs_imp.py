@@ -489,7 +489,9 @@ def run_bench(workload: Workload, sf: float, queries: list[str], sizes: list[int
 def merge_reports(paths: Iterable[str | Path], out: str | Path, label: str = "TPC-H"
                   ) -> dict[str, Any]:
     """One report from several runs over disjoint query sets (e.g. a ``-partial.json`` of
-    an interrupted run and a run of the remaining queries); written to ``out``."""
+    an interrupted run and a run of the remaining queries); written to ``out``. A query
+    failed or refused in several runs is listed once, with the last run's reason, and not
+    at all if a run measured it."""
     reports = [json.loads(Path(p).read_text()) for p in paths]
     first = reports[0]
     queries = [q for r in reports for q in r["queries"]]
@@ -504,7 +506,9 @@ def merge_reports(paths: Iterable[str | Path], out: str | Path, label: str = "TP
     report["queries"], report["samples"] = queries, samples
     done = {q["query"] for q in queries}
     for part in ("failed", "refused"):
-        report[part] = [f for r in reports for f in r.get(part, []) if f["query"] not in done]
+        latest = {f["query"]: f for r in reports for f in r.get(part, [])
+                  if f["query"] not in done}
+        report[part] = list(latest.values())
     if not any(r.get("refused") for r in reports):
         report.pop("refused")
     report["results"] = aggregate(queries, samples)

@@ -86,3 +86,25 @@ def test_markdown_table_rows_for_measured_failed_and_refused_queries():
     assert lines[3].startswith("| ds10 | failed: RuntimeError |") and "a / b" in lines[3]
     assert lines[4].startswith("| ds06 | refused: UnsafeSketchError |")
     assert all(line.count("|") == lines[0].count("|") for line in lines)
+
+
+def test_merged_reports_list_each_refusal_once_unless_a_run_measured_it(tmp_path):
+    import json
+
+    def report(measured, refused):
+        return {"parameters": {"sf": 1.0}, "load": {"at_start": 1.0, "at_end": 1.0},
+                "total_s": 5, "samples": [], "failed": [],
+                "queries": [{"query": q, "sketch": "t.a", "fm_s": 1.0, "sketch_ok": True}
+                            for q in measured],
+                "refused": [{"query": q, "error": "PlanTooLargeError", "reason": why}
+                            for q, why in refused]}
+
+    (tmp_path / "a.json").write_text(json.dumps(report(["ds01"], [("ds05", "old"),
+                                                                  ("ds65", "old")])))
+    (tmp_path / "b.json").write_text(json.dumps(report(["ds05"], [("ds65", "new")])))
+    merged = tpcds.merge_reports([tmp_path / "a.json", tmp_path / "b.json"],
+                                 tmp_path / "m.json")
+    assert [q["query"] for q in merged["queries"]] == ["ds01", "ds05"]
+    assert merged["refused"] == [{"query": "ds65", "error": "PlanTooLargeError",
+                                  "reason": "new"}]
+    assert json.loads((tmp_path / "m.json").read_text())["refused"] == merged["refused"]

@@ -190,6 +190,11 @@ class KeyedJoinOp(TwoSidedOp):
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
         dl, dr = inputs
+        # a right row retracted and inserted again unchanged (a subquery's group whose
+        # value changed but not its projected row) must not touch its key: that would
+        # look up and recompute every left row of the key
+        if len(dr) > 1:
+            dr = dr.consolidate()
         old_facts = self._facts()
         if self.mode == "nai" and len(dr):
             _, valid, _ = key_hashes(dr.data, self.right_keys)

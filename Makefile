@@ -67,7 +67,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 test: venv check-java lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 demo: venv check-java
 	$(VENV)/bin/imp demo

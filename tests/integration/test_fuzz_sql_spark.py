@@ -19,7 +19,7 @@ from benchmarks.fuzz_sql import run_sql_fuzz
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 SEED = int(os.environ.get("IMP_FUZZ_SEED", "3"))
-CASES = int(os.environ.get("IMP_FUZZ_CASES", "80"))
+CASES = int(os.environ.get("IMP_FUZZ_CASES", "50"))
 
 
 def test_random_queries_give_what_spark_returns_for_their_text(spark):

@@ -112,6 +112,7 @@ def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests
         "sql_batches": report.get("sql", {}).get("batches", 0),
         "sql_spark_checks": report.get("sql", {}).get("spark_checks", 0),
         "sql_ansi_cases": report.get("sql", {}).get("ansi_cases", 0),
+        "sql_sketch_instance_checks": report.get("sql", {}).get("sketch_instance_checks", 0),
         "sql_ansi_raised": report.get("sql", {}).get("ansi_raised", 0),
         "sql_ansi_spark_divergences": len(
             report.get("sql", {}).get("ansi_spark_divergences", ())),

@@ -79,6 +79,9 @@ class FuzzReport:
     ansi_spark_divergences: list[dict[str, Any]] = field(default_factory=list)
     shapes: Counter = field(default_factory=Counter)  # cases drawn by shape
     shapes_registered: Counter = field(default_factory=Counter)  # ... and registered
+    # checks of a case whose attribute the safety analysis accepts: the query over the
+    # sketch instance (the tables cut to the sketch's fragments) gave the full result
+    sketch_instance_checks: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"queries": self.queries, "registered": self.registered,
@@ -88,6 +91,7 @@ class FuzzReport:
                 "ansi_raised": self.ansi_raised,
                 "ansi_spark_divergences": self.ansi_spark_divergences,
                 "shapes": self.shapes_json(),
+                "sketch_instance_checks": self.sketch_instance_checks,
                 "findings": self.findings, "seconds": round(self.seconds, 2)}
 
     def shapes_json(self) -> dict[str, dict[str, int]]:
@@ -207,14 +211,16 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
                ansi: bool = False) -> None:
     """Register ``sql`` over fresh random tables and check it over ``batches`` batches.
 
-    After registering and after every batch: sketch == recapture, and the result equals
-    DuckDB's for ``duckdb_sql`` (``sql`` spelled for DuckDB; None: no DuckDB comparison).
+    After registering and after every batch: sketch == recapture, the result equals
+    DuckDB's for ``duckdb_sql`` (``sql`` spelled for DuckDB; None: no DuckDB comparison),
+    and, when the safety analysis accepts the attribute (the case registers with force,
+    so it need not), the query over the sketch instance gives the full result.
     With ``spark``, also after registering and after the last batch: the result (types and
     values) equals Spark's for ``sql`` itself. ``tag`` (seed, case) goes into findings.
     ``ansi``: Spark's ANSI mode; the query must raise exactly when the oracles do."""
     from imp_core.embedded.api import Engine
     from imp_core.errors import ImpError, SqlRuntimeError
-    from imp_core.oracle.reference import reference_capture
+    from imp_core.oracle.reference import reference_capture, restrict_to_sketch
 
     eng = Engine(ansi=ansi)
     r, s = _rows(rng, 8, 0)
@@ -229,6 +235,7 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
         return
     report.registered += 1
     report.ansi_cases += ansi
+    safe = all(v.safe for v in q.verdicts)  # registered with force: it may be unsafe
     if duckdb_sql is None:
         report.duckdb_skipped += 1
 
@@ -257,6 +264,9 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
                 report.ansi_raised += 1
         elif q.sketch != ref.sketch:
             problem = f"sketch {q.sketch} != recapture {ref.sketch}"
+        elif safe and _over_sketch(ref, tables) != ref.rows():
+            problem = "the attribute is accepted as safe, but the query over the sketch " \
+                      "instance differs from the full result"
         elif duckdb_sql is not None:
             theirs = _duckdb_rows(duckdb_sql, tables)
             ours = _normalized([tuple(row.values()) for row in result.to_pylist()])
@@ -277,6 +287,12 @@ def check_case(sql: str, attribute: str, rng: random.Random, batches: int,
             report.findings.append({"sql": sql, "attribute": attribute, **(tag or {}),
                                     "batch": step, "problem": problem})
         return problem is None
+
+    def _over_sketch(ref: Any, tables: dict[str, pa.Table]) -> Any:
+        report.sketch_instance_checks += 1
+        cut, cut_raised = raised(lambda: reference_capture(
+            q.plan, restrict_to_sketch(tables, ref.sketch), q.partitions))
+        return cut_raised if cut is None else cut.rows()
 
     if not check(0):
         return

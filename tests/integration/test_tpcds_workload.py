@@ -99,13 +99,18 @@ def test_the_suite_holds_the_99_queries_with_a_and_b_for_the_four_split_files():
     assert (suite_folder("tpcds99") / "README.md").is_file()
 
 
+# the grand total of their ROLLUP reaches the result, so a sketch on the item key holds
+# every fragment; the sold date keeps only those of the dates read (README.md)
+SOLD_DATE = {"ds36": "ss_sold_date_sk", "ds70": "ss_sold_date_sk", "ds86": "ws_sold_date_sk"}
+
+
 @pytest.mark.parametrize("query", list_queries("tpcds99"), ids=lambda q: q.name)
 def test_each_query_is_one_statement_whose_header_is_its_largest_tables_first_key(query):
     assert query.sql.count(";") == 1 and query.sql.rstrip().endswith(";")
     read = _tables_read(query.sql)
     assert read <= set(TPCDS), read - set(TPCDS)
     [(table, column)] = query.sketch
-    assert table in read and column == TPCDS[table].key[0]
+    assert table in read and column == SOLD_DATE.get(query.name, TPCDS[table].key[0])
     facts = [t for t in FACT_TABLES if t in read]
     if facts:
         assert table == facts[0]

@@ -279,7 +279,7 @@ def _aggregate(node: Aggregate, facts: Facts, path: tuple[int, ...],
                          f"and carries the fragments of every row of its input, so the "
                          f"sketch instance holds that input whole and every group is "
                          f"complete")
-        out.totals = {path: at_aggregate(node, desc)}
+        out.totals = {path: at_aggregate(node)}
         return out
     bad_keys = [g for g in node.group_by if g in facts.tainted]
     if bad_keys:

@@ -37,7 +37,7 @@ from typing import Any, Mapping
 import pyarrow as pa
 
 from imp_core.plan.evaluate import evaluate
-from imp_core.plan.expand import Expand
+from imp_core.plan.expand import SET_TYPE, Expand
 from imp_core.plan.nodes import Aggregate, PlanNode, Project, Scan, SortKey, TopK
 
 Path = tuple[int, ...]
@@ -47,16 +47,20 @@ Path = tuple[int, ...]
 class Total:
     """Columns of an aggregation's result that are functions of the grouping set.
 
-    ``flags`` maps each such column to its value in each grouping set (by position);
-    ``whole`` holds the positions of the empty sets, whose row is the grand total;
-    ``types`` the columns' Arrow types.
+    ``flags`` holds each such column's value in each of the ``sets`` grouping sets, row
+    ``i`` for the set at position ``i``; ``whole`` holds the positions of the empty sets,
+    whose row is the grand total.
     """
 
-    desc: str
     sets: int
     whole: frozenset[int]
-    flags: Mapping[str, tuple[Any, ...]]
-    types: Mapping[str, pa.DataType]
+    flags: pa.Table
+
+    def table(self) -> pa.Table:
+        """``flags``, or a column-less stand-in of one row per set (constants evaluate
+        over it)."""
+        return self.flags if self.flags.num_columns else \
+            pa.table({"_set": pa.array(range(self.sets), pa.int32())})
 
 
 def candidates(root: PlanNode) -> frozenset[Path]:
@@ -97,15 +101,14 @@ def _whole_sets(node: Aggregate) -> frozenset[int]:
     return frozenset({0}) if not node.group_by else frozenset()
 
 
-def at_aggregate(node: Aggregate, desc: str) -> Total:
+def at_aggregate(node: Aggregate) -> Total:
     """The ``Total`` of ``node``'s result: the set column's value is the set's position."""
     ex = node.input
     if isinstance(ex, Expand) and ex.set_column in node.group_by:
         n = len(ex.sets)
-        return Total(desc, n, _whole_sets(node), {ex.set_column: tuple(range(n))},
-                     {ex.set_column: next(f.dtype for f in node.schema
-                                          if f.name == ex.set_column)})
-    return Total(desc, 1, frozenset({0}), {}, {})
+        return Total(n, _whole_sets(node),
+                     pa.table({ex.set_column: pa.array(range(n), SET_TYPE)}))
+    return Total(1, frozenset({0}), pa.table({}))
 
 
 def through_project(node: Project, totals: Mapping[Path, Total]) -> dict[Path, Total]:
@@ -113,20 +116,16 @@ def through_project(node: Project, totals: Mapping[Path, Total]) -> dict[Path, T
     (or constants) is evaluated once per grouping set."""
     out: dict[Path, Total] = {}
     for path, t in totals.items():
-        table = pa.table({c: pa.array(list(v), type=t.types[c]) for c, v in t.flags.items()}
-                         or {"_one": pa.array([0] * t.sets, pa.int8())})
-        flags: dict[str, tuple[Any, ...]] = {}
-        types: dict[str, pa.DataType] = {}
+        table = t.table()
+        flags: dict[str, pa.Array] = {}
         for ne in node.exprs:
-            if not ne.expr.columns() <= t.flags.keys():
+            if not ne.expr.columns() <= set(t.flags.column_names):
                 continue
             try:
-                values = evaluate(ne.expr, table)
+                flags[ne.name] = evaluate(ne.expr, table)
             except Exception:  # noqa: BLE001 - a flag we cannot evaluate is no flag
                 continue
-            flags[ne.name] = tuple(values.to_pylist())
-            types[ne.name] = values.type
-        out[path] = Total(t.desc, t.sets, t.whole, flags, types)
+        out[path] = Total(t.sets, t.whole, pa.table(flags))
     return out
 
 
@@ -149,14 +148,15 @@ def first_in(node: TopK, t: Total) -> bool:
         return False
     prefix = []
     for key in node.order:
-        if key.column not in t.flags:
+        if key.column not in t.flags.column_names:
             break
         prefix.append(key)
+    values = {k.column: t.flags.column(k.column).to_pylist() for k in prefix}
     g = next(iter(t.whole))
     for j in range(t.sets):
         if j in t.whole:
             continue
-        order = [_before(t.flags[k.column][g], t.flags[k.column][j], k) for k in prefix]
+        order = [_before(values[k.column][g], values[k.column][j], k) for k in prefix]
         if next((o for o in order if o != 0), 0) != -1:
             return False
     return True

@@ -19,6 +19,9 @@ from typing import Iterable, Sequence
 import numpy as np
 from pyroaring import BitMap
 
+# the most (row, id) marks ``deduplicated`` sets in a dense array (bytes) before it sorts
+_DENSE_MARKS = 1 << 25
+
 
 @dataclass(frozen=True, eq=False)
 class Annotation:
@@ -208,18 +211,26 @@ class Annotation:
         return Annotation(offsets, self.values[keep])
 
     def deduplicated(self) -> Annotation:
-        """Drop repeated ids within a row (only self-joins of a partitioned table need it)."""
+        """Drop repeated ids within a row (only self-joins of a partitioned table need it);
+        each row's ids come out ascending."""
         if len(self.values) == 0:
             return self
+        n, width = len(self), int(self.values.max()) + 1
         rows = self.row_ids()
-        order = np.lexsort((self.values, rows))
-        v, r = self.values[order], rows[order]
-        keep = np.ones(len(v), dtype=bool)
-        keep[1:] = (v[1:] != v[:-1]) | (r[1:] != r[:-1])
-        lengths = np.bincount(r[keep], minlength=len(self))
-        offsets = np.zeros(len(self) + 1, dtype=np.int64)
+        if n * width <= _DENSE_MARKS:
+            # one mark per (row, id): no sort, and rows of thousands of ids (a group's
+            # fragments joined with a group of its own table) stay linear
+            marks = np.zeros(n * width, dtype=bool)
+            marks[rows * width + self.values] = True
+            flat = np.flatnonzero(marks)
+            r, v = flat // width, flat % width
+        else:
+            flat = np.unique((rows << 32) | self.values.astype(np.int64))
+            r, v = flat >> 32, flat & 0xFFFFFFFF
+        lengths = np.bincount(r, minlength=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return Annotation(offsets, v[keep].astype(np.int32))
+        return Annotation(offsets, v.astype(np.int32))
 
     def to_bitmaps(self) -> list[BitMap]:
         vals = self.values

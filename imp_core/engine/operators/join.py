@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from imp_core.engine.annotation import Annotation
 from imp_core.engine.join_index import JoinSide, SideIndex
 from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.probed_side import is_probed
@@ -54,46 +55,54 @@ class JoinOp(TwoSidedOp):
             side_factory(arrow_schema(node.right.schema), self.right_keys, use_bloom)
         self.dedupe = dedupe_annotations
 
-    def _combine(self, lrows: DeltaBatch, rrows: DeltaBatch) -> DeltaBatch:
-        if len(lrows) == 0:
+    def _pairs(self, left: DeltaBatch, li: np.ndarray, right: DeltaBatch,
+               ri: np.ndarray) -> DeltaBatch:
+        """The pairs (``left`` row ``li[k]``, ``right`` row ``ri[k]``) that pass the
+        residual. Their annotations are united only for the pairs kept: a theta join's
+        pairs are mostly dropped, and rows from aggregations carry many ids."""
+        if len(li) == 0:
             return self.empty()
-        cols = list(lrows.data.columns) + list(rrows.data.columns)
+        cols = list(left.data.take(li).columns) + list(right.data.take(ri).columns)
         data = pa.Table.from_arrays(cols, schema=self.output_schema)
-        ann = lrows.annotation.union_rows(rrows.annotation, dedupe=self.dedupe)
-        out = DeltaBatch(data, lrows.weights * rrows.weights, ann)
+        weights = left.weights[li] * right.weights[ri]
         if self.residual is not None:
-            errors = self._row_errors(out)
-            keep = evaluate_predicate(self.residual, out.data, errors=errors)
-            self._count(errors, out.weights)  # a pair's weight: its count in the join
-            out = out.filter(keep)
-        return out
+            errors = self._row_errors(DeltaBatch(data, weights, Annotation.empty(len(li))))
+            keep = evaluate_predicate(self.residual, data, errors=errors)
+            self._count(errors, weights)  # a pair's weight: its count in the join
+            mask = np.asarray(keep, dtype=bool)
+            if not mask.all():
+                li, ri, weights = li[mask], ri[mask], weights[mask]
+                data = data.filter(pa.array(mask))
+        ann = left.annotation.take(li).union_rows(right.annotation.take(ri),
+                                                  dedupe=self.dedupe)
+        return DeltaBatch(data, weights, ann)
 
     def _delta_left(self, dl: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
             idx, matched = self.right.probe(dl, self.left_keys)
-            return self._combine(dl.take(idx), matched)
+            return self._pairs(dl, idx, matched, np.arange(len(matched)))
         side = self.right.contents()
         li = np.repeat(np.arange(len(dl)), len(side))
         ri = np.tile(np.arange(len(side)), len(dl))
-        return self._combine(dl.take(li), side.take(ri))
+        return self._pairs(dl, li, side, ri)
 
     def _delta_pairs(self, dl: DeltaBatch, dr: DeltaBatch) -> DeltaBatch:
         index = SideIndex(arrow_schema(self.node.left.schema), self.left_keys, False)
         index.apply(dl)
         idx, matched = index.probe(dr, self.right_keys)
-        return self._combine(matched, dr.take(idx))
+        return self._pairs(matched, np.arange(len(matched)), dr, idx)
 
     def _delta_right(self, dr: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
             idx, matched = self.left.probe(dr, self.right_keys)
-            return self._combine(matched, dr.take(idx))
+            return self._pairs(matched, np.arange(len(matched)), dr, idx)
         side = self.left.contents()
         li = np.tile(np.arange(len(side)), len(dr))
         ri = np.repeat(np.arange(len(dr)), len(side))
-        return self._combine(side.take(li), dr.take(ri))
+        return self._pairs(side, li, dr, ri)
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
-        dl, dr = inputs
+        dl, dr = (_merged(d) for d in inputs)
         # a probed left side is asked only for its old contents (none at all from empty
         # state, the bootstrap) and ΔL ⋈ ΔR pairs in memory; an index in memory answers
         # L_new ⋈ ΔR in one probe once ΔL is applied
@@ -110,3 +119,15 @@ class JoinOp(TwoSidedOp):
                 self.left.apply(dl)
             self.right.apply(dr)
         return DeltaBatch.concat(parts, self.output_schema)
+
+
+def _merged(delta: DeltaBatch) -> DeltaBatch:
+    """``delta`` consolidated when its rows carry more than one fragment id on average
+    (rows of an aggregation, or joined with one): equal rows then arrive once with their
+    summed weight (a group joined with the days of its week and projected back to the
+    group is one row, not seven), so the pairs and their id sets are built once. Rows
+    straight from a table (one id or none) are left as they are: consolidating every
+    delta would cost each batch a grouping that rarely merges anything."""
+    if len(delta) < 2 or len(delta.annotation.values) <= len(delta):
+        return delta
+    return delta.consolidate()

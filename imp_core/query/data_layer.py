@@ -176,6 +176,10 @@ def direct_triggers(join: AnyJoin, which: str) -> frozenset[str]:
 # busy sides (looked up on every batch of the busiest table) are probed only when the
 # state would otherwise pass this many times the budget
 HOT_SIDE_FACTOR = 3.0
+# ... and only when the side holds at least this share of the budget: a small side (a
+# date dimension beside millions of sales) saves next to nothing and would cost every
+# batch of the busiest table a lookup
+HOT_SIDE_MIN_SHARE = 0.25
 
 # the share of a table's changes assumed to change a group's membership (a prior: no
 # rate is measured at registration)
@@ -218,7 +222,8 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
     lookup is cheap and the state left would pass ``HOT_SIDE_FACTOR`` times the budget:
     then sides whose tables are all read filtered by columns they are ``clustered`` on
     (``clustered_lookup``; ``(table, column)``: its row groups hold disjoint ranges, so k
-    keys read about k row groups) go after the cold sides, largest first, and so do
+    keys read about k row groups) go after the cold sides, largest first (none smaller
+    than ``HOT_SIDE_MIN_SHARE`` of the budget), and so do
     aggregations whose groups such a lookup finds (``groups_lookup``, with ``not_null``;
     ids ``"<op id>:groups"``, sized by ``side_bytes`` of the aggregation), which then hold
     no state at all.
@@ -265,7 +270,7 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
         # a busy side costs every batch of the busiest table a lookup: only when the state
         # would otherwise pass the budget by far (join-side estimates run 2-4 times high)
         for size, sid in sorted(cheap, key=lambda s: (-s[0], str(s[1]))):
-            if total <= budget_bytes:
+            if total <= budget_bytes or size < budget_bytes * HOT_SIDE_MIN_SHARE:
                 break
             probed.append(sid)
             total -= size

@@ -14,7 +14,12 @@ from test_keyed_join_layers import _dims, _eq, _facts
 
 from imp_core.plan.nodes import Join, PlanNode
 from imp_core.plan.paths import parse_paths
-from imp_core.query.data_layer import HOT_SIDE_FACTOR, clustered_lookup, place_join_sides
+from imp_core.query.data_layer import (
+    HOT_SIDE_FACTOR,
+    HOT_SIDE_MIN_SHARE,
+    clustered_lookup,
+    place_join_sides,
+)
 from imp_core.storage import DeltaStore, WriteOptions
 from imp_core.storage.file_side import TableFiles, filter_columns
 
@@ -111,3 +116,22 @@ def test_a_busy_side_is_probed_only_when_its_lookups_read_little() -> None:
     assert not clustered_lookup(root, ("facts.k",), lambda t, c: c == "k")
     assert filter_columns(root, ("facts.k",)) == {"facts": {"k"}, "dims": {"dk"}}
     assert filter_columns(root, ("dims.w",)) == {"dims": {"w"}, "facts": {"k"}}
+
+
+def test_a_small_busy_side_stays_in_memory() -> None:
+    """Busy sides go to the data layer largest first, but never one smaller than
+    ``HOT_SIDE_MIN_SHARE`` of the budget: a date dimension beside the sales saves little
+    and would cost every sales batch a lookup."""
+    a, b, dims = _facts("a"), _facts("b"), _dims()
+    pair = Join(a, b, _eq("a.id", "b.id"))  # a self-join: read whole, never cold
+    root = Join(pair, dims, _eq("a.k", "dims.dk"))
+    rates = {"facts": 1000.0, "dims": 10.0}
+    clustered = lambda t, c: c in ("id", "dk")  # noqa: E731
+    for dims_bytes, dims_probed in ((4, False), (100, True)):
+        sizes = {id(a): 1000, id(b): 1000, id(pair): 1000, id(dims): dims_bytes}
+        placed = place_join_sides(root, lambda n, sizes=sizes: sizes[id(n)], 20, rates,
+                                  clustered)
+        assert parse_paths(["0.0:left", "0.0:right"]) <= placed
+        assert (parse_paths(["0:right"]) <= placed) is dims_probed
+        assert not parse_paths(["0:left"]) <= placed  # the self-join: no filtered lookup
+    assert 4 < 20 * HOT_SIDE_MIN_SHARE <= 100

@@ -18,6 +18,7 @@ from sqlglot import exp
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjoin
 from imp_core.plan.nodes import Join, OuterJoin, PlanNode
 from imp_core.sql.from_clause import FromItem
+from imp_core.sql.pushdown import implied_by
 from imp_core.sql.scope import Scope
 
 
@@ -28,9 +29,6 @@ class Sourced:
     expr: Expr
     node: exp.Expression
     on: int | None = None  # the FROM item whose JOIN ... ON it comes from (None: WHERE)
-
-
-
 
 
 class FromTree:
@@ -100,7 +98,8 @@ class FromTree:
     def _inner_tree(self, predicates: list[Sourced]) -> PlanNode:
         """Inner joins only: the items joined left-deep in ``_join_order``, each conjunct
         on one item filtering it, each on several in the condition of the join that adds
-        the last of them, each on none above all."""
+        the last of them (and each of its items filtered by the OR it implies for that
+        item alone, ``imp_core.sql.pushdown.implied_by``), each on none above all."""
         owners_of = [frozenset(self.scope.source_of(c) for c in p.expr.columns())
                      for p in predicates]
         order = join_order(len(self.items_from), [
@@ -116,6 +115,13 @@ class FromTree:
                 local[next(iter(owners))].append(predicate)
             else:
                 at_join[max(position[o] for o in owners)].append(predicate)
+                # each item also filtered by what the conjunct implies for it alone
+                for owner in sorted(owners):
+                    mine = frozenset(c for c in predicate.expr.columns()
+                                     if self.scope.source_of(c) == owner)
+                    weaker = implied_by(predicate.expr, mine)
+                    if weaker is not None:
+                        local[owner].append(Sourced(weaker, predicate.node, predicate.on))
         leaves = [self._filtered(self.items_from[i].build(self._used_columns(i)), local[i],
                                  push=True) for i in order]
         node = leaves[0]

@@ -10,11 +10,23 @@ into a ``Select`` directly above a ``Scan`` when it gets that far. It
 never crosses a ``TopK`` (which rows make the top k depends on all rows) nor an
 ``OuterJoin`` (filtering an input of an outer join is not filtering its output: rows
 would turn NULL-padded instead of disappearing).
+
+A conjunct that reads both sides of a ``Join`` stays in its condition, and when it is an
+OR, each side also gets the OR it implies (``implied``): per branch, the AND of the
+branch's conjuncts over that side's columns alone (TPC-DS q13's ``(cd_marital_status =
+'M' AND ... AND hd_dep_count = 3) OR (...)`` filters customer_demographics by its two
+columns). A row failing the implied OR fails the whole condition, in three-valued logic
+too, so the result is the same, and so is its provenance (the rows removed contribute to
+no result row); joins then hold and probe only rows that may match. Implied predicates
+never land in a join condition or above an operator they cannot cross (they are
+dropped there: the original stays), and they are built only from conjuncts that cannot
+raise under ANSI mode (a row the join would drop must not raise there).
 """
 
 from __future__ import annotations
 
-from imp_core.plan.expr import ColumnRef, Expr, conjoin, conjuncts, rename_columns
+from imp_core.plan.ansi import can_raise
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjoin, conjuncts, rename_columns
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -34,42 +46,91 @@ def push_selection(node: PlanNode, predicate: Expr) -> PlanNode:
     return node
 
 
-def _push(node: PlanNode, predicate: Expr) -> PlanNode:
+def _push(node: PlanNode, predicate: Expr, implied: bool = False) -> PlanNode:
+    """``node`` filtered by ``predicate``; ``implied``: the predicate is implied by one
+    kept above (``implied``), so it may be dropped where it cannot go further down."""
     if isinstance(node, Project):
         mapping = {e.name: e.expr for e in node.exprs}
-        return Project(_push(node.input, rename_columns(predicate, mapping)), node.exprs)
+        return Project(_push(node.input, rename_columns(predicate, mapping), implied),
+                       node.exprs)
     if isinstance(node, Distinct):
-        return Distinct(_push(node.input, predicate))
+        return Distinct(_push(node.input, predicate, implied))
     if isinstance(node, Aggregate) and predicate.columns() <= set(node.group_by):
-        return Aggregate(_push(node.input, predicate), node.group_by, node.aggregates)
+        return Aggregate(_push(node.input, predicate, implied), node.group_by,
+                         node.aggregates)
     if isinstance(node, Join):
-        return _push_join(node, predicate)
+        return _push_join(node, predicate, implied)
     if isinstance(node, SemiJoin) and predicate.columns() and \
             predicate.columns() <= set(node.left.column_names):
-        return SemiJoin(_push(node.left, predicate), node.right, node.condition, node.anti,
-                        node.null_aware)
+        return SemiJoin(_push(node.left, predicate, implied), node.right, node.condition,
+                        node.anti, node.null_aware)
+    if implied and not isinstance(node, (SetOp, Select, Scan)):
+        return node
     if isinstance(node, SetOp):
         # a row is in the output only as a row equal to input rows, so filtering both
         # inputs filters the output (for every set operation); the right input's columns
         # are the left's by position
         to_right = {a: ColumnRef(b) for a, b in zip(node.left.column_names,
                                                      node.right.column_names)}
-        return SetOp(_push(node.left, predicate),
-                     _push(node.right, rename_columns(predicate, to_right)),
+        return SetOp(_push(node.left, predicate, implied),
+                     _push(node.right, rename_columns(predicate, to_right), implied),
                      node.kind, node.distinct)
     if isinstance(node, Select):
         if isinstance(node.input, Scan):  # one Select per scan, predicates in arrival order
             return Select(node.input, conjoin([*conjuncts(node.predicate), predicate]))
-        return Select(_push(node.input, predicate), node.predicate)
+        return Select(_push(node.input, predicate, implied), node.predicate)
     return Select(node, predicate)
 
 
-def _push_join(join: Join, predicate: Expr) -> PlanNode:
+def _push_join(join: Join, predicate: Expr, implied: bool = False) -> PlanNode:
     columns = predicate.columns()
-    if columns and columns <= set(join.left.column_names):
-        return Join(_push(join.left, predicate), join.right, join.condition)
-    if columns and columns <= set(join.right.column_names):
-        return Join(join.left, _push(join.right, predicate), join.condition)
+    left, right = join.left, join.right
+    if columns and columns <= set(left.column_names):
+        return Join(_push(left, predicate, implied), right, join.condition)
+    if columns and columns <= set(right.column_names):
+        return Join(left, _push(right, predicate, implied), join.condition)
     if not columns:
-        return Select(join, predicate)
-    return Join(join.left, join.right, conjoin([*conjuncts(join.condition), predicate]))
+        return join if implied else Select(join, predicate)
+    for side in ("left", "right"):
+        child = left if side == "left" else right
+        weaker = implied_by(predicate, frozenset(child.column_names))
+        if weaker is not None:
+            child = _push(child, weaker, implied=True)
+            left, right = (child, right) if side == "left" else (left, child)
+    condition = join.condition if implied else \
+        conjoin([*conjuncts(join.condition), predicate])
+    return Join(left, right, condition)
+
+
+def implied_by(predicate: Expr, columns: frozenset[str]) -> Expr | None:
+    """An OR over ``columns`` alone that every row satisfying ``predicate`` satisfies
+    (None: none found): for each branch of an OR, the AND of its conjuncts over those
+    columns (a nested OR contributing what it implies), when every branch has some.
+    Conjuncts that may raise under ANSI mode are left out."""
+    branches = _disjuncts(predicate)
+    if len(branches) < 2:
+        return None
+    found: list[Expr] = []
+    for branch in branches:
+        own: list[Expr] = []
+        for part in conjuncts(branch):
+            if part.columns() and part.columns() <= columns:
+                if not any(can_raise(e) for e in part.walk()):
+                    own.append(part)
+            else:
+                inner = implied_by(part, columns)
+                if inner is not None:
+                    own.append(inner)
+        if not own:
+            return None
+        found.append(conjoin(own))
+    out = found[0]
+    for part in found[1:]:
+        out = BinaryOp("or", out, part)
+    return out
+
+
+def _disjuncts(expr: Expr) -> list[Expr]:
+    if isinstance(expr, BinaryOp) and expr.op == "or":
+        return _disjuncts(expr.left) + _disjuncts(expr.right)
+    return [expr]

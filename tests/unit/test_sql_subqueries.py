@@ -58,6 +58,13 @@ QUERIES = [
     # BETWEEN with scalar subqueries for bounds (TPC-DS q54)
     ("between_subqueries", "SELECT a, b FROM r WHERE b BETWEEN (SELECT min(d) FROM s) "
                            "AND (SELECT max(e) FROM s) - 1"),
+    # an OR over both tables of a join: each table also filtered by the OR it implies
+    # (TPC-DS q13, q48), NULLs included
+    ("or_across_join", "SELECT r.a, s.c FROM r, s WHERE r.b = s.d AND ((r.c > 1 AND "
+                       "s.e < 3) OR (r.c IS NULL AND s.e >= 3) OR (r.c = 0 AND s.e = 4))"),
+    ("or_across_join_nested", "SELECT r.b, count(*) AS n FROM r JOIN s ON r.b = s.d "
+                              "WHERE (r.c = 1 AND (s.e = 2 OR s.e IS NULL)) OR (r.c > 2 AND "
+                              "s.e > 0 AND r.b <> s.e) GROUP BY r.b"),
 ]
 
 

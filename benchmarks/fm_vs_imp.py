@@ -488,14 +488,18 @@ def run_bench(workload: Workload, sf: float, queries: list[str], sizes: list[int
 
 def merge_reports(paths: Iterable[str | Path], out: str | Path, label: str = "TPC-H"
                   ) -> dict[str, Any]:
-    """One report from several runs over disjoint query sets (e.g. a ``-partial.json`` of
-    an interrupted run and a run of the remaining queries); written to ``out``. A query
-    failed or refused in several runs is listed once, with the last run's reason, and not
-    at all if a run measured it."""
+    """One report from several runs (e.g. a ``-partial.json`` of an interrupted run and a
+    run of the remaining queries, or a rerun of some queries after a fix); written to
+    ``out``. A query measured in several runs keeps the last run's measurement (its
+    summary and samples); one failed or refused in several runs is listed once, with the
+    last run's reason, and not at all if a run measured it."""
     reports = [json.loads(Path(p).read_text()) for p in paths]
     first = reports[0]
-    queries = [q for r in reports for q in r["queries"]]
-    samples = [s for r in reports for s in r["samples"]]
+    last_run = {q["query"]: i for i, r in enumerate(reports) for q in r["queries"]}
+    queries = [q for i, r in enumerate(reports) for q in r["queries"]
+               if last_run[q["query"]] == i]
+    samples = [s for i, r in enumerate(reports) for s in r["samples"]
+               if last_run.get(s["query"]) == i]
     report = {k: v for k, v in first.items() if k not in ("partial", "plots")}
     report["parameters"] = {**first["parameters"],
                             "queries": [q["query"] for q in queries],

@@ -102,8 +102,9 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
                        help="timed FM runs after registration (default 1; more are timed "
                        "at the verification points)")
         p.add_argument("--merge", type=_names, default=None,
-                       help="instead of running: combine these reports (runs over disjoint "
-                       "query sets, e.g. an interrupted run's -partial.json) into --out")
+                       help="instead of running: combine these reports (e.g. an "
+                       "interrupted run's -partial.json and the rest; a query in several "
+                       "keeps the last report's measurement) into --out")
         fn = tpch.run_tpch_bench if name == "tpch" else module.run_tpcds_bench
         run = _run(fn, a="sf", b="delta_sizes", c="queries", d="fragments",
                    e="repeats", f="feed_repeats", g="fm_runs", h="outside_repeats")

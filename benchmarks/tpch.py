@@ -199,7 +199,7 @@ def run_tpch_bench(sf: float = 1.0, queries: Iterable[str] = QUERIES,
 
 
 def merge_reports(paths: Iterable[str | Path], out: str | Path) -> dict[str, Any]:
-    """One report from several runs over disjoint query sets (``fm_vs_imp``)."""
+    """One report from several runs, a query rerun keeping its last run (``fm_vs_imp``)."""
     return fm_vs_imp.merge_reports(paths, out, "TPC-H")
 
 

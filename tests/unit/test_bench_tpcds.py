@@ -108,3 +108,28 @@ def test_merged_reports_list_each_refusal_once_unless_a_run_measured_it(tmp_path
     assert merged["refused"] == [{"query": "ds65", "error": "PlanTooLargeError",
                                   "reason": "new"}]
     assert json.loads((tmp_path / "m.json").read_text())["refused"] == merged["refused"]
+
+
+def test_a_rerun_query_keeps_its_last_measurement(tmp_path):
+    import json
+
+    def report(fm, queries):
+        return {"parameters": {"sf": 1.0}, "load": {"at_start": 1.0, "at_end": 1.0},
+                "total_s": 5, "failed": [], "refused": [],
+                "queries": [{"query": q, "sketch": "t.a", "fm_s": fm, "sketch_ok": True}
+                            for q in queries],
+                "samples": [{"query": q, "delta": 100, "kind": "mixed", "mode": "own",
+                             "imp_ms": fm, "ops_ms": 0.0, "join_ms": 0.0, "pull_ms": 0.0,
+                             "other_ms": 0.0, "commit_s": 0.1, "rows": 100}
+                            for q in queries]}
+
+    (tmp_path / "a.json").write_text(json.dumps(report(1.0, ["ds01", "ds02"])))
+    (tmp_path / "b.json").write_text(json.dumps(report(2.0, ["ds02"])))
+    merged = tpcds.merge_reports([tmp_path / "a.json", tmp_path / "b.json"],
+                                 tmp_path / "m.json")
+    assert [(q["query"], q["fm_s"]) for q in merged["queries"]] == [("ds01", 1.0),
+                                                                    ("ds02", 2.0)]
+    assert sorted((s["query"], s["imp_ms"]) for s in merged["samples"]) == \
+        [("ds01", 1.0), ("ds02", 2.0)]
+    assert {r["query"]: r["imp_ms"] for r in merged["results"]} == {"ds01": 1.0,
+                                                                    "ds02": 2.0}

@@ -1,4 +1,4 @@
-"""A join consolidates a delta whose rows carry many fragment ids (rows of an
+"""A join consolidates the deltas of an input computed by a grouping (here an
 aggregation): TPC-DS q2's pattern, a week's sums joined with the seven days of the week
 and projected back to the week, reaches the next join as one row of weight 7, so the
 pairs above are built once with their weight. The results stay exact (checked against
@@ -10,6 +10,7 @@ import random
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.operators.join import JoinOp
@@ -49,11 +50,20 @@ def _rows(q: IncrementalQuery) -> Counter:
     return +out
 
 
-def test_rows_of_an_aggregation_meet_the_next_join_once_with_their_weight() -> None:
+# on the sales: a week's rows carry the ids of its sales; on the weeks of the days (TPC-DS
+# q59's advisor attribute, d_week_seq): the seven days of a week share one id
+PARTITIONS = {
+    "sales": RangePartition.from_ranges("f", "id", pa.int64(),
+                                        [(0, 9), (10, 19), (20, 29), (30, 1000)]),
+    "days": RangePartition.from_ranges("d", "wk", pa.int64(), [(0, 1), (2, 3), (4, 9)]),
+}
+
+
+@pytest.mark.parametrize("partition", sorted(PARTITIONS))
+def test_rows_of_an_aggregation_meet_the_next_join_once_with_their_weight(partition) -> None:
     rng = random.Random(3)
     plan = plan_sql(SQL, CATALOG)
-    parts = PartitionSet((RangePartition.from_ranges(
-        "f", "id", pa.int64(), [(0, 9), (10, 19), (20, 29), (30, 1000)]),))
+    parts = PartitionSet((PARTITIONS[partition],))
     q = IncrementalQuery(plan, parts)
     sales, days = _sales(range(40), rng), _days()
     q.apply({"f": TableDelta.inserts(sales), "d": TableDelta.inserts(days)})

@@ -26,6 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from imp_core.engine.operators.arrays import (
+    INT_LIMIT,
+    equal_or_both_null,
+    grow,
+    largest_abs,
+    power,
+)
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
 from imp_core.engine.operators.minmax import MinMaxSets
@@ -35,18 +42,6 @@ from imp_core.errors import SqlRuntimeError, StateExhaustedError
 from imp_core.plan.aggregates.base import AggregateFunction, GroupState
 from imp_core.plan.aggregates.exact import exact_values, kind_of
 from imp_core.plan.nodes import Aggregate
-
-INT_LIMIT = 2**62
-
-
-def _grow(arr: np.ndarray, n: int, fill=0) -> np.ndarray:
-    if len(arr) >= n:
-        return arr
-    size = max(n, 2 * len(arr), 16)
-    out = np.full(size, fill, dtype=arr.dtype) if arr.dtype != object else \
-        np.array([fill] * size, dtype=object)
-    out[: len(arr)] = arr
-    return out
 
 
 @dataclass(frozen=True)
@@ -127,10 +122,10 @@ class AggregateOp(Operator):
 
     # -- helpers --------------------------------------------------------------------------
     def _ensure(self, n: int) -> None:
-        self.cnt = _grow(self.cnt, n)
-        self.nonnull = [_grow(a, n) for a in self.nonnull]
-        self.sums = [None if s is None else _grow(s, n) for s in self.sums]
-        self.higher = [[_grow(h, n) for h in hs] for hs in self.higher]
+        self.cnt = grow(self.cnt, n)
+        self.nonnull = [grow(a, n) for a in self.nonnull]
+        self.sums = [None if s is None else grow(s, n) for s in self.sums]
+        self.higher = [[grow(h, n) for h in hs] for hs in self.higher]
         self.frags.ensure(n)
 
     def _powers(self, i: int) -> list[np.ndarray]:
@@ -138,7 +133,7 @@ class AggregateOp(Operator):
         s = self.sums[i]
         return [] if s is None else [s, *self.higher[i]]
 
-    def _set_power(self, i: int, k: int, arr: np.ndarray) -> None:
+    def _setpower(self, i: int, k: int, arr: np.ndarray) -> None:
         if k == 0:
             self.sums[i] = arr
         else:
@@ -211,7 +206,7 @@ class AggregateOp(Operator):
             if f.moments:
                 vals = exact_values(col)
                 for k in range(f.moments):  # Σx^(k+1) += w·x^(k+1)
-                    changed |= self._add_sums(i, k, gids, inv, _power(vals, k + 1), w)
+                    changed |= self._add_sums(i, k, gids, inv, power(vals, k + 1), w)
             elif self.minmax[i] is not None:
                 changed |= self._update_minmax(i, gids, inv, col, w, old_nonnull[i])
 
@@ -236,7 +231,7 @@ class AggregateOp(Operator):
         same = old_exists == new_exists
         same &= ~np.isin(cg, np.fromiter(before, dtype=np.int64)) if before else True
         for oc, nc in zip(old_cols[len(self.agg.group_by):], new_cols[len(self.agg.group_by):]):
-            same &= _equal_or_both_null(oc, nc)
+            same &= equal_or_both_null(oc, nc)
         if self.raising:
             old_raising = self._raising(old_cnt[changed], [a[changed] for a in old_nonnull],
                                         [[p[changed] for p in ps] for ps in old_sums])
@@ -273,7 +268,7 @@ class AggregateOp(Operator):
         state = self._powers(i)[k]
         if vals.dtype != object and len(vals):
             # bounds as Python integers: np.abs of int64's least value is itself, negative
-            bound = _largest_abs(vals) * _largest_abs(w) * len(vals)
+            bound = largest_abs(vals) * largest_abs(w) * len(vals)
             if bound >= INT_LIMIT:
                 vals = vals.astype(object)
         if vals.dtype == object:
@@ -284,10 +279,10 @@ class AggregateOp(Operator):
             ds = np.zeros(len(gids), dtype=np.int64)
         np.add.at(ds, inv, contrib)
         if state.dtype != object:
-            if ds.dtype == object or (len(ds) and _largest_abs(state[gids])
-                                      + _largest_abs(ds) >= INT_LIMIT):
+            if ds.dtype == object or (len(ds) and largest_abs(state[gids])
+                                      + largest_abs(ds) >= INT_LIMIT):
                 state = state.astype(object)
-                self._set_power(i, k, state)
+                self._setpower(i, k, state)
         state[gids] = state[gids] + ds
         return np.asarray(ds != 0, dtype=bool)
 
@@ -471,7 +466,7 @@ class AggregateOp(Operator):
                 big = any(abs(v) >= INT_LIMIT for v in vals)
                 arr = np.array([0] * n, dtype=object) if big else np.zeros(n, dtype=np.int64)
                 arr[new_ids] = np.array(vals, dtype=object if big else np.int64)
-                self._set_power(i, k, arr)
+                self._setpower(i, k, arr)
         fr = state[self.FRAGMENTS.name]
         keys = fr.column("key").to_numpy()
         g_old, frag = np.divmod(keys, self.frags.P)
@@ -552,11 +547,6 @@ class AggregateOp(Operator):
         return int(size)
 
 
-def _largest_abs(a: np.ndarray) -> int:
-    """max |x| over a non-empty int64 array, exactly."""
-    return max(abs(int(a.min())), abs(int(a.max())))
-
-
 def _sum_columns(i: int, moments: int) -> list[str]:
     """The ``groups`` columns of aggregate ``i``'s power sums: sum<i> (Σx), sum<i>p<k>."""
     return [f"sum{i}" if k == 1 else f"sum{i}p{k}" for k in range(1, moments + 1)]
@@ -569,34 +559,9 @@ def _total_powers(totals: GroupTotals, i: int, moments: int) -> list:
     return [totals.sums[i], *totals.higher.get(i, ())][:moments]
 
 
-def _power(vals: np.ndarray, k: int) -> np.ndarray:
-    """vals**k exactly: Python integers once int64 could overflow."""
-    if k == 1:
-        return vals
-    if vals.dtype != object and len(vals) and float(_largest_abs(vals)) ** k < INT_LIMIT:
-        return vals**k
-    return vals.astype(object) ** k
-
-
 def _shift(t: pa.Table, offset: int) -> pa.Table:
     i = t.schema.get_field_index("gid")
     return t.set_column(i, "gid", pa.array(t.column("gid").to_numpy() + offset, pa.int64()))
-
-
-def _equal_or_both_null(a: pa.Array, b: pa.Array) -> np.ndarray:
-    t = a.type
-    if pa.types.is_floating(t) or pa.types.is_integer(t):
-        x = a.to_numpy(zero_copy_only=False)
-        y = b.to_numpy(zero_copy_only=False)
-        if a.null_count == 0 and b.null_count == 0:
-            return x == y
-        xn = a.is_null().to_numpy(zero_copy_only=False)
-        yn = b.is_null().to_numpy(zero_copy_only=False)
-        with np.errstate(invalid="ignore"):
-            return ((x == y) & ~xn & ~yn) | (xn & yn)
-    eq = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
-    both = a.is_null().to_numpy(zero_copy_only=False) & b.is_null().to_numpy(zero_copy_only=False)
-    return eq | both
 
 
 def distinct_node(node) -> Aggregate:

@@ -24,7 +24,16 @@ from imp_core.engine.probed_side import is_probed
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.nodes import Join, arrow_schema
+from imp_core.plan.nodes import (
+    Aggregate,
+    Distinct,
+    Join,
+    PlanNode,
+    SetOp,
+    TopK,
+    Window,
+    arrow_schema,
+)
 
 # (a join: inner, semi-, anti- or outer; "left" | "right") -> its provider, or None
 SideChooser = Callable[[Any, str], "JoinSide | None"]
@@ -54,6 +63,7 @@ class JoinOp(TwoSidedOp):
         self.right = right if right is not None else \
             side_factory(arrow_schema(node.right.schema), self.right_keys, use_bloom)
         self.dedupe = dedupe_annotations
+        self.merge_inputs = (_grouped(node.left), _grouped(node.right))
 
     def _pairs(self, left: DeltaBatch, li: np.ndarray, right: DeltaBatch,
                ri: np.ndarray) -> DeltaBatch:
@@ -102,7 +112,8 @@ class JoinOp(TwoSidedOp):
         return self._pairs(side, li, dr, ri)
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
-        dl, dr = (_merged(d) for d in inputs)
+        dl, dr = (d.consolidate() if merge and len(d) > 1 else d
+                  for d, merge in zip(inputs, self.merge_inputs))
         # a probed left side is asked only for its old contents (none at all from empty
         # state, the bootstrap) and ΔL ⋈ ΔR pairs in memory; an index in memory answers
         # L_new ⋈ ΔR in one probe once ΔL is applied
@@ -121,13 +132,14 @@ class JoinOp(TwoSidedOp):
         return DeltaBatch.concat(parts, self.output_schema)
 
 
-def _merged(delta: DeltaBatch) -> DeltaBatch:
-    """``delta`` consolidated when its rows carry more than one fragment id on average
-    (rows of an aggregation, or joined with one): equal rows then arrive once with their
-    summed weight (a group joined with the days of its week and projected back to the
-    group is one row, not seven), so the pairs and their id sets are built once. Rows
-    straight from a table (one id or none) are left as they are: consolidating every
-    delta would cost each batch a grouping that rarely merges anything."""
-    if len(delta) < 2 or len(delta.annotation.values) <= len(delta):
-        return delta
-    return delta.consolidate()
+def _grouped(node: PlanNode) -> bool:
+    """Whether ``node``'s rows come from a grouping somewhere below (an aggregation,
+    DISTINCT, a window, a set operation other than UNION ALL, a top-k): its deltas are
+    then consolidated before the join. Equal rows are common there and cost every pair
+    above: TPC-DS q2 joins each week's sums with the seven days of the week and projects
+    them back to the week, so seven equal rows would each pair with the next join's rows
+    (and carry the week's id set). Deltas of rows straight from tables (selected,
+    projected, joined) are not, since a grouping per batch would rarely merge anything
+    there."""
+    return any(isinstance(n, (Aggregate, Distinct, Window, TopK))
+               or isinstance(n, SetOp) and not n.linear for n in node.walk())

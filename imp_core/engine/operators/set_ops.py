@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.operators.aggregate import _grow
+from imp_core.engine.operators.arrays import grow
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.groups import FragmentCounts, GroupKeys
 from imp_core.engine.state import StateLayout, StateTable
@@ -111,8 +111,8 @@ class SetOpOp(Operator):
         self.right_counts = np.zeros(0, dtype=np.int64)
 
     def _ensure(self, n: int) -> None:
-        self.left_counts = _grow(self.left_counts, n)
-        self.right_counts = _grow(self.right_counts, n)
+        self.left_counts = grow(self.left_counts, n)
+        self.right_counts = grow(self.right_counts, n)
         self.frags.ensure(n)
 
     def _m(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:

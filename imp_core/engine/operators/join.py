@@ -4,7 +4,10 @@ Delta rule (bilinear, so deletions are just negative weights):
     Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR + ΔL ⋈ ΔR = ΔL ⋈ R_old + L_new ⋈ ΔR
 (with a left side probed in the data layer, L_new ⋈ ΔR is L_old ⋈ ΔR + ΔL ⋈ ΔR: the
 side is asked only for its old contents, none at all from empty state)
-and each output row's annotation is P_left ∪ P_right (section 5.2.4).
+and each output row's annotation is P_left ∪ P_right (section 5.2.4). A pair's residual
+condition is evaluated before its annotation is built, and the deltas of an input
+computed by a grouping are consolidated before the rule (``_grouped``): both change only
+the work, not the output as a Z-set.
 State: both sides' contents, each behind a ``SideIndex`` (hash of the equi-keys, and a
 Bloom filter that lets a delta skip probes that cannot match) or another ``JoinSide``
 provider; the state tables ``left`` and ``right`` are the sides' own snapshots.

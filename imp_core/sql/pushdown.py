@@ -91,15 +91,16 @@ def _push_join(join: Join, predicate: Expr, implied: bool = False) -> PlanNode:
         return Join(left, _push(right, predicate, implied), join.condition)
     if not columns:
         return join if implied else Select(join, predicate)
-    for side in ("left", "right"):
-        child = left if side == "left" else right
-        weaker = implied_by(predicate, frozenset(child.column_names))
-        if weaker is not None:
-            child = _push(child, weaker, implied=True)
-            left, right = (child, right) if side == "left" else (left, child)
+    left, right = (_push_implied(side, predicate) for side in (left, right))
     condition = join.condition if implied else \
         conjoin([*conjuncts(join.condition), predicate])
     return Join(left, right, condition)
+
+
+def _push_implied(node: PlanNode, predicate: Expr) -> PlanNode:
+    """``node`` also filtered by what ``predicate`` implies for its columns alone."""
+    weaker = implied_by(predicate, frozenset(node.column_names))
+    return node if weaker is None else _push(node, weaker, implied=True)
 
 
 def implied_by(predicate: Expr, columns: frozenset[str]) -> Expr | None:

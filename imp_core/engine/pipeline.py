@@ -28,6 +28,7 @@ from imp_core.engine.operators.base import (
 )
 from imp_core.engine.operators.expand import ExpandOp
 from imp_core.engine.operators.join import JoinOp, SideChooser
+from imp_core.engine.operators.keyed_filter import KeyedFilterOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.merge import MergeOp
 from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
@@ -59,6 +60,7 @@ from imp_core.plan.nodes import (
     scalar_filter_parts,
 )
 from imp_core.plan.paths import OperatorPath
+from imp_core.plan.shapes import keyed_filter_parts
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
@@ -136,9 +138,33 @@ class IncrementalQuery:
             return None
         return lambda: self.source(node)
 
+    def _keyed_filter(self, node: PlanNode, path: OperatorPath) -> _Wired | None:
+        """π σ (L ⋈ S) with S unique on the join keys as one operator, its inputs keeping
+        the ids of their plan paths; None for another shape, or where the data layer
+        serves S (the operator holds S in memory: then the three operators run)."""
+        parts = keyed_filter_parts(node)
+        if parts is None:
+            return None
+        join, choose = parts.join, self.join_sides
+        if choose is not None and choose(join, "right") is not None:
+            return None
+        below = path.child(0).child(0)
+        children = [self._wire(parts.left, below.child(0)),
+                    self._wire(parts.right, below.child(1))]
+        partitioned = {p.table for p in self.partitions.partitions}
+        shared = join.left.tables() & join.right.tables() & partitioned
+        assert isinstance(node, Project)
+        op = KeyedFilterOp(node, str(path), self.options.use_bloom, bool(shared),
+                           left_side=choose(join, "left") if choose is not None else None)
+        self.operators.append(op)
+        return _Wired(op, children, node.tables(), node)
+
     def _wire(self, node: PlanNode, path: OperatorPath) -> _Wired:
         op: Operator
         op_id = str(path)  # the operator's id: the text of its plan path (names its state)
+        keyed = self._keyed_filter(node, path)
+        if keyed is not None:
+            return keyed
         scalar = scalar_filter_parts(node)
         if scalar is not None:
             # π σ (L × S) is one operator; its inputs keep the ids of their plan paths

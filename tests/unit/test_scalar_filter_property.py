@@ -46,13 +46,20 @@ def _scalar(input_node, func: str, arg: str, name: str = "__sq0._v"):
     return Project(agg, (NamedExpr(name, col("_agg0")),))
 
 
-def _run(data, root, partitions_fn=parts_rs, tables=("r", "s"), steps=8) -> World:
+def run_fused(data, root, fused: type, partitions_fn=parts_rs, tables=("r", "s"),
+              steps=8) -> World:
+    """Random batches through ``root`` (checked after each) by a pipeline that must
+    maintain the comparison as the one operator ``fused``."""
     ch = HypChooser(data)
     world = World(qplan(root), partitions_fn(ch), tables)
     world.run(ch, steps=steps)
     for q in world.pipelines:
-        assert operators_of(q, ScalarFilterOp), "the plan was not maintained as one operator"
+        assert operators_of(q, fused), "the plan was not maintained as one operator"
     return world
+
+
+def _run(data, root, partitions_fn=parts_rs, tables=("r", "s")) -> World:
+    return run_fused(data, root, ScalarFilterOp, partitions_fn, tables)
 
 
 @SETTINGS

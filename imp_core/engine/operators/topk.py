@@ -85,6 +85,11 @@ class TopKOp(Operator):
             del self.entries[key]
 
     def _load(self, batch: DeltaBatch) -> None:
+        # equal rows of opposite weights cancel here in Arrow, not per row in Python: a
+        # recomputed input (a comparison with a changed average, say) arrives as many
+        # such pairs around the few rows that really change
+        if len(batch) > DeltaBatch.SMALL:
+            batch = batch.consolidate()
         for (row, ann), w in batch.to_counter().items():
             if w:
                 self._apply(row, ann, w)

@@ -1,0 +1,152 @@
+"""Incremental comparison with a correlated scalar subquery: π_L σ_p (L ⋈_{a=k} S).
+
+A correlated scalar subquery (``x > (SELECT 1.2 * avg(y) FROM t WHERE t.k = o.a)``) is
+planned as a join of the outer rows L with the subquery's aggregate S grouped by k, a
+selection ``p`` comparing them and a projection back onto L's columns
+(``imp_core.plan.shapes.keyed_filter_parts``). Maintained as three operators, a changed
+value of S for key k re-emits every stored L row of key k twice (against the old and the
+new value), each carrying S's annotation, and the rows whose comparison did not flip
+cancel only where the top of the plan consolidates. This operator maintains the three
+together and cancels them before any row or annotation is built.
+
+Delta rule, with ``out(L, S) = Σ_{l∈L, s∈S, l.a = s.k} w_l·w_s·p(l, s) · (π(l), P_l ∪ P_s)``
+(bilinear, as the join's):
+
+    Δout = out(L_old, ΔS) + out(ΔL, S_new)
+
+A pair's output row depends only on l and on s's annotation, so the pairs of one stored
+row l are summed per annotation of their s before they are emitted: with ΔS = {−s_old,
++s_new} of equal annotation (a key's value moves, its provenance stays: the common case)
+l gets ``w_l·(p(l, s_new) − p(l, s_old))``, non-zero exactly when its comparison flips.
+When the annotation changes, every passing row is emitted again (its provenance changed).
+
+Lineage: an output row carries its outer row's fragments and those of the subquery row
+it was compared with (the inner join's rule, section 5.2.4, then selection and
+projection, which keep annotations).
+
+State: both inputs' annotated rows, L keyed by a, S by k (the state tables ``left`` and
+``right``, the layout of the joins' sides). The left side may be served by the data
+layer (only its old contents are asked for); S is held in memory.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from imp_core.engine.join_index import JoinSide, SideIndex
+from imp_core.engine.operators.two_sided import TwoSidedOp
+from imp_core.engine.state import StateLayout, StateTable
+from imp_core.engine.zset import DeltaBatch
+from imp_core.plan.evaluate import evaluate_predicate
+from imp_core.plan.expr import ColumnRef
+from imp_core.plan.nodes import PlanNode, Project, arrow_schema
+from imp_core.plan.shapes import keyed_filter_parts
+
+_ROW = "__imp_row"
+
+
+class KeyedFilterOp(TwoSidedOp):
+    """``π_L σ_p (L ⋈_{a=k} S)`` for S unique on k; see the module doc."""
+
+    kind = "keyed_filter"
+    left: JoinSide
+    right: SideIndex
+    LEFT: ClassVar[StateTable] = StateTable(
+        "left", "the outer input's side in its provider's layout (``SideIndex``: its rows)")
+    RIGHT: ClassVar[StateTable] = StateTable("right", "the subquery's annotated rows")
+    STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
+
+    def __init__(self, node: Project, op_id: str, use_bloom: bool = True,
+                 dedupe_annotations: bool = False, left_side: JoinSide | None = None):
+        super().__init__(node, op_id)
+        parts = keyed_filter_parts(node)
+        if parts is None:
+            raise TypeError("KeyedFilterOp needs π σ (L ⋈ S) with S unique on its keys")
+        self.parts = parts
+        self.left_node, self.right_node = parts.left, parts.right
+        self.left_keys, self.right_keys = parts.left_keys, parts.right_keys
+        self.pair_schema = arrow_schema(parts.join.schema)
+        self.read = {e.name for e in parts.predicate.walk() if isinstance(e, ColumnRef)}
+        self.left = left_side if left_side is not None else SideIndex(
+            arrow_schema(self.left_node.schema), self.left_keys, use_bloom)
+        self.right = SideIndex(arrow_schema(self.right_node.schema), self.right_keys,
+                               use_bloom)
+        self.dedupe = dedupe_annotations
+
+    def side_nodes(self) -> tuple[PlanNode, PlanNode]:
+        return self.left_node, self.right_node
+
+    def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
+        dl, ds = inputs
+        parts = []
+        if len(ds):
+            ds = ds.consolidate()
+            if len(ds):
+                parts.append(self._stored_against(ds))  # out(L_old, ΔS)
+                self.right.apply(ds)
+        if len(dl):
+            idx, matched = self.right.probe(dl, self.left_keys)  # out(ΔL, S_new)
+            parts.append(self._emit(dl, idx, matched, np.arange(len(matched))))
+            self.left.apply(dl)
+        return DeltaBatch.concat(parts, self.output_schema)
+
+    def _stored_against(self, ds: DeltaBatch) -> DeltaBatch:
+        """out(L_old, ΔS): each stored row of a changed key paired with every row of ΔS
+        of that key. The side is probed once per distinct key, so a row of L appears
+        once and its pairs can be summed (``_emit``)."""
+        keyed = ds.data.select(list(self.right_keys)).append_column(
+            _ROW, pa.array(np.arange(len(ds), dtype=np.int64)))
+        groups = keyed.group_by(list(self.right_keys), use_threads=False).aggregate(
+            [(_ROW, "list")])
+        members = groups.column(_ROW + "_list").combine_chunks()
+        sizes = np.diff(members.offsets.to_numpy())
+        rows = members.values.to_numpy()  # ds rows, grouped by key
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        firsts = ds.take(rows[starts])
+        group, stored = self.left.probe(firsts, self.right_keys)
+        if len(stored) == 0:
+            return self.empty()
+        # stored row j pairs with the sizes[group[j]] rows of its key's group
+        count = sizes[group]
+        li = np.repeat(np.arange(len(stored)), count)
+        within = np.arange(len(li)) - np.repeat(np.cumsum(count) - count, count)
+        si = rows[np.repeat(starts[group], count) + within]
+        return self._emit(stored, li, ds, si)
+
+    def _emit(self, lrows: DeltaBatch, li: np.ndarray, srows: DeltaBatch,
+              si: np.ndarray) -> DeltaBatch:
+        """The pairs (``lrows[li[k]]``, ``srows[si[k]]``) that satisfy p, summed per (L
+        row, annotation of the S row), projected onto L's columns; zero sums dropped."""
+        if len(li) == 0:
+            return self.empty()
+        # only the columns p reads are paired: most pairs are dropped or cancel
+        lcols = [c for c in lrows.data.column_names if c in self.read]
+        scols = [c for c in srows.data.column_names if c in self.read]
+        data = pa.Table.from_arrays(
+            list(lrows.data.select(lcols).take(li).columns)
+            + list(srows.data.select(scols).take(si).columns),
+            schema=pa.schema([self.pair_schema.field(c) for c in lcols + scols]))
+        keep = np.asarray(evaluate_predicate(self.parts.predicate, data), dtype=bool)
+        li, si = li[keep], si[keep]
+        if len(li) == 0:
+            return self.empty()
+        weights = lrows.weights[li] * srows.weights[si]
+        _, codes = np.unique(srows.annotation.keys(), return_inverse=True)
+        pair_key = li.astype(np.int64) * (int(codes.max()) + 1) + codes.reshape(-1)[si]
+        first, inverse = np.unique(pair_key, return_index=True, return_inverse=True)[1:]
+        sums = np.zeros(len(first), dtype=np.int64)
+        np.add.at(sums, inverse.reshape(-1), weights)
+        nonzero = np.flatnonzero(sums)
+        if len(nonzero) == 0:
+            return self.empty()
+        pick = first[nonzero]
+        li, si = li[pick], si[pick]
+        taken = lrows.data.take(li)
+        out = pa.Table.from_arrays([taken.column(c) for _, c in self.parts.columns],
+                                   schema=self.output_schema)
+        ann = lrows.annotation.take(li).union_rows(srows.annotation.take(si),
+                                                   dedupe=self.dedupe)
+        return DeltaBatch(out, sums[nonzero], ann)

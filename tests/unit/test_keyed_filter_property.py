@@ -1,0 +1,109 @@
+"""Property tests of the comparison with a correlated scalar subquery (``KeyedFilterOp``).
+
+The plans are the planner's shape for ``... WHERE x > (SELECT agg ... WHERE k = outer.a)``:
+an equi-join with the subquery's aggregate grouped by its correlation key, a selection
+comparing them and a projection back onto the outer columns. After every random batch
+(including batches that empty a key's group, so its row leaves the subquery, move a
+key's value across many outer rows, or change a group's provenance) the maintained
+result and sketch must equal the reference evaluator's over the current tables
+(``World.run`` asserts both), and the pipeline must use the fused operator.
+"""
+
+from __future__ import annotations
+
+from diff_harness import col, lit, op, scan
+from hypothesis import given
+from hypothesis import strategies as st
+from test_operators_property import parts_r
+from test_scalar_filter_property import SETTINGS, R, S, run_fused
+
+from imp_core.engine.operators.keyed_filter import KeyedFilterOp
+from imp_core.plan.expr import Strict
+from imp_core.plan.nodes import AggCall, Aggregate, Join, NamedExpr, Project, Select, SortKey, TopK
+from imp_core.plan.shapes import keyed_filter_parts
+
+
+def _compare(outer, subquery, keys, predicate, residual=None):
+    """π_outer σ_predicate (outer ⋈_keys subquery), as ``imp_core.sql.subqueries`` plans a
+    correlated scalar subquery."""
+    cond = None
+    for a, b in keys:
+        eq = op("=", col(a), col(b))
+        cond = eq if cond is None else op("and", cond, eq)
+    if residual is not None:
+        cond = residual if cond is None else op("and", cond, residual)
+    return Project(Select(Join(outer, subquery, cond), predicate),
+                   tuple(NamedExpr(n, col(n)) for n in outer.column_names))
+
+
+def _per_key(input_node, key: str, func: str, arg: str):
+    """The subquery's value per correlation key: ``__sq0._k0``, ``__sq0._v``."""
+    agg = Aggregate(input_node, (key,), (AggCall(func, arg, "_agg0"),))
+    return Project(agg, (NamedExpr("__sq0._k0", col(key)),
+                         NamedExpr("__sq0._v", op("*", col("_agg0"), lit(2)))))
+
+
+def _run(data, root, *args):
+    return run_fused(data, root, KeyedFilterOp, *args)
+
+
+@SETTINGS
+@given(st.data())
+def test_rows_above_their_keys_average_in_another_table(data):
+    # TPC-DS q6 / q32's shape: an outer row against the average of its key's group
+    root = _compare(scan("r", R), _per_key(scan("s", S), "s.d", "avg", "s.e"),
+                    [("r.b", "__sq0._k0")], op(">", col("r.c"), col("__sq0._v")))
+    _run(data, root)
+
+
+@SETTINGS
+@given(st.data())
+def test_groups_against_the_average_of_their_key_in_the_same_table(data):
+    # TPC-DS q1 / q30 / q81's shape: a customer's total against its store's average of
+    # such totals, both computed from the same partitioned table
+    def totals(alias):
+        return Aggregate(scan("r", R, alias=alias), (f"{alias}.a", f"{alias}.b"),
+                         (AggCall("sum", f"{alias}.c", f"{alias}_t"),))
+    avg = _per_key(totals("r2"), "r2.b", "avg", "r2_t")
+    root = _compare(totals("r1"), avg, [("r1.b", "__sq0._k0")],
+                    op(">", op("*", col("r1_t"), lit(3)), col("__sq0._v")))
+    _run(data, root, parts_r, ("r",))
+
+
+@SETTINGS
+@given(st.data())
+def test_a_residual_condition_and_a_top_k_above(data):
+    # the join's own residual is conjoined with the comparison; a top-k ranks the rows
+    inner = Select(scan("s", S), op(">", col("s.c"), lit(0)))
+    passed = _compare(scan("r", R), _per_key(inner, "s.d", "max", "s.e"),
+                      [("r.b", "__sq0._k0")], op("<=", col("r.a"), col("__sq0._v")),
+                      residual=op("<>", col("r.c"), col("__sq0._k0")))
+    _run(data, TopK(passed, (SortKey("r.a", True), SortKey("r.c")), 3))
+
+
+def test_only_the_planner_shape_is_fused():
+    outer = scan("r", R)
+    per_key = _per_key(scan("s", S), "s.d", "sum", "s.c")
+    pred = op(">", col("r.c"), col("__sq0._v"))
+    found = keyed_filter_parts(_compare(outer, per_key, [("r.b", "__sq0._k0")], pred))
+    assert found is not None and found.left_keys == ("r.b",)
+    assert found.right_keys == ("__sq0._k0",)
+    # grouped by more than the join keys: several rows per key, a plain join
+    wider = Project(Aggregate(scan("s", S), ("s.d", "s.e"), (AggCall("sum", "s.c", "_agg0"),)),
+                    (NamedExpr("__sq0._k0", col("s.d")), NamedExpr("__sq0._v", col("_agg0"))))
+    assert keyed_filter_parts(_compare(outer, wider, [("r.b", "__sq0._k0")], pred)) is None
+    # a key computed by the projection is not traced to the grouping
+    computed = Project(Aggregate(scan("s", S), ("s.d",), (AggCall("sum", "s.c", "_agg0"),)),
+                       (NamedExpr("__sq0._k0", op("+", col("s.d"), lit(1))),
+                        NamedExpr("__sq0._v", col("_agg0"))))
+    assert keyed_filter_parts(_compare(outer, computed, [("r.b", "__sq0._k0")], pred)) is None
+    # the projection keeps the subquery's value: every row changes with it
+    keeps = Project(Select(Join(outer, per_key, op("=", col("r.b"), col("__sq0._k0"))), pred),
+                    (NamedExpr("r.a", col("r.a")), NamedExpr("v", col("__sq0._v"))))
+    assert keyed_filter_parts(keeps) is None
+    # without equi keys: a theta join, not a keyed comparison
+    theta = _compare(outer, per_key, [], pred, residual=op("<", col("r.b"), col("__sq0._k0")))
+    assert keyed_filter_parts(theta) is None
+    # a comparison that may raise under ANSI mode keeps its counting operators
+    strict = op(">", Strict(op("*", col("r.c"), lit(2))), col("__sq0._v"))
+    assert keyed_filter_parts(_compare(outer, per_key, [("r.b", "__sq0._k0")], strict)) is None

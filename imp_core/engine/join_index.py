@@ -69,6 +69,22 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
     return h.view(np.int64), valid, False
 
 
+def keys_equal(left: pa.Table, keys: tuple[str, ...], right: pa.Table,
+               right_keys: tuple[str, ...]) -> np.ndarray:
+    """Row by row, whether ``left``'s ``keys`` equal ``right``'s ``right_keys`` (NULL
+    equals nothing): the check of pairs found by equal key hashes."""
+    ok = np.ones(left.num_rows, dtype=bool)
+    for a, b in zip(keys, right_keys):
+        lc, rc = left.column(a), right.column(b)
+        if lc.type != rc.type:
+            # keys were hashed on a common representation; compare on one too
+            common = pa.string() if pa.types.is_string(lc.type) or \
+                pa.types.is_string(rc.type) else pa.float64()
+            lc, rc = lc.cast(common), rc.cast(common)
+        ok &= pc.fill_null(pc.equal(lc, rc), False).to_numpy(zero_copy_only=False)
+    return ok
+
+
 def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
     """The column as one array: its only chunk as it is (``combine_chunks`` copies even
     one chunk)."""
@@ -269,6 +285,12 @@ class SideIndex:
         return self.bloom.might_contain(keys)
 
     def probe(self, delta: DeltaBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, DeltaBatch]:
+        return self.probe_parts(delta, keys)
+
+    def probe_parts(self, delta: DeltaBatch, keys: tuple[str, ...], main: bool = True,
+                    pending: bool = True) -> tuple[np.ndarray, DeltaBatch]:
+        """``probe`` over the main part, the pending part or both (an index of its own
+        over the main part may answer some probes there: ``KeyedFilterOp``'s ranges)."""
         if len(delta) == 0 or len(self) == 0:
             return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
         pkeys, valid, exact = key_hashes(delta.data, keys)
@@ -277,27 +299,18 @@ class SideIndex:
             hit = self.bloom.might_contain(pkeys[candidates])
             self.probes_skipped += int(len(candidates) - hit.sum())
             candidates = candidates[hit]
-        if len(candidates) == 0:
-            return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
-        parts = [self._index()] if len(self._main) else []
-        if self._pending:
+        parts = [self._index()] if main and len(self._main) else []
+        if pending and self._pending:
             parts.append(self._pending_index())
+        if len(candidates) == 0 or not parts:
+            return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
         found = [_search(pkeys, candidates, *part) for part in parts]
-        if len(self._main):
+        if main and len(self._main):
             found[0] = (found[0][0], self._with_shared(found[0][1]))
         probe_idx = np.concatenate([f[0] for f in found])
         matched = DeltaBatch.concat([f[1] for f in found], self.schema)
         if not exact and len(probe_idx):
-            ok = np.ones(len(probe_idx), dtype=bool)
-            left = delta.data.take(probe_idx)
-            for a, b in zip(keys, self.key_columns):
-                lc, rc = left.column(a), matched.data.column(b)
-                if lc.type != rc.type:
-                    # keys were hashed on a common representation; compare on one too
-                    common = pa.string() if pa.types.is_string(lc.type) or \
-                        pa.types.is_string(rc.type) else pa.float64()
-                    lc, rc = lc.cast(common), rc.cast(common)
-                ok &= pc.fill_null(pc.equal(lc, rc), False).to_numpy(zero_copy_only=False)
+            ok = keys_equal(delta.data.take(probe_idx), keys, matched.data, self.key_columns)
             probe_idx, matched = probe_idx[ok], matched.filter(ok)
         return probe_idx, matched
 

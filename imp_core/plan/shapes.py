@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imp_core.plan.expr import ColumnRef, Expr, Strict, conjoin
+import pyarrow as pa
+
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, Strict, conjoin, conjuncts
 from imp_core.plan.nodes import (
     Aggregate,
     Join,
@@ -52,6 +54,11 @@ class KeyedFilter:
     right_keys: tuple[str, ...]
     predicate: Expr
     columns: tuple[tuple[str, str], ...]
+    # (L column, expression over S) of a conjunct ``column <op> expression`` (op one of
+    # < <= > >=, either way round) when every other conjunct reads only L's columns and
+    # S's keys: then a key whose S row moves from value v to v' with an unchanged
+    # annotation flips the comparison only for L rows of values between v and v'
+    ranged: tuple[str, Expr] | None = None
 
     @property
     def left(self) -> PlanNode:
@@ -84,4 +91,41 @@ def keyed_filter_parts(node: PlanNode) -> KeyedFilter | None:
     predicate = conjoin([c for c in (residual, node.input.predicate) if c is not None])
     if predicate is None or any(isinstance(e, Strict) for e in predicate.walk()):
         return None
-    return KeyedFilter(join, left_keys, right_keys, predicate, tuple(columns))
+    return KeyedFilter(join, left_keys, right_keys, predicate, tuple(columns),
+                       _ranged(join, right_keys, predicate))
+
+
+_ORDERED = ("<", "<=", ">", ">=")
+
+
+def _ranged(join: Join, right_keys: tuple[str, ...], predicate: Expr
+            ) -> tuple[str, Expr] | None:
+    """``KeyedFilter.ranged`` for ``predicate`` over ``join``'s output, or None."""
+    left = {f.name: f.dtype for f in join.left.schema}
+    right = set(join.right.column_names)
+    found, others = None, []
+    for part in conjuncts(predicate):
+        pair = None
+        if isinstance(part, BinaryOp) and part.op in _ORDERED:
+            for column, other in ((part.left, part.right), (part.right, part.left)):
+                if isinstance(column, ColumnRef) and column.name in left \
+                        and _numeric(left[column.name]) and _reads(other) <= right:
+                    pair = (column.name, other)
+                    break
+        if pair is not None and found is None:
+            found = pair
+        else:
+            others.append(part)
+    if found is None:
+        return None
+    fixed = set(left) | set(right_keys)  # the same for a key's old and new S row
+    return found if all(_reads(p) <= fixed for p in others) else None
+
+
+def _reads(expr: Expr) -> set[str]:
+    return {e.name for e in expr.walk() if isinstance(e, ColumnRef)}
+
+
+def _numeric(dtype: pa.DataType) -> bool:
+    return pa.types.is_integer(dtype) or pa.types.is_floating(dtype) \
+        or pa.types.is_decimal(dtype)

@@ -7,20 +7,37 @@ comparing them and a projection back onto the outer columns. After every random 
 key's value across many outer rows, or change a group's provenance) the maintained
 result and sketch must equal the reference evaluator's over the current tables
 (``World.run`` asserts both), and the pipeline must use the fused operator.
+
+The side of outer rows merges its pending deltas after a few rows here
+(``SideIndex.MIN_PENDING``), so that moved values are searched by range in its main part
+(``KeyedFilterOp._in_ranges``) as well as in its pending part.
 """
 
 from __future__ import annotations
 
+import pytest
 from diff_harness import col, lit, op, scan
 from hypothesis import given
 from hypothesis import strategies as st
 from test_operators_property import parts_r
 from test_scalar_filter_property import SETTINGS, R, S, run_fused
 
+from imp_core.engine.join_index import SideIndex
 from imp_core.engine.operators.keyed_filter import KeyedFilterOp
 from imp_core.plan.expr import Strict
 from imp_core.plan.nodes import AggCall, Aggregate, Join, NamedExpr, Project, Select, SortKey, TopK
 from imp_core.plan.shapes import keyed_filter_parts
+
+R5 = ("a", "b", "c", "f", "m")  # with r's double and decimal columns
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _merging_early():
+    # hypothesis runs many examples per test: a module fixture, not monkeypatch
+    before = SideIndex.MIN_PENDING
+    SideIndex.MIN_PENDING = 3
+    yield
+    SideIndex.MIN_PENDING = before
 
 
 def _compare(outer, subquery, keys, predicate, residual=None):
@@ -81,6 +98,26 @@ def test_a_residual_condition_and_a_top_k_above(data):
     _run(data, TopK(passed, (SortKey("r.a", True), SortKey("r.c")), 3))
 
 
+@SETTINGS
+@given(st.data())
+def test_a_decimal_column_against_a_moving_average(data):
+    # a decimal compared with a double: the range search runs on floats, the comparison
+    # on the values themselves
+    root = _compare(scan("r", R5), _per_key(scan("s", S), "s.d", "avg", "s.e"),
+                    [("r.b", "__sq0._k0")], op(">=", col("r.m"), col("__sq0._v")))
+    _run(data, root)
+
+
+@SETTINGS
+@given(st.data())
+def test_a_double_column_with_another_condition_on_the_outer_row(data):
+    root = _compare(scan("r", R5), _per_key(scan("s", S), "s.d", "min", "s.e"),
+                    [("r.b", "__sq0._k0")],
+                    op("and", op(">", col("__sq0._v"), col("r.f")),
+                       op("<>", col("r.c"), lit(1))))
+    _run(data, root)
+
+
 def test_only_the_planner_shape_is_fused():
     outer = scan("r", R)
     per_key = _per_key(scan("s", S), "s.d", "sum", "s.c")
@@ -88,6 +125,11 @@ def test_only_the_planner_shape_is_fused():
     found = keyed_filter_parts(_compare(outer, per_key, [("r.b", "__sq0._k0")], pred))
     assert found is not None and found.left_keys == ("r.b",)
     assert found.right_keys == ("__sq0._k0",)
+    assert found.ranged is not None and found.ranged[0] == "r.c"
+    # another condition reading the subquery's value: no range to search
+    both = op("and", pred, op("<", col("r.a"), col("__sq0._v")))
+    found = keyed_filter_parts(_compare(outer, per_key, [("r.b", "__sq0._k0")], both))
+    assert found is not None and found.ranged is None
     # grouped by more than the join keys: several rows per key, a plain join
     wider = Project(Aggregate(scan("s", S), ("s.d", "s.e"), (AggCall("sum", "s.c", "_agg0"),)),
                     (NamedExpr("__sq0._k0", col("s.d")), NamedExpr("__sq0._v", col("_agg0"))))

@@ -36,11 +36,11 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.join_index import JoinSide, SideIndex
+from imp_core.engine.join_index import JoinSide, SideIndex, key_hashes, keys_equal
 from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
-from imp_core.plan.evaluate import evaluate_predicate
+from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.expr import ColumnRef
 from imp_core.plan.nodes import PlanNode, Project, arrow_schema
 from imp_core.plan.shapes import keyed_filter_parts
@@ -75,6 +75,10 @@ class KeyedFilterOp(TwoSidedOp):
         self.right = SideIndex(arrow_schema(self.right_node.schema), self.right_keys,
                                use_bloom)
         self.dedupe = dedupe_annotations
+        self.ranged = parts.ranged
+        # the side's main part ordered by (key hash, compared value), built anew when a
+        # merge replaces that part: (its data, key hashes, values, rows)
+        self._order: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def side_nodes(self) -> tuple[PlanNode, PlanNode]:
         return self.left_node, self.right_node
@@ -96,7 +100,9 @@ class KeyedFilterOp(TwoSidedOp):
     def _stored_against(self, ds: DeltaBatch) -> DeltaBatch:
         """out(L_old, ΔS): each stored row of a changed key paired with every row of ΔS
         of that key. The side is probed once per distinct key, so a row of L appears
-        once and its pairs can be summed (``_emit``)."""
+        once and its pairs can be summed (``_emit``). For a key whose value moves
+        (``_moves``) the main part of the side is searched by value instead: only rows
+        between the old and the new value can flip."""
         keyed = ds.data.select(list(self.right_keys)).append_column(
             _ROW, pa.array(np.arange(len(ds), dtype=np.int64)))
         groups = keyed.group_by(list(self.right_keys), use_threads=False).aggregate(
@@ -106,15 +112,88 @@ class KeyedFilterOp(TwoSidedOp):
         rows = members.values.to_numpy()  # ds rows, grouped by key
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         firsts = ds.take(rows[starts])
-        group, stored = self.left.probe(firsts, self.right_keys)
-        if len(stored) == 0:
+        moves, lo, hi = self._moves(ds, sizes, rows, starts)
+        found: list[tuple[np.ndarray, DeltaBatch]] = []
+        whole = np.flatnonzero(~moves)
+        if len(whole):
+            at, stored = self.left.probe(firsts.take(whole), self.right_keys)
+            found.append((whole[at], stored))
+        moved = np.flatnonzero(moves)
+        if len(moved):
+            assert isinstance(self.left, SideIndex)
+            keys = firsts.take(moved)
+            at, stored = self.left.probe_parts(keys, self.right_keys, main=False)
+            found.append((moved[at], stored))
+            at, stored = self._in_ranges(keys, lo[moved], hi[moved])
+            found.append((moved[at], stored))
+        group = np.concatenate([g for g, _ in found]).astype(np.int64)
+        if len(group) == 0:
             return self.empty()
+        stored = DeltaBatch.concat([b for _, b in found], self.left.schema)
         # stored row j pairs with the sizes[group[j]] rows of its key's group
         count = sizes[group]
         li = np.repeat(np.arange(len(stored)), count)
         within = np.arange(len(li)) - np.repeat(np.cumsum(count) - count, count)
         si = rows[np.repeat(starts[group], count) + within]
         return self._emit(stored, li, ds, si)
+
+    def _moves(self, ds: DeltaBatch, sizes: np.ndarray, rows: np.ndarray,
+               starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per key group of ``ds``: whether it is one S row's value moving (two rows of
+        opposite weights and equal annotation, both values numbers), and the range of L
+        values the move may flip (the two values, widened by far more than a float's
+        error so that the search in floats misses no row)."""
+        n = len(sizes)
+        none = np.zeros(n, dtype=bool), np.zeros(n), np.zeros(n)
+        if self.ranged is None or not isinstance(self.left, SideIndex):
+            return none
+        pair = sizes == 2
+        if not pair.any():
+            return none
+        a, b = rows[starts[pair]], rows[starts[pair] + 1]
+        values = _floats(evaluate(self.ranged[1], ds.data))
+        keys = ds.annotation.keys()
+        va, vb = values[a], values[b]
+        ok = (ds.weights[a] + ds.weights[b] == 0) & np.isfinite(va) & np.isfinite(vb)
+        ok &= np.array([keys[i] == keys[j] for i, j in zip(a.tolist(), b.tolist())],
+                       dtype=bool)
+        moves, lo, hi = none
+        lo[pair], hi[pair] = np.minimum(va, vb), np.maximum(va, vb)
+        moves[np.flatnonzero(pair)[ok]] = True
+        lo -= np.abs(lo) * 1e-9 + 1e-9
+        hi += np.abs(hi) * 1e-9 + 1e-9
+        return moves, lo, hi
+
+    def _in_ranges(self, keys: DeltaBatch, lo: np.ndarray, hi: np.ndarray
+                   ) -> tuple[np.ndarray, DeltaBatch]:
+        """(index into ``keys``, row) of the main part's rows of each key whose compared
+        value lies in [lo, hi] (rows with a NULL there compare false with any value)."""
+        assert isinstance(self.left, SideIndex) and self.ranged is not None
+        main = self.left.main_part()
+        if self._order is None or self._order[0] is not main.data:
+            self._order = (main.data, *_value_order(main.data, self.left_keys,
+                                                     self.ranged[0]))
+        _, sorted_keys, sorted_values, perm = self._order
+        probe, valid, exact = key_hashes(keys.data, self.right_keys)
+        at, picked = [], []
+        for i in np.flatnonzero(valid).tolist():
+            a = np.searchsorted(sorted_keys, probe[i], side="left")
+            b = np.searchsorted(sorted_keys, probe[i], side="right")
+            if a == b:
+                continue
+            values = sorted_values[a:b]
+            start = a + np.searchsorted(values, lo[i], side="left")
+            stop = a + np.searchsorted(values, hi[i], side="right")
+            picked.append(perm[start:stop])
+            at.append(np.full(stop - start, i, dtype=np.int64))
+        if not picked:
+            return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.left.schema)
+        index, found = np.concatenate(at), main.take(np.concatenate(picked))
+        if not exact:
+            ok = keys_equal(keys.data.take(index), self.right_keys, found.data,
+                            self.left_keys)
+            index, found = index[ok], found.filter(ok)
+        return index, found
 
     def _emit(self, lrows: DeltaBatch, li: np.ndarray, srows: DeltaBatch,
               si: np.ndarray) -> DeltaBatch:
@@ -150,3 +229,21 @@ class KeyedFilterOp(TwoSidedOp):
         ann = lrows.annotation.take(li).union_rows(srows.annotation.take(si),
                                                    dedupe=self.dedupe)
         return DeltaBatch(out, sums[nonzero], ann)
+
+
+def _floats(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Numbers as float64, NULL as NaN (decimals round to the nearest float: monotone,
+    so an order of floats keeps every exact order up to ties)."""
+    out = values.cast(pa.float64())
+    return np.asarray(out.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _value_order(data: pa.Table, keys: tuple[str, ...], column: str
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of ``data`` with a key and a number in ``column``, ordered by (key hash,
+    value): (hashes, values, rows) in that order."""
+    hashes, valid, _ = key_hashes(data, keys)
+    values = _floats(data.column(column))
+    rows = np.flatnonzero(valid & ~np.isnan(values))
+    rows = rows[np.lexsort((values[rows], hashes[rows]))]
+    return hashes[rows], values[rows], rows

@@ -152,6 +152,9 @@ class SideIndex:
         # passed a scalar subquery's filter all carry its sketch: q22's ~1,000 ids a row)
         self._shared = np.zeros(0, dtype=np.int32)
         self._pending: list[DeltaBatch] = []
+        # each pending part's (key hashes, valid), computed once when applied: the pending
+        # index is rebuilt after every apply, and hashing strings costs most of it
+        self._pending_keys: list[tuple[np.ndarray, np.ndarray]] = []
         self._pending_bytes = 0  # bytes of the pending parts (nbytes is asked per batch)
         self._pending_rows = 0
         self._sorted: np.ndarray | None = None  # the main part's index
@@ -164,8 +167,10 @@ class SideIndex:
     def apply(self, delta: DeltaBatch) -> None:
         if len(delta) == 0:
             return
+        keys, valid, _ = key_hashes(delta.data, self.key_columns)
         self._pending.append(delta)
-        self._pending_bytes += _batch_bytes(delta)
+        self._pending_keys.append((keys, valid))
+        self._pending_bytes += _batch_bytes(delta) + keys.nbytes + valid.nbytes
         self._pending_rows += len(delta)
         self._recent = None
         limit = min(len(self._main) // self.MERGE_FRACTION, self.MAX_PENDING)
@@ -175,9 +180,7 @@ class SideIndex:
             if self.bloom is None or self.bloom.saturated():
                 self._rebuild_bloom()  # the delta is merged in first: counted once
             else:
-                ins = delta.filter(delta.weights > 0)
-                keys, valid, _ = key_hashes(ins.data, self.key_columns)
-                self.bloom.add(keys[valid])
+                self.bloom.add(keys[valid & (delta.weights > 0)])
 
     def reset(self, rows: DeltaBatch) -> None:
         """Hold exactly ``rows`` (consolidated) from now on, as the main part: what
@@ -185,7 +188,7 @@ class SideIndex:
         that changes on every step, a scalar subquery's value with ~1,000 ids, costs
         0.1 ms so instead of 0.7)."""
         self._main, self._shared = rows, np.zeros(0, dtype=np.int32)
-        self._pending = []
+        self._pending, self._pending_keys = [], []
         self._reindexed()
 
     def _reindexed(self) -> None:
@@ -237,7 +240,7 @@ class SideIndex:
             # one chunk per column: a probe's take() over many chunks costs about as
             # much as copying the side, on every probe
             merged = merged.with_data(merged.data.combine_chunks())
-        self._main, self._pending = merged.compact(), []
+        self._main, self._pending, self._pending_keys = merged.compact(), [], []
         self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
         self._recent = None
@@ -275,7 +278,12 @@ class SideIndex:
     def _pending_index(self) -> tuple[np.ndarray, np.ndarray | None, DeltaBatch]:
         if self._recent is None:
             rows = DeltaBatch.concat(self._pending, self.schema)
-            self._recent = (*_sorted_index(rows, self.key_columns), rows)
+            if len(self._pending_keys) == len(self._pending):
+                keys = np.concatenate([k for k, _ in self._pending_keys])
+                valid = np.concatenate([v for _, v in self._pending_keys])
+                self._recent = (*_key_order(keys, valid), rows)
+            else:
+                self._recent = (*_sorted_index(rows, self.key_columns), rows)
         return self._recent
 
     def bloom_filter(self, delta: DeltaBatch, keys: np.ndarray) -> np.ndarray:
@@ -330,6 +338,7 @@ class SideIndex:
         self._main, self._shared = DeltaBatch.empty(self.schema), np.zeros(0, dtype=np.int32)
         rows = batch_from_arrow(table)
         self._pending = [rows] if len(rows) else []
+        self._pending_keys = []  # not hashed: the merge below indexes them as the main part
         self._merge()  # the restored rows become the main part, shared ids factored out
         self._reindexed()
 
@@ -352,6 +361,11 @@ def _sorted_index(rows: DeltaBatch, key_columns: tuple[str, ...]
     rows already in key order (a side read from a table clustered on its key) need no
     second array (None: entry i is row i), and fewer than 2**31 rows take int32."""
     keys, valid, _ = key_hashes(rows.data, key_columns)
+    return _key_order(keys, valid)
+
+
+def _key_order(keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``_sorted_index`` of rows with these key hashes and valid (non-NULL) keys."""
     if valid.all() and (len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1]))):
         return keys, None
     order_rows = np.flatnonzero(valid)

@@ -154,7 +154,7 @@ class IncrementalQuery:
         partitioned = {p.table for p in self.partitions.partitions}
         shared = join.left.tables() & join.right.tables() & partitioned
         assert isinstance(node, Project)
-        op = KeyedFilterOp(node, str(path), self.options.use_bloom, bool(shared),
+        op = KeyedFilterOp(node, str(path), bool(shared),
                            left_side=choose(join, "left") if choose is not None else None)
         self.operators.append(op)
         return _Wired(op, children, node.tables(), node)

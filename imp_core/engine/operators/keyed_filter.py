@@ -59,8 +59,8 @@ class KeyedFilterOp(TwoSidedOp):
     RIGHT: ClassVar[StateTable] = StateTable("right", "the subquery's annotated rows")
     STATE: ClassVar[StateLayout] = StateLayout((LEFT, RIGHT))
 
-    def __init__(self, node: Project, op_id: str, use_bloom: bool = True,
-                 dedupe_annotations: bool = False, left_side: JoinSide | None = None):
+    def __init__(self, node: Project, op_id: str, dedupe_annotations: bool = False,
+                 left_side: JoinSide | None = None):
         super().__init__(node, op_id)
         parts = keyed_filter_parts(node)
         if parts is None:
@@ -70,10 +70,13 @@ class KeyedFilterOp(TwoSidedOp):
         self.left_keys, self.right_keys = parts.left_keys, parts.right_keys
         self.pair_schema = arrow_schema(parts.join.schema)
         self.read = {e.name for e in parts.predicate.walk() if isinstance(e, ColumnRef)}
+        # no Bloom filters: L is probed by the keys whose S row changed and S by the keys
+        # of new outer rows, and nearly every such key has rows on the other side (an
+        # aggregate of the outer rows' own keys), so a filter would only cost its hashing
         self.left = left_side if left_side is not None else SideIndex(
-            arrow_schema(self.left_node.schema), self.left_keys, use_bloom)
+            arrow_schema(self.left_node.schema), self.left_keys, use_bloom=False)
         self.right = SideIndex(arrow_schema(self.right_node.schema), self.right_keys,
-                               use_bloom)
+                               use_bloom=False)
         self.dedupe = dedupe_annotations
         self.ranged = parts.ranged
         # the side's main part ordered by (key hash, compared value), built anew when a

@@ -130,7 +130,14 @@ class QueryGen:
         if kind == 4:
             agg = self.rng.choice(("avg", "max", "min", "sum"))
             return f"r.c {self.rng.choice(CMP)} (SELECT {agg}(e) FROM s)"
-        return "r.b >= (SELECT min(e) FROM s WHERE s.d = r.c)"
+        # correlated: a plain column (a moved value flips only the rows between its old
+        # and new value) or an expression of the outer row against a per-key aggregate
+        outer = self.rng.choice(("r.b", "r.m", "r.c + r.a"))
+        agg = self.rng.choice(("avg", "max", "min", "sum", "count"))
+        scaled = self.rng.choice(("", " * 2", " + 1"))
+        key = self.rng.choice(("r.c", "r.b"))
+        return (f"{outer} {self.rng.choice(CMP)} (SELECT {agg}(e){scaled} FROM s "
+                f"WHERE s.d = {key}{inner})")
 
     def from_clause(self) -> tuple[str, list[str], str]:
         """(FROM text, the columns it offers, the table whose key is sketched)."""

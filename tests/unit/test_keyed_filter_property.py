@@ -16,14 +16,16 @@ The side of outer rows merges its pending deltas after a few rows here
 from __future__ import annotations
 
 import pytest
-from diff_harness import col, lit, op, scan
+from diff_harness import HypChooser, col, lit, op, operators_of, qplan, scan
 from hypothesis import given
 from hypothesis import strategies as st
-from test_operators_property import parts_r
+from test_keyed_join_probed_property import ProbedWorld
+from test_operators_property import parts_r, parts_rs
 from test_scalar_filter_property import SETTINGS, R, S, run_fused
 
 from imp_core.engine.join_index import SideIndex
 from imp_core.engine.operators.keyed_filter import KeyedFilterOp
+from imp_core.engine.probed_side import is_probed
 from imp_core.plan.expr import Strict
 from imp_core.plan.nodes import AggCall, Aggregate, Join, NamedExpr, Project, Select, SortKey, TopK
 from imp_core.plan.shapes import keyed_filter_parts
@@ -116,6 +118,23 @@ def test_a_double_column_with_another_condition_on_the_outer_row(data):
                     op("and", op(">", col("__sq0._v"), col("r.f")),
                        op("<>", col("r.c"), lit(1))))
     _run(data, root)
+
+
+class _LeftProbed(ProbedWorld):
+    PROBED = ("left",)  # the outer rows from the data layer, the subquery in memory
+
+
+@SETTINGS
+@given(st.data())
+def test_outer_rows_probed_from_the_data_layer(data):
+    # only the old contents of a probed side are asked for, and without a range search
+    root = _compare(scan("r", R), _per_key(scan("s", S), "s.d", "avg", "s.e"),
+                    [("r.b", "__sq0._k0")], op(">", col("r.c"), col("__sq0._v")))
+    ch = HypChooser(data)
+    world = _LeftProbed(qplan(root), parts_rs(ch), ("r", "s"))
+    world.run(ch, steps=7)
+    fused = operators_of(world.pipelines[0], KeyedFilterOp)
+    assert fused and is_probed(fused[0].left) and not is_probed(fused[0].right)
 
 
 def test_only_the_planner_shape_is_fused():

@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_operators_property import SCALE, parts_r, parts_rs
 
-from imp_core.engine.operators.probed_aggregate import GROUPS
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide, VersionContext, is_probed
 from imp_core.engine.zset import DeltaBatch
@@ -85,9 +84,11 @@ class ProbedWorld(World):
     def at(self, version: int) -> dict[str, pa.Table]:
         return self.history[version] if version < len(self.history) else self.tables()
 
+    PROBED = ("left", "right")  # the join sides it probes
+
     def new_pipeline(self, options: EngineOptions = EngineOptions()) -> IncrementalQuery:
         def choose(node: PlanNode, which: str) -> ProbedSide | None:
-            if which == GROUPS:  # aggregations keep their groups (NULL keys are drawn)
+            if which not in self.PROBED:  # aggregations keep their groups (NULL keys drawn)
                 return None
             keys = node.equi_keys()[0 if which == "left" else 1]
             side = MirrorSide(node.left if which == "left" else node.right, keys,

@@ -390,7 +390,8 @@ def plot(report: dict[str, Any], base: Path, label: str = "TPC-H") -> list[str]:
     ax.set_xlabel("delta size (tuples)")
     ax.set_ylabel("IMP ms (log)")
     ax.set_title(f"IMP maintenance vs delta size ({what})")
-    ax.legend(fontsize=7, ncol=4)
+    if ax.get_legend_handles_labels()[0]:  # a report with no query measured has none
+        ax.legend(fontsize=7, ncol=4)
     paths.append(save_figure(fig, base.with_name(base.name + "-imp-by-delta.png")))
     return paths
 

@@ -254,23 +254,31 @@ class SubqueryPlanner:
                 any(isinstance(n, exp.Exists) for n in conjunct.walk()):
             raise self.text.unsupported(f"subquery in {clause} outside a comparison",
                                         subqueries[0] if subqueries else conjunct)
-        joins: list[tuple[_Derived, Expr | None]] = []
+        joins: list[tuple[_Derived, Expr | None, bool]] = []
         rewritten = conjunct.copy()
         scope = self.owner.scope
         for original, copy in zip(subqueries, rewritten.find_all(exp.Subquery)):
             if _inside_subquery(original, conjunct):
                 continue  # nested deeper: planned with its own subquery
-            derived, condition = self._scalar_join(original, clause)
-            joins.append((derived, condition))
-            copy.replace(exp.column("_v", derived.alias))
+            derived, condition, empty = self._scalar_join(original, clause)
+            joins.append((derived, condition, empty is not None))
+            value: exp.Expression = exp.column("_v", derived.alias)
+            if empty is not None:
+                # an outer row without partners reads the value over no rows (a COUNT's
+                # 0): its padded key is NULL, a partner's never is (it equals the outer's)
+                value = exp.Case(ifs=[exp.If(
+                    this=exp.Is(this=exp.column("_k0", derived.alias), expression=exp.Null()),
+                    true=empty)], default=value)
+            copy.replace(value)
             scope = Scope(scope.sources + derived.scope.sources[-1:], self.text, scope.used)
         predicate = self.owner.bind_with_scope(rewritten, scope, clause,
-                                               {d.alias for d, _ in joins})
+                                               {d.alias for d, _, _ in joins})
 
         def step(outer: PlanNode) -> PlanNode:
             joined = outer
-            for derived, condition in joins:
-                joined = Join(joined, derived.node, condition)
+            for derived, condition, padded in joins:
+                joined = OuterJoin(joined, derived.node, condition, kind="left") if padded \
+                    else Join(joined, derived.node, condition)
             # the subqueries' values are not the outer query's columns: projecting them
             # away keeps a changed value from changing every outer row downstream
             # (the engine maintains this shape as one operator, ``ScalarFilterOp``)
@@ -285,9 +293,14 @@ class SubqueryPlanner:
         sub = self._select_of(node.this, node)
         if self._decorrelate(sub.copy())[1]:
             raise self.text.unsupported("correlated subquery in the SELECT list", node)
-        return self._scalar_join(node, "SELECT list")
+        derived, condition, _ = self._scalar_join(node, "SELECT list")
+        return derived, condition
 
-    def _scalar_join(self, node: exp.Subquery, clause: str) -> tuple[_Derived, Expr | None]:
+    def _scalar_join(self, node: exp.Subquery, clause: str
+                     ) -> tuple[_Derived, Expr | None, exp.Expression | None]:
+        """(the subquery as a derived table: its correlation keys ``_k<i>`` and value
+        ``_v``, the join condition, and for a correlated subquery whose value over no rows
+        is not NULL (a COUNT) that value, which an outer row without partners reads)."""
         sub = self._select_of(node.this, node)
         if len(sub.expressions) != 1:
             raise self.text.unsupported("scalar subquery with several columns", node)
@@ -301,12 +314,11 @@ class SubqueryPlanner:
         sub, correlated, _ = self._decorrelate(sub)
         if correlated and clause == "HAVING":
             raise self.text.unsupported("correlated subquery in HAVING", node)
-        if correlated and any(isinstance(n, exp.Count) for n in sub.expressions[0].walk()):
-            raise self.text.unsupported(
-                "correlated scalar subquery with COUNT (it is 0, not NULL, over no rows)",
-                node)
         value = sub.expressions[0]
         value = value.this if isinstance(value, exp.Alias) else value
+        empty = None
+        if correlated and any(isinstance(n, exp.Count) for n in value.walk()):
+            empty = _over_no_rows(value)
         keys, outer_sides = self._correlation_keys(correlated, node)
         items = [exp.alias_(k.copy(), f"_k{j}") for j, k in enumerate(keys)]
         sub.set("expressions", items + [exp.alias_(value.copy(), "_v")])
@@ -325,7 +337,7 @@ class SubqueryPlanner:
         equalities: list[exp.Expression] = [
             exp.EQ(this=o.copy(), expression=exp.column(f"_k{j}", derived.alias))
             for j, o in enumerate(outer_sides)]
-        return derived, self._bind_all(equalities, derived, "correlation")
+        return derived, self._bind_all(equalities, derived, "correlation"), empty
 
     def _correlation_keys(self, correlated: list[exp.Expression], where: exp.Expression
                           ) -> tuple[list[exp.Expression], list[exp.Expression]]:
@@ -439,6 +451,17 @@ _COUNT_TESTS = {(exp.GT, 0): True, (exp.GTE, 1): True, (exp.NEQ, 0): True,
                 (exp.EQ, 0): False, (exp.LT, 1): False, (exp.LTE, 0): False}
 _FLIPPED = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE,
             exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+
+
+def _over_no_rows(value: exp.Expression) -> exp.Expression:
+    """``value`` over no rows: each COUNT 0, each other aggregate NULL (SQL's rule)."""
+    def empty(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Count):
+            return exp.Literal.number(0)
+        if isinstance(node, exp.AggFunc):
+            return exp.Null()
+        return node
+    return value.copy().transform(empty)
 
 
 def count_as_exists(node: exp.Expression) -> tuple[exp.Exists, bool] | None:

@@ -427,8 +427,6 @@ UNSUPPORTED = [
      "correlated NOT IN subquery", None),
     ("SELECT a FROM t5000g t WHERE b > (SELECT bb FROM tjoinhelp h WHERE h.ttid = t.a)",
      "correlated scalar subquery that may return several rows", None),
-    ("SELECT a FROM t5000g WHERE b > (SELECT count(*) FROM tjoinhelp WHERE ttid = a)",
-     "correlated scalar subquery with COUNT", None),
     ("SELECT a FROM t5000g WHERE b > (SELECT max(bb) FROM tjoinhelp WHERE ttid < a)",
      "correlated scalar subquery with a correlation that is not an equality", None),
     ("SELECT a FROM t5000g WHERE b > (SELECT count(*) + 1 FROM tjoinhelp WHERE bb > 3)",

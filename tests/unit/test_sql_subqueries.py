@@ -39,6 +39,11 @@ QUERIES = [
     ("scalar", "SELECT a FROM r WHERE b > (SELECT avg(d) FROM s)"),
     ("scalar_correlated", "SELECT a, b FROM r WHERE c >= (SELECT max(e) FROM s "
                           "WHERE s.d = r.b)"),
+    # a correlated COUNT is 0, not NULL, for an outer row without partners
+    ("scalar_correlated_count", "SELECT a, b FROM r WHERE c < (SELECT count(*) FROM s "
+                                "WHERE s.d = r.b)"),
+    ("scalar_correlated_count_expr", "SELECT a FROM r WHERE c <> (SELECT count(e) * 2 + "
+                                     "coalesce(max(e), 1) FROM s WHERE s.d = r.b AND e > 0)"),
     ("having_scalar", "SELECT b, sum(c) AS t FROM r GROUP BY b "
                       "HAVING sum(c) > (SELECT sum(e) FROM s) / 4"),
     ("left_join", "SELECT r.a, s.c, s.e FROM r LEFT JOIN s ON r.b = s.d AND s.e > 1"),

@@ -316,9 +316,9 @@ class SubqueryPlanner:
             raise self.text.unsupported("correlated subquery in HAVING", node)
         value = sub.expressions[0]
         value = value.this if isinstance(value, exp.Alias) else value
-        empty = None
+        no_rows = None
         if correlated and any(isinstance(n, exp.Count) for n in value.walk()):
-            empty = _over_no_rows(value)
+            no_rows = _over_no_rows(value)
         keys, outer_sides = self._correlation_keys(correlated, node)
         items = [exp.alias_(k.copy(), f"_k{j}") for j, k in enumerate(keys)]
         sub.set("expressions", items + [exp.alias_(value.copy(), "_v")])
@@ -337,7 +337,7 @@ class SubqueryPlanner:
         equalities: list[exp.Expression] = [
             exp.EQ(this=o.copy(), expression=exp.column(f"_k{j}", derived.alias))
             for j, o in enumerate(outer_sides)]
-        return derived, self._bind_all(equalities, derived, "correlation"), empty
+        return derived, self._bind_all(equalities, derived, "correlation"), no_rows
 
     def _correlation_keys(self, correlated: list[exp.Expression], where: exp.Expression
                           ) -> tuple[list[exp.Expression], list[exp.Expression]]:

@@ -138,6 +138,12 @@ class IncrementalQuery:
             return None
         return lambda: self.source(node)
 
+    def _self_join(self, join: Join) -> bool:
+        """Whether both inputs of ``join`` read a partitioned table: a pair's two
+        annotations may then hold the same fragment ids (united without repeats)."""
+        partitioned = {p.table for p in self.partitions.partitions}
+        return bool(join.left.tables() & join.right.tables() & partitioned)
+
     def _keyed_filter(self, node: PlanNode, path: OperatorPath) -> _Wired | None:
         """π σ (L ⋈ S) with S unique on the join keys as one operator, its inputs keeping
         the ids of their plan paths; None for another shape, or where the data layer
@@ -151,10 +157,8 @@ class IncrementalQuery:
         below = path.child(0).child(0)
         children = [self._wire(parts.left, below.child(0)),
                     self._wire(parts.right, below.child(1))]
-        partitioned = {p.table for p in self.partitions.partitions}
-        shared = join.left.tables() & join.right.tables() & partitioned
         assert isinstance(node, Project)
-        op = KeyedFilterOp(node, str(path), bool(shared),
+        op = KeyedFilterOp(node, str(path), self._self_join(join),
                            left_side=choose(join, "left") if choose is not None else None)
         self.operators.append(op)
         return _Wired(op, children, node.tables(), node)
@@ -185,9 +189,8 @@ class IncrementalQuery:
         elif isinstance(node, Project):
             op = ProjectOp(node, op_id)
         elif isinstance(node, Join):
-            partitioned = {p.table for p in self.partitions.partitions}
-            shared = node.left.tables() & node.right.tables() & partitioned
-            op = JoinOp(node, op_id, self.options.use_bloom, dedupe_annotations=bool(shared),
+            op = JoinOp(node, op_id, self.options.use_bloom,
+                        dedupe_annotations=self._self_join(node),
                         choose_side=self.join_sides)
         elif isinstance(node, (SemiJoin, OuterJoin)):
             op = KeyedJoinOp(node, op_id, choose_side=self.join_sides)

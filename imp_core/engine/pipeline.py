@@ -2,7 +2,10 @@
 
 Invariants: after ``apply`` returns, ``sketch()`` is exactly the accurate sketch of the
 query over the integrated deltas (Definition 4.5 with equality), and ``result()`` is the
-query's annotated result. State moves in and out only through ``snapshot``/``restore``,
+query's annotated result. Equal subplans (a CTE read twice, a self-join's two equal
+inputs) are one operator, wired at the first path that reaches them and stepped once per
+batch, its output read by every parent: its state is held once. State moves in and out
+only through ``snapshot``/``restore``,
 which are stamped with the plan and partition fingerprints. The flat state
 (``state_tables``) holds each operator's ``STATE`` tables under its id, μ's under
 ``MERGE`` and the kept result as ``RESULT``; nothing else names these tables.
@@ -122,6 +125,7 @@ class IncrementalQuery:
         self.join_sides = join_sides
         self.scans: dict[str, list[ScanOp]] = {}
         self.operators: list[Operator] = []
+        self._wired: dict[PlanNode, _Wired] = {}  # equal subplans share their operator
         self.root = self._wire(plan.root, OperatorPath.ROOT)
         # rows that raise under ANSI mode, counted by the operators evaluating them
         self.errors = ErrorTally()
@@ -164,6 +168,14 @@ class IncrementalQuery:
         return _Wired(op, children, node.tables(), node)
 
     def _wire(self, node: PlanNode, path: OperatorPath) -> _Wired:
+        """The operator of ``node``: the one already wired for an equal subplan (its
+        output is the same for every batch), else a new one with ``path`` as its id."""
+        found = self._wired.get(node)
+        if found is None:
+            found = self._wired[node] = self._new_wire(node, path)
+        return found
+
+    def _new_wire(self, node: PlanNode, path: OperatorPath) -> _Wired:
         op: Operator
         op_id = str(path)  # the operator's id: the text of its plan path (names its state)
         keyed = self._keyed_filter(node, path)
@@ -225,7 +237,7 @@ class IncrementalQuery:
         changed = frozenset(t for t, d in changes.items() if len(d))
         if not changed & self.root.tables:
             return SketchDelta(BitMap(), BitMap(), 0.0)
-        out = self._run(self.root, changes, changed)
+        out = self._run(self.root, changes, changed, {})
         self.batches += 1
         if self.options.keep_result and len(out):
             self._result.append(out)
@@ -233,16 +245,22 @@ class IncrementalQuery:
         added, removed = self.merge.step(out)
         return SketchDelta(added, removed, time.perf_counter() - t0)
 
-    def _run(self, w: _Wired, changes: Mapping[str, TableDelta],
-             changed: frozenset[str]) -> DeltaBatch:
+    def _run(self, w: _Wired, changes: Mapping[str, TableDelta], changed: frozenset[str],
+             done: dict[int, DeltaBatch]) -> DeltaBatch:
+        """``w``'s output delta for this batch; ``done`` holds the outputs of the
+        operators already stepped in it (a shared operator steps once)."""
         if not (w.tables & changed):
             return w.op.empty()
+        out = done.get(id(w))
+        if out is not None:
+            return out
         if isinstance(w.op, ScanOp):
-            return w.op.from_table(changes[w.op.scan.table])
-        inputs = [self._run(c, changes, changed) for c in w.children]
-        if all(len(b) == 0 for b in inputs):
-            return w.op.empty()
-        return w.op.step(inputs)
+            out = w.op.from_table(changes[w.op.scan.table])
+        else:
+            inputs = [self._run(c, changes, changed, done) for c in w.children]
+            out = w.op.empty() if all(len(b) == 0 for b in inputs) else w.op.step(inputs)
+        done[id(w)] = out
+        return out
 
     # -- reading ------------------------------------------------------------------------
     def sketch(self) -> Sketch:
@@ -360,6 +378,7 @@ class IncrementalQuery:
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid) as exc:
             raise SnapshotError(f"state does not fit this pipeline: {exc}") from None
         self.scans, self.operators, self.root = fresh.scans, fresh.operators, fresh.root
+        self._wired = fresh._wired
         self.merge = fresh.merge
         self.errors = errors
         for op in self.operators:

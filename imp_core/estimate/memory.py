@@ -64,7 +64,7 @@ for a plan of the supported node types, and every estimate is finite and >= 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
 import pyarrow as pa
@@ -241,13 +241,22 @@ class _Context:
     topk_buffer: int | None
     out: list[OperatorEstimate]
     scalar_joins: frozenset[int] = frozenset()  # ids of the joins of scalar filters
+    # equal subplans are one operator in the engine (``IncrementalQuery``): a repeat holds
+    # no state and does no work of its own
+    seen: dict[PlanNode, _Rel] = field(default_factory=dict)
 
     def visit(self, node: PlanNode, path: OperatorPath) -> _Rel:
+        rel = self.seen.get(node)
+        if rel is not None:
+            self.out.append(OperatorEstimate(str(path), node, _finite(rel.rows),
+                                             row_bytes(node.schema, rel.ids)))
+            return rel
         kids = [self.visit(c, path.child(i)) for i, c in enumerate(node.children())]
         rel, state, work, pairs = self._estimate(node, path, kids)
         self.out.append(OperatorEstimate(str(path), node, _finite(rel.rows),
                                          row_bytes(node.schema, rel.ids),
                                          _finite(state), _finite(work), _finite(pairs)))
+        self.seen[node] = rel
         return rel
 
     def _estimate(self, node: PlanNode, path: OperatorPath,

@@ -394,12 +394,16 @@ class DataLayer:
              placement: JoinPlacement = frozenset()) -> Wiring:
         """The query's pipeline (empty state) with its probed sides and refill source."""
         context = VersionContext()
-        paths = {id(join): sid.operator for sid, join, _, _ in join_sides(plan.root)}
-        paths.update((id(agg), gid.operator) for gid, agg in groups_to_probe(plan.root))
+        # equal subplans are one operator (``IncrementalQuery``): a side is probed when
+        # the placement names it at any of their paths
+        paths: dict[PlanNode, set[OperatorPath]] = {}
+        for sid, join, _, _ in join_sides(plan.root):
+            paths.setdefault(join, set()).add(sid.operator)
+        for gid, agg in groups_to_probe(plan.root):
+            paths.setdefault(agg, set()).add(gid.operator)
 
         def choose(node: AnyJoin | Aggregate, which: str) -> JoinSide | None:
-            path = paths.get(id(node))
-            if path is None or path.at(which) not in placement:
+            if not any(p.at(which) in placement for p in paths.get(node, ())):
                 return None
             if isinstance(node, Aggregate):  # its groups, keyed by the group-by columns
                 return self.probed_side(node.input, tuple(node.group_by), partitions,

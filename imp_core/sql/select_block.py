@@ -61,6 +61,7 @@ from imp_core.sql.grouping_sets import (
 from imp_core.sql.join_tree import FromTree
 from imp_core.sql.join_tree import Sourced as _Sourced
 from imp_core.sql.pushdown import push_selection
+from imp_core.sql.scalar_merge import merge_scalar_subqueries
 from imp_core.sql.scope import Scope
 from imp_core.sql.select_clauses import (
     GROUPING_CLAUSES,
@@ -131,7 +132,7 @@ class SelectPlanner(FromTree):
         node = self._from_tree(predicates)
         for step in self.where_steps:
             node = step(node)
-        for one_row in self.select_joins:
+        for one_row in merge_scalar_subqueries(self.select_joins):
             node = OuterJoin(node, one_row, None, kind="left")
         if self.agg is not None:
             node = self._aggregate(node, having)

@@ -113,16 +113,17 @@ def test_maintained_result_equals_duckdb(name, sql, data):
     maintain_and_compare(sql, data)
 
 
-def maintain_and_compare(sql: str, data) -> None:
-    """Register ``sql`` over drawn tables r and s (sketched on r.a), then apply drawn
-    insert/delete batches, checking against DuckDB and the recapture after each."""
+def maintain_and_compare(sql: str, data, attributes: tuple[str, ...] = ("r.a",)) -> None:
+    """Register ``sql`` over drawn tables r and s (sketched on ``attributes``: r.a, s.c),
+    then apply drawn insert/delete batches, checking against DuckDB and the recapture
+    after each."""
     rows_r, rows_s = data.draw(ROWS_R), data.draw(ROWS_S)
     eng = Engine()
     r, s = _tables(rows_r, rows_s)
     eng.create_table("r", r, key="a")
     eng.create_table("s", s, key="c")
     fragments = data.draw(st.sampled_from([1, 2, 4]))
-    q = eng.register(sql, {"r.a": fragments}, force=True)
+    q = eng.register(sql, {a: fragments for a in attributes}, force=True)
     _check(eng, q, sql)
     for step in range(data.draw(st.integers(1, 4))):
         table = data.draw(st.sampled_from(["r", "s"]))

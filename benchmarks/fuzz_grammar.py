@@ -176,6 +176,24 @@ class QueryGen:
         return (f"SELECT {group} AS x0, {', '.join(aggs)} FROM {source}{where_sql} "
                 f"GROUP BY {group}{having}")
 
+    def _twice(self, grouped: str) -> str:
+        """``grouped`` as a CTE read twice: joined with itself, or its groups compared
+        with their average."""
+        if self.rng.random() < 0.5:
+            return (f"WITH g AS ({grouped}) SELECT x.x0 AS x0, x.x1 AS x1, y.x1 AS y1 "
+                    "FROM g x JOIN g y ON x.x0 = y.x0")
+        return (f"WITH g AS ({grouped}) SELECT x0, x1 FROM g WHERE x1 "
+                f"{self.rng.choice(CMP)} (SELECT avg(x1) FROM g)")
+
+    def _scalar_item(self) -> str:
+        """An uncorrelated scalar subquery over s for the SELECT list (several over s
+        are merged into one aggregation)."""
+        agg = self.rng.choice(("count(*)", "count(e)", "avg(e)", "sum(d)", "min(e)",
+                               "max(d)", "count(e) * 2 + coalesce(max(e), 1)"))
+        where = f" WHERE {self.predicate([f's.{c}' for c in S_COLS])}" \
+            if self.rng.random() < 0.8 else ""
+        return f"(SELECT {agg} FROM s{where})"
+
     def query(self) -> tuple[str, str]:
         """(SQL, sketch attribute); ``self.shape`` names the shape drawn."""
         source, cols, sketched = self.from_clause()
@@ -199,6 +217,9 @@ class QueryGen:
         if shape < 0.45:  # grouped aggregation
             self.shape = "grouped"
             sql = self._grouped(source, cols, where_sql)
+            if self.rng.random() < 0.2:  # its groups read twice: one shared operator
+                self.shape = "cte_twice"
+                sql = self._twice(sql)
         elif shape < 0.6:  # global aggregation
             self.shape = "global"
             agg_col = self.rng.choice(cols)
@@ -218,6 +239,10 @@ class QueryGen:
             picked = [self.computed(cols) if self.rng.random() < 0.3 else c
                       for c in self.rng.sample(cols, self.rng.randint(1, min(3, len(cols))))]
             items = ", ".join(f"{c} AS x{i}" for i, c in enumerate(picked))
+            if source == "r" and self.rng.random() < 0.35:
+                self.shape = "scalar_list"
+                items += "".join(f", {self._scalar_item()} AS q{i}"
+                                 for i in range(self.rng.randint(2, 4)))
             sql = f"SELECT {items} FROM {source}{where_sql}"
         return sql, attribute
 

@@ -12,8 +12,8 @@ and the memory the incremental engine (``imp_core.engine``) would use for it:
   ``Aggregate`` / ``Distinct`` one entry per group plus its fragment counts and
   min/max multisets; ``TopK`` its buffer (every input row when unbounded); a ``SetOp``
   other than UNION ALL one entry per distinct row of both inputs (at most their rows)
-  with its fragment counts; ``Window`` every input row. Scans, selections, projections
-  and UNION ALL keep nothing.
+  with its fragment counts; ``Window`` every input row and its output row. Scans,
+  selections, projections and UNION ALL keep nothing.
 - ``work_bytes``: the largest batch a join materializes at once, which is all of its
   pairs when the whole input arrives in one batch (the bootstrap batch, the reference
   evaluator): the key-matched pairs of an equi-join, *every* pair of a join without
@@ -288,9 +288,10 @@ class _Context:
             return self._set_op(node, kids[0], kids[1])
         if isinstance(node, Expand):
             return expand_estimate(node, kids[0]), 0.0, 0.0, 0.0
-        if isinstance(node, Window):  # every input row, kept per partition key
+        if isinstance(node, Window):  # every input row and its output, per partition key
             child = kids[0]
-            entry = row_bytes(node.input.schema, child.ids) + SORTED_ENTRY_BYTES
+            entry = row_bytes(node.input.schema, child.ids) + SORTED_ENTRY_BYTES + \
+                row_bytes(node.schema, child.ids)
             cols = dict(child.cols)
             return _Rel(child.rows, cols, child.ids), child.rows * entry, 0.0, 0.0
         # an unknown node type: its input's size, no state

@@ -8,7 +8,9 @@ multiplicity}. Delta rule: for the partition keys K that the input delta touches
     Δout = W(P_new|K) − W(P_old|K)
 
 where W is the window over the stored rows of one partition; partitions the delta does
-not touch emit nothing. A batch that reorders ranks re-emits the rows whose values
+not touch emit nothing. W(P_old|K) is the output last emitted for K, kept beside the
+rows (derived from them, so not in snapshots: after a restore it is computed again on
+a partition's first change). A batch that reorders ranks re-emits the rows whose values
 changed (and, since the result is consolidated, nothing for rows whose value and
 annotation stay); a partition whose rows are all deleted is dropped and emits only −W.
 
@@ -99,17 +101,17 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     rest = [i for i in range(len(names)) if i not in positions]
     types = {f.name: f.dtype for f in node.input.schema}
     out_types = [f.dtype for f in node.schema[len(names):]]
-    ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions, rest))
-    if node.frame == "partition":
-        everything = tuple(sorted({i for _, ann, _ in ordered for i in ann}))
+    if node.frame == "partition":  # no order: every row reads the whole partition
+        everything = tuple(sorted({i for _, ann, _ in entries for i in ann}))
         values = []
         for c, t in zip(node.calls, out_types):
             frame = _Frame(c, None if c.arg is None else types[c.arg])
             col = None if c.arg is None else names.index(c.arg)
-            for row, _, m in ordered:
+            for row, _, m in entries:
                 frame.add(None if col is None else row[col], m)
             values.append(_finalize(c, frame.dtype, t, [frame.state()])[0])
-        return [(row + tuple(values), everything, m) for row, _, m in ordered]
+        return [(row + tuple(values), everything, m) for row, _, m in entries]
+    ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions, rest))
     # ordered windows: peer groups (equal order values) in order
     peers: list[list[Entry]] = []
     for e in ordered:
@@ -180,6 +182,9 @@ class WindowOp(Operator):
         self.key_positions = [names.index(c) for c in node.partition_by]
         # partition key -> {(row, annotation): multiplicity}
         self.parts: dict[tuple, dict[tuple[tuple, tuple], int]] = {}
+        # partition key -> W of its rows as last emitted: derived from ``parts`` (not
+        # state), so that a touched partition's old output is not computed again
+        self.outputs: dict[tuple, list[Entry]] = {}
 
     def _key(self, row: tuple) -> tuple:
         return tuple(row[p] for p in self.key_positions)
@@ -197,7 +202,8 @@ class WindowOp(Operator):
         diff: Counter = Counter()
         for key, changes in touched.items():
             part = self.parts.get(key, {})
-            for row, ann, m in self._output(part):
+            old = self.outputs.get(key)
+            for row, ann, m in (self._output(part) if old is None else old):
                 diff[(row, ann)] -= m
             part = dict(part)
             for row, ann, w in changes:
@@ -210,10 +216,12 @@ class WindowOp(Operator):
                     part.pop((row, ann), None)
             if part:
                 self.parts[key] = part
-                for row, ann, m in self._output(part):
+                self.outputs[key] = new = self._output(part)
+                for row, ann, m in new:
                     diff[(row, ann)] += m
             else:
                 self.parts.pop(key, None)
+                self.outputs.pop(key, None)
         return self._to_batch([(k, v) for k, v in diff.items() if v], self.output_schema)
 
     def _to_batch(self, items: list, schema: pa.Schema) -> DeltaBatch:
@@ -246,6 +254,7 @@ class WindowOp(Operator):
 
     def restore(self, state: dict[str, pa.Table]) -> None:
         self.parts = {}
+        self.outputs = {}
         for (row, ann), w in batch_from_arrow(state[self.ROWS.name]).to_counter().items():
             if w < 0:
                 raise ValueError("window state holds a negative multiplicity")
@@ -254,4 +263,6 @@ class WindowOp(Operator):
 
     def state_bytes(self) -> int:
         rows = sum(len(p) for p in self.parts.values())
-        return 64 * rows * (1 + len(self.input_schema))
+        kept = sum(len(o) for o in self.outputs.values())
+        return 64 * rows * (1 + len(self.input_schema)) + \
+            64 * kept * (1 + len(self.output_schema))

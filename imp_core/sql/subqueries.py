@@ -250,8 +250,10 @@ class SubqueryPlanner:
         while isinstance(comparison, exp.Paren):
             comparison = comparison.this
         subqueries = [n for n in conjunct.find_all(exp.Subquery)]
-        if not isinstance(comparison, _COMPARISONS) or not subqueries or \
-                any(isinstance(n, exp.Exists) for n in conjunct.walk()):
+        # an EXISTS inside one of the subqueries is planned with it (its own WHERE)
+        if not isinstance(comparison, _COMPARISONS) or not subqueries or any(
+                isinstance(n, exp.Exists) and not _inside_subquery(n, conjunct)
+                for n in conjunct.walk()):
             raise self.text.unsupported(f"subquery in {clause} outside a comparison",
                                         subqueries[0] if subqueries else conjunct)
         joins: list[tuple[_Derived, Expr | None, bool]] = []

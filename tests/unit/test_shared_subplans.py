@@ -44,6 +44,10 @@ QUERIES = [
     ("groups_against_their_average",
      "WITH g AS (SELECT a % 3 AS k, b, sum(c) AS t FROM r GROUP BY a % 3, b) "
      "SELECT x.k, x.b, x.t FROM g x WHERE x.t > (SELECT avg(t) FROM g y WHERE y.k = x.k)"),
+    # groups of rows with partners against the average of the same groups
+    ("filtered_groups_against_their_average",
+     "WITH g AS (SELECT b, sum(c) AS t FROM r WHERE EXISTS (SELECT * FROM s WHERE s.d = r.b) "
+     "GROUP BY b) SELECT b, t FROM g WHERE t >= (SELECT avg(t) FROM g)"),
     # groups above the average of all groups (one uncorrelated copy)
     ("groups_against_all", "SELECT b, sum(c) AS t FROM r GROUP BY b HAVING sum(c) >= "
                            "(SELECT avg(t) FROM (SELECT b, sum(c) AS t FROM r GROUP BY b) z)"),

@@ -60,6 +60,9 @@ QUERIES = [
                     "(SELECT * FROM (SELECT max(e) AS m FROM s) x) - 3"),
     ("scalar_star_where", "SELECT a FROM r WHERE b >= (SELECT * FROM (SELECT min(d) AS m "
                           "FROM s WHERE e > 0) x)"),
+    # an EXISTS in the scalar subquery's own WHERE is planned with the subquery
+    ("scalar_over_exists", "SELECT a FROM r WHERE c > (SELECT avg(b) FROM r WHERE EXISTS "
+                           "(SELECT * FROM s WHERE s.d = r.b))"),
     # BETWEEN with scalar subqueries for bounds (TPC-DS q54)
     ("between_subqueries", "SELECT a, b FROM r WHERE b BETWEEN (SELECT min(d) FROM s) "
                            "AND (SELECT max(e) FROM s) - 1"),

@@ -38,6 +38,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
+from imp_core.plan.aggregates.count import COUNT
 from imp_core.plan.aggregates.distinct import is_distinct
 from imp_core.plan.evaluate import infer_type
 from imp_core.plan.expr import (
@@ -179,15 +180,16 @@ def _merge(members: list[_Member]) -> PlanNode:
     for i, m in enumerate(members):
         renamed: dict[str, Expr] = {}
         for k, call in enumerate(m.calls):
-            arg: Expr = Literal(1, pa.int64()) if call.arg is None else ColumnRef(call.arg)
+            star = not call.function.takes_argument  # COUNT(*): COUNT over 1 where p_i
+            arg: Expr = Literal(1, pa.int64()) if star else ColumnRef(call.arg)
             if m.predicate is not None:
                 arg = Case(((m.predicate, arg),), None)
-            func = "count" if call.func == "count_star" else call.func
-            if call.func == "count_star" and m.predicate is None:
-                calls.append(AggCall("count_star", None, f"_m{i}_{k}"))
+            if star and m.predicate is None:
+                calls.append(AggCall(call.func, None, f"_m{i}_{k}"))
             else:
                 arguments.append(NamedExpr(f"_c{i}_{k}", arg))
-                calls.append(AggCall(func, f"_c{i}_{k}", f"_m{i}_{k}"))
+                calls.append(AggCall(COUNT.name if star else call.func, f"_c{i}_{k}",
+                                     f"_m{i}_{k}"))
             renamed[call.name] = ColumnRef(f"_m{i}_{k}")
         outputs.append(NamedExpr(m.output, rename_columns(m.value, renamed)))
     if arguments:

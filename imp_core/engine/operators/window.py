@@ -235,8 +235,8 @@ class WindowOp(Operator):
 
     def current_output(self) -> DeltaBatch:
         """The whole current output (the integral of every delta emitted)."""
-        items = [((row, ann), m) for part in self.parts.values()
-                 for row, ann, m in self._output(part)]
+        items = [((row, ann), m) for key, part in self.parts.items()
+                 for row, ann, m in self.outputs.get(key) or self._output(part)]
         return self._to_batch(items, self.output_schema)
 
     # -- state ------------------------------------------------------------------------

@@ -66,8 +66,11 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+# Two workers (TEST_WORKERS=0 runs in one process); tests marked `ray` run on one worker in
+# turn, because each starts a local Ray cluster (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: venv check-java lint
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 demo: venv check-java
 	$(VENV)/bin/imp demo

@@ -38,3 +38,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     root: Path = tmp_path_factory.mktemp("stores")
     return workload_stores(root)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), every test marked
+    ``ray`` joins one group, run by one worker in turn: each starts a local Ray cluster
+    (or a fake multi-node one) and kills parts of it, which two at once would contend
+    for. Spark tests need no group: each worker has its own local session."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))

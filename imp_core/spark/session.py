@@ -128,7 +128,11 @@ _session_config: SparkConfig | None = None
 def _log4j_file() -> Path:
     path = Path(tempfile.gettempdir()) / "imp-spark-log4j2.properties"
     if not path.exists() or path.read_text() != _LOG4J2:
-        path.write_text(_LOG4J2)
+        # written aside and renamed: another process may be starting its JVM on it
+        fd, aside = tempfile.mkstemp(prefix=".imp-log4j2-", dir=path.parent)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(_LOG4J2)
+        os.replace(aside, path)
     return path
 
 

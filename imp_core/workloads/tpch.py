@@ -11,13 +11,15 @@ looks done.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,27 +118,41 @@ def generate_tables(
                          f"{', '.join(known)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path] = {}
-    missing: list[str] = []
-    for table in wanted:
-        found = existing_table_path(out_dir, table)
-        if found is None:
-            missing.append(table)
-        else:
-            paths[table] = found
-    if not missing:
-        return paths
+    with _generating(out_dir):
+        paths: dict[str, Path] = {}
+        missing: list[str] = []
+        for table in wanted:
+            found = existing_table_path(out_dir, table)
+            if found is None:
+                missing.append(table)
+            else:
+                paths[table] = found
+        if not missing:
+            return paths
 
-    argv = [part() if callable(part) else part for part in command]
-    bar = None
-    if progress:  # a bar on a terminal, a line per table in a pipe or a log
-        bar = progress_bar(sum(rows(t) for t in missing), f"{label} SF {scale}")
-    try:
-        paths.update(run_generator(argv, scale, out_dir, missing, bar, rows))
-    finally:
-        if bar is not None:
-            bar.close()
-    return {t: paths[t] for t in wanted}
+        argv = [part() if callable(part) else part for part in command]
+        bar = None
+        if progress:  # a bar on a terminal, a line per table in a pipe or a log
+            bar = progress_bar(sum(rows(t) for t in missing), f"{label} SF {scale}")
+        try:
+            paths.update(run_generator(argv, scale, out_dir, missing, bar, rows))
+        finally:
+            if bar is not None:
+                bar.close()
+        return {t: paths[t] for t in wanted}
+
+
+@contextlib.contextmanager
+def _generating(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir``'s generation lock: processes filling one folder at once (two
+    ``imp data`` runs, test workers) take turns, so the second finds the tables the
+    first made instead of generating them again beside it."""
+    with open(out_dir / ".generate.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 _WRITING = re.compile(r"Writing table (\w+)")

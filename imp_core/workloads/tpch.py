@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -147,7 +148,9 @@ def _generating(out_dir: Path) -> Iterator[None]:
     """Hold ``out_dir``'s generation lock: processes filling one folder at once (two
     ``imp data`` runs, test workers) take turns, so the second finds the tables the
     first made instead of generating them again beside it."""
-    with open(out_dir / ".generate.lock", "a") as handle:
+    # beside the system's temporary files, so the data folder holds only the tables
+    name = hashlib.sha256(str(out_dir.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"imp-generate-{name}.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -66,11 +66,8 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-# Two workers (TEST_WORKERS=0 runs in one process), a test module at a time each; the
-# modules with Ray tests run on one worker in turn (tests/conftest.py).
-TEST_WORKERS ?= 2
 test: venv check-java lint
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=15
+	$(VENV)/bin/pytest -q --durations=15
 
 demo: venv check-java
 	$(VENV)/bin/imp demo

@@ -255,6 +255,44 @@ def test_tpch_existing_output_is_kept(tpch_sf001, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "scratch left over"
 
 
+_SLOW_GENERATOR = """
+import sys, time
+from pathlib import Path
+import pyarrow as pa, pyarrow.parquet as pq
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+with open(sys.argv[1], "a") as log:
+    log.write("run\\n")
+time.sleep(0.5)
+for t in args["--tables"].split(","):
+    pq.write_table(pa.table({"x": [1]}), Path(args["--output-dir"]) / f"{t}.parquet")
+"""
+
+
+def test_two_generations_into_one_folder_take_turns(tmp_path):
+    """Two runs filling one folder at once (two ``imp data`` commands): the second waits
+    for the first and finds its tables, so the generator runs once."""
+    import sys
+    import threading
+
+    script, runs, out = tmp_path / "gen.py", tmp_path / "runs.log", tmp_path / "data"
+    script.write_text(_SLOW_GENERATOR)
+    got: list[dict] = []
+
+    def generate() -> None:
+        got.append(tpch.generate_tables([sys.executable, str(script), str(runs)], 0.01, out,
+                                        ["region", "nation"], ["region", "nation"], "test",
+                                        lambda t: 1, progress=False))
+
+    threads = [threading.Thread(target=generate) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert runs.read_text().splitlines() == ["run"]
+    assert got[0] == got[1] == {t: out / f"{t}.parquet" for t in ("region", "nation")}
+    assert sorted(p.name for p in out.iterdir()) == ["nation.parquet", "region.parquet"]
+
+
 def test_tpch_argument_errors(tmp_path):
     with pytest.raises(ValueError):
         tpch.generate_tpch(0, tmp_path)

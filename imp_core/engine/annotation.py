@@ -13,6 +13,7 @@ sides holding millions of table rows.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -82,6 +83,15 @@ class Annotation:
         return Annotation(offsets, values)
 
     @staticmethod
+    def from_keys(keys: Sequence[AnnKey]) -> Annotation:
+        """The rows' sets from their keys (``row_keys``' inverse)."""
+        lengths = np.fromiter((len(k.raw) // 4 for k in keys), dtype=np.int64, count=len(keys))
+        offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.frombuffer(b"".join(k.raw for k in keys), dtype="<i4")
+        return Annotation(offsets, values.astype(np.int32))
+
+    @staticmethod
     def concat(parts: Sequence[Annotation]) -> Annotation:
         if not parts:
             return Annotation.empty()
@@ -124,6 +134,15 @@ class Annotation:
         vals = self.values.tolist()
         offs = self.offsets.tolist()
         return [tuple(sorted(vals[offs[i]:offs[i + 1]])) for i in range(len(self))]
+
+    def row_keys(self) -> list[AnnKey]:
+        """Each row's set as an ``AnnKey``: what operators holding rows in Python use
+        instead of ``row_sets``, whose tuples cost a Python int per id (a group's row
+        of a thousand fragments, a thousand)."""
+        if self.is_singleton():
+            raw = self.values.astype("<i4").tobytes()
+            return [AnnKey(raw[i:i + 4]) for i in range(0, len(raw), 4)]
+        return [AnnKey(k) for k in self.keys()]
 
     def row_ids(self) -> np.ndarray:
         """For each value, the row it belongs to."""
@@ -252,3 +271,50 @@ class Annotation:
         bounds = (self.offsets * 4).tolist()
         out[:] = [data[bounds[i]:bounds[i + 1]] for i in range(len(self))]
         return out
+
+
+@functools.total_ordering
+class AnnKey:
+    """One row's fragment set as a hashable, ordered key: the bytes of its ids as
+    little-endian int32, ascending (so equal sets have equal bytes).
+
+    Equality and hashing read the bytes. The order is that of the ids' tuples (the last
+    part of top-k's total order, ``imp_core.engine.ordering``), decoded only when two
+    keys are ordered, which happens only between rows equal in every column.
+    """
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+
+    @staticmethod
+    def of(ids: Iterable[int]) -> AnnKey:
+        return AnnKey(np.asarray(sorted(set(ids)), dtype="<i4").tobytes())
+
+    @staticmethod
+    def union(keys: Iterable[AnnKey]) -> AnnKey:
+        """The key of the union of the keys' sets."""
+        arrays = [k.array() for k in keys]
+        if not arrays:
+            return AnnKey(b"")
+        return AnnKey(np.unique(np.concatenate(arrays)).astype("<i4").tobytes())
+
+    def array(self) -> np.ndarray:
+        """The ids, ascending (a read-only view of the bytes)."""
+        return np.frombuffer(self.raw, dtype="<i4")
+
+    def ids(self) -> tuple[int, ...]:
+        return tuple(self.array().tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AnnKey) and self.raw == other.raw
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __lt__(self, other: AnnKey) -> bool:
+        return self.ids() < other.ids()
+
+    def __repr__(self) -> str:
+        return f"AnnKey({self.ids()})"

@@ -7,9 +7,12 @@ the incremental operator and the reference evaluator share this definition.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from imp_core.plan.nodes import SortKey
+
+if TYPE_CHECKING:
+    from imp_core.engine.annotation import AnnKey
 
 
 @functools.total_ordering
@@ -35,9 +38,10 @@ def _component(v: Any, descending: bool, nulls_first: bool) -> tuple:
     return (1, _Desc(v) if descending else v)
 
 
-def sort_key(row: Sequence[Any], ann: tuple[int, ...], order: Sequence[SortKey],
+def sort_key(row: Sequence[Any], ann: tuple[int, ...] | AnnKey, order: Sequence[SortKey],
              positions: Sequence[int], rest: Sequence[int]) -> tuple:
-    """Key of an annotated tuple; ``positions`` index the order columns in ``row``."""
+    """Key of an annotated tuple; ``positions`` index the order columns in ``row``; ``ann``
+    its ids as a sorted tuple or as an ``AnnKey``, which orders alike."""
     head = tuple(_component(row[p], k.descending, k.effective_nulls_first)
                  for p, k in zip(positions, order))
     tail = tuple(_component(row[p], False, True) for p in rest)

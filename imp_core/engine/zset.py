@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.annotation import Annotation
+from imp_core.engine.annotation import AnnKey, Annotation
 
 WEIGHT = "__w"
 ANN = "__ann"
@@ -137,6 +137,17 @@ class DeltaBatch:
         rows, w = rows[order], w[order]
         out = self.take(rows)
         return DeltaBatch(out.data, w.astype(np.int64), out.annotation)
+
+    def keyed_counts(self) -> dict[tuple[tuple, AnnKey], int]:
+        """{(row tuple, its annotation's key): summed weight}, zero sums dropped: a batch
+        as operators holding rows in Python read it (see ``Annotation.row_keys``)."""
+        out: dict[tuple[tuple, AnnKey], int] = {}
+        rows = zip(*[c.to_pylist() for c in self.data.columns]) if self.data.num_columns else (
+            () for _ in range(len(self)))
+        for row, ann, w in zip(rows, self.annotation.row_keys(), self.weights.tolist()):
+            key = (tuple(row), ann)
+            out[key] = out.get(key, 0) + w
+        return {k: v for k, v in out.items() if v != 0}
 
     def to_counter(self) -> Counter:
         """{(row tuple, fragment-id tuple): weight} with zero weights dropped (for tests)."""

@@ -31,7 +31,7 @@ from strategies import (
     zset_weights,
 )
 
-from imp_core.engine.annotation import Annotation
+from imp_core.engine.annotation import AnnKey, Annotation
 from imp_core.engine.bloom import BloomFilter
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.zset import DeltaBatch
@@ -185,10 +185,33 @@ def test_annotation_ops_match_naive_model(sets, data):
     for i in range(n):
         for j in range(n):
             assert (keys[i] == keys[j]) == (model[i] == model[j])
+    _check_row_keys(ann, model)
     # bitmaps round trip and concatenation
     assert Annotation.from_bitmaps(ann.to_bitmaps()).row_sets() == model
     assert Annotation.concat([ann, other, Annotation.empty(2)]).row_sets() == \
         model + [tuple(s) for s in other_sets] + [(), ()]
+
+
+def _check_row_keys(ann: Annotation, model: list[tuple[int, ...]]) -> None:
+    """Row keys hold each row's ids, are equal (and hash alike) exactly when the sets
+    are, order as the sorted tuples do, and turn back into the same annotation."""
+    keys = ann.row_keys()
+    assert [k.ids() for k in keys] == model
+    assert Annotation.from_keys(keys).row_sets() == model
+    assert AnnKey.union(keys).ids() == tuple(sorted(set().union(*model)))
+    for a, x in zip(keys, model):
+        assert AnnKey.of(reversed(x)) == a and hash(AnnKey.of(x)) == hash(a)
+        for b, y in zip(keys, model):
+            assert (a == b) == (x == y) and (a < b) == (x < y) and (a <= b) == (x <= y)
+
+
+def test_annotation_row_keys_of_long_singleton_and_empty_rows():
+    """The three ways keys are made: rows of many ids (sorted one by one), singletons
+    (no offsets) and rows without ids."""
+    long = [tuple(range(0, 300, 3)), tuple(range(5, 400)), (), tuple(range(0, 300, 3))]
+    _check_row_keys(Annotation.from_sets([reversed(x) for x in long]), long)
+    _check_row_keys(Annotation.singletons(np.array([7, 2, 7])), [(7,), (2,), (7,)])
+    _check_row_keys(Annotation.empty(2), [(), ()])
 
 
 def test_annotation_singletons_and_empty():
@@ -229,6 +252,7 @@ def _check_consolidate(entries):
         model[((i, s), tuple(ann))] += w
     model = Counter({k: v for k, v in model.items() if v})
     assert batch.to_counter() == model
+    assert {(r, k.ids()): w for (r, k), w in batch.keyed_counts().items()} == model
     out = batch.consolidate()
     assert out.to_counter() == model
     assert (out.weights != 0).all()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_operators_property import SCALE, parts_r
 
+from imp_core.engine.operators.window import WindowOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.plan.nodes import (
     AggCall,
@@ -37,7 +38,17 @@ def _run(data, root, steps=7) -> World:
     world.pipelines.append(fresh)
     for _ in range(2):
         world.step(ch)
+    for pipeline in world.pipelines:
+        _check_sizes(pipeline)
     return world
+
+
+def _check_sizes(pipeline: IncrementalQuery) -> None:
+    """The window's counted entries (its size, asked after every batch) equal those its
+    partitions and kept outputs hold."""
+    for w in (o for o in pipeline.operators if isinstance(o, WindowOp)):
+        assert w._rows == sum(len(p) for p in w.parts.values())
+        assert w._kept == sum(len(o) for o in w.outputs.values())
 
 
 def _order(data) -> tuple[SortKey, ...]:

@@ -18,7 +18,7 @@ from typing import Callable, ClassVar
 import pyarrow as pa
 from sortedcontainers import SortedDict
 
-from imp_core.engine.annotation import Annotation
+from imp_core.engine.annotation import AnnKey, Annotation
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.ordering import sort_key
 from imp_core.engine.state import StateLayout, StateTable
@@ -52,12 +52,12 @@ class TopKOp(Operator):
         self.entries: SortedDict = SortedDict()  # key -> [row, ann, count]
         self.complete = True
         self.refills = 0
-        self._top: list[tuple[tuple, tuple, int]] = []
+        self._top: list[tuple[tuple, AnnKey, int]] = []
 
-    def _key(self, row: tuple, ann: tuple) -> tuple:
+    def _key(self, row: tuple, ann: AnnKey) -> tuple:
         return sort_key(row, ann, self.order, self.positions, self.rest)
 
-    def _top_k(self) -> list[tuple[tuple, tuple, int]]:
+    def _top_k(self) -> list[tuple[tuple, AnnKey, int]]:
         out, m = [], 0
         for row, ann, count in self.entries.values():
             if m >= self.k:
@@ -67,7 +67,7 @@ class TopKOp(Operator):
             m += take
         return out
 
-    def _apply(self, row: tuple, ann: tuple, w: int) -> None:
+    def _apply(self, row: tuple, ann: AnnKey, w: int) -> None:
         key = self._key(row, ann)
         entry = self.entries.get(key)
         if entry is None:
@@ -90,9 +90,8 @@ class TopKOp(Operator):
         # such pairs around the few rows that really change
         if len(batch) > DeltaBatch.SMALL:
             batch = batch.consolidate()
-        for (row, ann), w in batch.to_counter().items():
-            if w:
-                self._apply(row, ann, w)
+        for (row, ann), w in batch.keyed_counts().items():
+            self._apply(row, ann, w)
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
         (batch,) = inputs
@@ -132,7 +131,7 @@ class TopKOp(Operator):
         cols = [pa.array([r[i] for r in rows], type=f.type)
                 for i, f in enumerate(self.output_schema)]
         data = pa.Table.from_arrays(cols, schema=self.output_schema)
-        ann = Annotation.from_sets([a for (_, a), _ in items])
+        ann = Annotation.from_keys([a for (_, a), _ in items])
         return DeltaBatch.of(data, [w for _, w in items], ann)
 
     def current_output(self) -> DeltaBatch:

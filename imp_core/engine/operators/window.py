@@ -40,7 +40,7 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.annotation import Annotation
+from imp_core.engine.annotation import AnnKey, Annotation
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.ordering import sort_key
 from imp_core.engine.state import StateLayout, StateTable
@@ -49,7 +49,7 @@ from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.aggregates.exact import python_exact
 from imp_core.plan.nodes import Window, WindowCall
 
-Entry = tuple[tuple, tuple, int]  # (row, annotation, multiplicity)
+Entry = tuple[tuple, AnnKey, int]  # (row, annotation, multiplicity)
 
 
 class _Frame:
@@ -102,7 +102,7 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     types = {f.name: f.dtype for f in node.input.schema}
     out_types = [f.dtype for f in node.schema[len(names):]]
     if node.frame == "partition":  # no order: every row reads the whole partition
-        everything = tuple(sorted({i for _, ann, _ in entries for i in ann}))
+        everything = AnnKey.union(ann for _, ann, _ in entries)
         values = []
         for c, t in zip(node.calls, out_types):
             frame = _Frame(c, None if c.arg is None else types[c.arg])
@@ -121,17 +121,15 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
         else:
             peers.append([e])
     # one output per occurrence unit: (entry, occurrence count, values per call)
-    units: list[tuple[tuple, tuple, int]] = []  # (row, annotation, multiplicity)
+    units: list[Entry] = []  # (row, annotation, multiplicity)
     per_call: list[list] = [[] for _ in node.calls]  # a value or a frame state per unit
     frames = [_Frame(c, None if c.arg is None else types[c.arg]) if not c.ranking else None
               for c in node.calls]
     cols = [None if c.arg is None else names.index(c.arg) for c in node.calls]
-    seen: set[int] = set()
+    ann = AnnKey(b"")  # the fragments of every row up to the current peer group's last
     before = 0  # occurrences before the current peer group
     for dense, group in enumerate(peers, start=1):
-        for _, ann, _ in group:
-            seen.update(ann)
-        ann = tuple(sorted(seen))
+        ann = AnnKey.union([ann, *(a for _, a, _ in group)])
         size = sum(m for _, _, m in group)
         if node.frame == "range":  # running aggregates include the whole peer group
             for f, col in zip(frames, cols):
@@ -181,28 +179,35 @@ class WindowOp(Operator):
         names = list(node.input.column_names)
         self.key_positions = [names.index(c) for c in node.partition_by]
         # partition key -> {(row, annotation): multiplicity}
-        self.parts: dict[tuple, dict[tuple[tuple, tuple], int]] = {}
+        self.parts: dict[tuple, dict[tuple[tuple, AnnKey], int]] = {}
         # partition key -> W of its rows as last emitted: derived from ``parts`` (not
         # state), so that a touched partition's old output is not computed again
         self.outputs: dict[tuple, list[Entry]] = {}
+        # entries in ``parts`` and in ``outputs``, kept as they change: the size is asked
+        # after every batch, and a walk over thousands of partitions would cost more
+        # than the batch
+        self._rows = 0
+        self._kept = 0
 
     def _key(self, row: tuple) -> tuple:
         return tuple(row[p] for p in self.key_positions)
 
-    def _output(self, part: dict[tuple[tuple, tuple], int]) -> list[Entry]:
+    def _output(self, part: dict[tuple[tuple, AnnKey], int]) -> list[Entry]:
         return window_partition(self.window, [(r, a, m) for (r, a), m in part.items()])
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:
         (batch,) = inputs
         if len(batch) == 0:
             return self.empty()
-        touched: dict[tuple, list[tuple[tuple, tuple, int]]] = {}
-        for (row, ann), w in batch.to_counter().items():
+        touched: dict[tuple, list[Entry]] = {}
+        for (row, ann), w in batch.keyed_counts().items():
             touched.setdefault(self._key(row), []).append((row, ann, w))
         diff: Counter = Counter()
         for key, changes in touched.items():
             part = self.parts.get(key, {})
             old = self.outputs.get(key)
+            self._rows -= len(part)
+            self._kept -= 0 if old is None else len(old)
             for row, ann, m in (self._output(part) if old is None else old):
                 diff[(row, ann)] -= m
             part = dict(part)
@@ -217,6 +222,8 @@ class WindowOp(Operator):
             if part:
                 self.parts[key] = part
                 self.outputs[key] = new = self._output(part)
+                self._rows += len(part)
+                self._kept += len(new)
                 for row, ann, m in new:
                     diff[(row, ann)] += m
             else:
@@ -230,7 +237,7 @@ class WindowOp(Operator):
         rows = [r for (r, _), _ in items]
         cols = [pa.array([r[i] for r in rows], type=f.type) for i, f in enumerate(schema)]
         data = pa.Table.from_arrays(cols, schema=schema)
-        ann = Annotation.from_sets([a for (_, a), _ in items])
+        ann = Annotation.from_keys([a for (_, a), _ in items])
         return DeltaBatch.of(data, [w for _, w in items], ann)
 
     def current_output(self) -> DeltaBatch:
@@ -255,14 +262,14 @@ class WindowOp(Operator):
     def restore(self, state: dict[str, pa.Table]) -> None:
         self.parts = {}
         self.outputs = {}
-        for (row, ann), w in batch_from_arrow(state[self.ROWS.name]).to_counter().items():
+        for (row, ann), w in batch_from_arrow(state[self.ROWS.name]).keyed_counts().items():
             if w < 0:
                 raise ValueError("window state holds a negative multiplicity")
             part = self.parts.setdefault(self._key(row), {})
             part[(row, ann)] = part.get((row, ann), 0) + w
+        self._rows = sum(len(p) for p in self.parts.values())
+        self._kept = 0
 
     def state_bytes(self) -> int:
-        rows = sum(len(p) for p in self.parts.values())
-        kept = sum(len(o) for o in self.outputs.values())
-        return 64 * rows * (1 + len(self.input_schema)) + \
-            64 * kept * (1 + len(self.output_schema))
+        return 64 * self._rows * (1 + len(self.input_schema)) + \
+            64 * self._kept * (1 + len(self.output_schema))

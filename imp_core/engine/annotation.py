@@ -13,12 +13,27 @@ sides holding millions of table rows.
 
 from __future__ import annotations
 
-import functools
+import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 from pyroaring import BitMap
+
+
+def set_key(ids: Iterable[int]) -> bytes:
+    """A fragment set as a key for operators holding rows in Python: its distinct ids,
+    ascending, as big-endian int32 bytes. Keys hash and compare equal as the sets do,
+    and, ids being non-negative, order bytewise as the sets' sorted tuples (a shorter
+    prefix first), which top-k's total order needs (``imp_core.engine.ordering``)."""
+    ordered = sorted(set(ids))
+    return struct.pack(f">{len(ordered)}i", *ordered)
+
+
+def key_ids(key: bytes) -> tuple[int, ...]:
+    """The ids of a ``set_key``, ascending."""
+    return struct.unpack(f">{len(key) // 4}i", key)
+
 
 # the most (row, id) marks ``deduplicated`` sets in a dense array (bytes) before it sorts
 _DENSE_MARKS = 1 << 25
@@ -83,12 +98,12 @@ class Annotation:
         return Annotation(offsets, values)
 
     @staticmethod
-    def from_keys(keys: Sequence[AnnKey]) -> Annotation:
-        """The rows' sets from their keys (``row_keys``' inverse)."""
-        lengths = np.fromiter((len(k.raw) // 4 for k in keys), dtype=np.int64, count=len(keys))
+    def from_keys(keys: Sequence[bytes]) -> Annotation:
+        """The rows' sets from their ``set_key``s (``row_keys``' inverse)."""
+        lengths = np.fromiter((len(k) // 4 for k in keys), dtype=np.int64, count=len(keys))
         offsets = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        values = np.frombuffer(b"".join(k.raw for k in keys), dtype="<i4")
+        values = np.frombuffer(b"".join(keys), dtype=">i4")
         return Annotation(offsets, values.astype(np.int32))
 
     @staticmethod
@@ -135,14 +150,14 @@ class Annotation:
         offs = self.offsets.tolist()
         return [tuple(sorted(vals[offs[i]:offs[i + 1]])) for i in range(len(self))]
 
-    def row_keys(self) -> list[AnnKey]:
-        """Each row's set as an ``AnnKey``: what operators holding rows in Python use
-        instead of ``row_sets``, whose tuples cost a Python int per id (a group's row
-        of a thousand fragments, a thousand)."""
+    def row_keys(self) -> list[bytes]:
+        """Each row's ``set_key``: what operators holding rows in Python use instead of
+        ``row_sets``, whose tuples cost a Python int per id (a group's row of a thousand
+        fragments, a thousand)."""
         if self.is_singleton():
-            raw = self.values.astype("<i4").tobytes()
-            return [AnnKey(raw[i:i + 4]) for i in range(0, len(raw), 4)]
-        return [AnnKey(k) for k in self.keys()]
+            raw = self.values.astype(">i4").tobytes()
+            return [raw[i:i + 4] for i in range(0, len(raw), 4)]
+        return self.keys().tolist()
 
     def row_ids(self) -> np.ndarray:
         """For each value, the row it belongs to."""
@@ -257,64 +272,19 @@ class Annotation:
         return [BitMap(vals[offs[i]:offs[i + 1]]) for i in range(len(self))]
 
     def keys(self) -> np.ndarray:
-        """A hashable key per row (bytes of its sorted ids), for grouping rows by set."""
+        """A hashable key per row, for grouping rows by set: its ``set_key``, or with one
+        id per row the ids themselves (int64)."""
         if self.is_singleton():
             return self.values.astype(np.int64)
         out = np.empty(len(self), dtype=object)
         if len(self.values) >= 64 * len(self):  # long rows: numpy sorts each one quickly
-            out[:] = [np.sort(self.row(i)).tobytes() for i in range(len(self))]
+            out[:] = [np.sort(self.row(i)).astype(">i4").tobytes() for i in range(len(self))]
             return out
         # short rows: all sorted at once, (row << 32 | id) keeping each row's ids together
         # (ids are non-negative int32), then one slice of their bytes per row
         packed = np.sort((self.row_ids() << 32) | self.values.astype(np.int64), kind="stable")
-        data = (packed & 0xFFFFFFFF).astype("<i4").tobytes()
+        data = (packed & 0xFFFFFFFF).astype(">i4").tobytes()
         bounds = (self.offsets * 4).tolist()
         out[:] = [data[bounds[i]:bounds[i + 1]] for i in range(len(self))]
         return out
 
-
-@functools.total_ordering
-class AnnKey:
-    """One row's fragment set as a hashable, ordered key: the bytes of its ids as
-    little-endian int32, ascending (so equal sets have equal bytes).
-
-    Equality and hashing read the bytes. The order is that of the ids' tuples (the last
-    part of top-k's total order, ``imp_core.engine.ordering``), decoded only when two
-    keys are ordered, which happens only between rows equal in every column.
-    """
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: bytes):
-        self.raw = raw
-
-    @staticmethod
-    def of(ids: Iterable[int]) -> AnnKey:
-        return AnnKey(np.asarray(sorted(set(ids)), dtype="<i4").tobytes())
-
-    @staticmethod
-    def union(keys: Iterable[AnnKey]) -> AnnKey:
-        """The key of the union of the keys' sets."""
-        arrays = [k.array() for k in keys]
-        if not arrays:
-            return AnnKey(b"")
-        return AnnKey(np.unique(np.concatenate(arrays)).astype("<i4").tobytes())
-
-    def array(self) -> np.ndarray:
-        """The ids, ascending (a read-only view of the bytes)."""
-        return np.frombuffer(self.raw, dtype="<i4")
-
-    def ids(self) -> tuple[int, ...]:
-        return tuple(self.array().tolist())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, AnnKey) and self.raw == other.raw
-
-    def __hash__(self) -> int:
-        return hash(self.raw)
-
-    def __lt__(self, other: AnnKey) -> bool:
-        return self.ids() < other.ids()
-
-    def __repr__(self) -> str:
-        return f"AnnKey({self.ids()})"

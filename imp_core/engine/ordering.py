@@ -7,12 +7,9 @@ the incremental operator and the reference evaluator share this definition.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from imp_core.plan.nodes import SortKey
-
-if TYPE_CHECKING:
-    from imp_core.engine.annotation import AnnKey
 
 
 @functools.total_ordering
@@ -38,10 +35,10 @@ def _component(v: Any, descending: bool, nulls_first: bool) -> tuple:
     return (1, _Desc(v) if descending else v)
 
 
-def sort_key(row: Sequence[Any], ann: tuple[int, ...] | AnnKey, order: Sequence[SortKey],
+def sort_key(row: Sequence[Any], ann: tuple[int, ...] | bytes, order: Sequence[SortKey],
              positions: Sequence[int], rest: Sequence[int]) -> tuple:
     """Key of an annotated tuple; ``positions`` index the order columns in ``row``; ``ann``
-    its ids as a sorted tuple or as an ``AnnKey``, which orders alike."""
+    its ids as a sorted tuple or as their ``set_key``, which orders alike."""
     head = tuple(_component(row[p], k.descending, k.effective_nulls_first)
                  for p, k in zip(positions, order))
     tail = tuple(_component(row[p], False, True) for p in rest)

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.annotation import AnnKey, Annotation
+from imp_core.engine.annotation import Annotation
 
 WEIGHT = "__w"
 ANN = "__ann"
@@ -138,10 +138,10 @@ class DeltaBatch:
         out = self.take(rows)
         return DeltaBatch(out.data, w.astype(np.int64), out.annotation)
 
-    def keyed_counts(self) -> dict[tuple[tuple, AnnKey], int]:
-        """{(row tuple, its annotation's key): summed weight}, zero sums dropped: a batch
-        as operators holding rows in Python read it (see ``Annotation.row_keys``)."""
-        out: dict[tuple[tuple, AnnKey], int] = {}
+    def keyed_counts(self) -> dict[tuple[tuple, bytes], int]:
+        """{(row tuple, its annotation's ``set_key``): summed weight}, zero sums dropped:
+        a batch as operators holding rows in Python read it (``Annotation.row_keys``)."""
+        out: dict[tuple[tuple, bytes], int] = {}
         rows = zip(*[c.to_pylist() for c in self.data.columns]) if self.data.num_columns else (
             () for _ in range(len(self)))
         for row, ann, w in zip(rows, self.annotation.row_keys(), self.weights.tolist()):

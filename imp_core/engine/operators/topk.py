@@ -18,7 +18,7 @@ from typing import Callable, ClassVar
 import pyarrow as pa
 from sortedcontainers import SortedDict
 
-from imp_core.engine.annotation import AnnKey, Annotation
+from imp_core.engine.annotation import Annotation
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.ordering import sort_key
 from imp_core.engine.state import StateLayout, StateTable
@@ -52,12 +52,12 @@ class TopKOp(Operator):
         self.entries: SortedDict = SortedDict()  # key -> [row, ann, count]
         self.complete = True
         self.refills = 0
-        self._top: list[tuple[tuple, AnnKey, int]] = []
+        self._top: list[tuple[tuple, bytes, int]] = []
 
-    def _key(self, row: tuple, ann: AnnKey) -> tuple:
+    def _key(self, row: tuple, ann: bytes) -> tuple:
         return sort_key(row, ann, self.order, self.positions, self.rest)
 
-    def _top_k(self) -> list[tuple[tuple, AnnKey, int]]:
+    def _top_k(self) -> list[tuple[tuple, bytes, int]]:
         out, m = [], 0
         for row, ann, count in self.entries.values():
             if m >= self.k:
@@ -67,7 +67,7 @@ class TopKOp(Operator):
             m += take
         return out
 
-    def _apply(self, row: tuple, ann: AnnKey, w: int) -> None:
+    def _apply(self, row: tuple, ann: bytes, w: int) -> None:
         key = self._key(row, ann)
         entry = self.entries.get(key)
         if entry is None:

@@ -40,7 +40,7 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.annotation import AnnKey, Annotation
+from imp_core.engine.annotation import Annotation, key_ids, set_key
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.ordering import sort_key
 from imp_core.engine.state import StateLayout, StateTable
@@ -49,7 +49,7 @@ from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.aggregates.exact import python_exact
 from imp_core.plan.nodes import Window, WindowCall
 
-Entry = tuple[tuple, AnnKey, int]  # (row, annotation, multiplicity)
+Entry = tuple[tuple, bytes, int]  # (row, annotation's set_key, multiplicity)
 
 
 class _Frame:
@@ -102,7 +102,7 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     types = {f.name: f.dtype for f in node.input.schema}
     out_types = [f.dtype for f in node.schema[len(names):]]
     if node.frame == "partition":  # no order: every row reads the whole partition
-        everything = AnnKey.union(ann for _, ann, _ in entries)
+        everything = set_key(i for _, ann, _ in entries for i in key_ids(ann))
         values = []
         for c, t in zip(node.calls, out_types):
             frame = _Frame(c, None if c.arg is None else types[c.arg])
@@ -126,10 +126,15 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     frames = [_Frame(c, None if c.arg is None else types[c.arg]) if not c.ranking else None
               for c in node.calls]
     cols = [None if c.arg is None else names.index(c.arg) for c in node.calls]
-    ann = AnnKey(b"")  # the fragments of every row up to the current peer group's last
+    seen: set[int] = set()  # the fragments of the rows up to the current peer group's
+    ann = b""  # and their key, made again only when the group brings new fragments
     before = 0  # occurrences before the current peer group
     for dense, group in enumerate(peers, start=1):
-        ann = AnnKey.union([ann, *(a for _, a, _ in group)])
+        known = len(seen)
+        for _, a, _ in group:
+            seen.update(key_ids(a))
+        if len(seen) != known:
+            ann = set_key(seen)
         size = sum(m for _, _, m in group)
         if node.frame == "range":  # running aggregates include the whole peer group
             for f, col in zip(frames, cols):
@@ -179,7 +184,7 @@ class WindowOp(Operator):
         names = list(node.input.column_names)
         self.key_positions = [names.index(c) for c in node.partition_by]
         # partition key -> {(row, annotation): multiplicity}
-        self.parts: dict[tuple, dict[tuple[tuple, AnnKey], int]] = {}
+        self.parts: dict[tuple, dict[tuple[tuple, bytes], int]] = {}
         # partition key -> W of its rows as last emitted: derived from ``parts`` (not
         # state), so that a touched partition's old output is not computed again
         self.outputs: dict[tuple, list[Entry]] = {}
@@ -192,7 +197,7 @@ class WindowOp(Operator):
     def _key(self, row: tuple) -> tuple:
         return tuple(row[p] for p in self.key_positions)
 
-    def _output(self, part: dict[tuple[tuple, AnnKey], int]) -> list[Entry]:
+    def _output(self, part: dict[tuple[tuple, bytes], int]) -> list[Entry]:
         return window_partition(self.window, [(r, a, m) for (r, a), m in part.items()])
 
     def _step(self, inputs: list[DeltaBatch]) -> DeltaBatch:

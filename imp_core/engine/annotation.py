@@ -287,4 +287,3 @@ class Annotation:
         bounds = (self.offsets * 4).tolist()
         out[:] = [data[bounds[i]:bounds[i + 1]] for i in range(len(self))]
         return out
-

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from imp_core.engine.annotation import Annotation
+from imp_core.engine.annotation import Annotation, key_ids
 
 WEIGHT = "__w"
 ANN = "__ann"
@@ -151,12 +151,7 @@ class DeltaBatch:
 
     def to_counter(self) -> Counter:
         """{(row tuple, fragment-id tuple): weight} with zero weights dropped (for tests)."""
-        out: Counter = Counter()
-        rows = zip(*[c.to_pylist() for c in self.data.columns]) if self.data.num_columns else (
-            () for _ in range(len(self)))
-        for row, ann, w in zip(rows, self.annotation.row_sets(), self.weights.tolist()):
-            out[(tuple(row), ann)] += w
-        return Counter({k: v for k, v in out.items() if v != 0})
+        return Counter({(row, key_ids(key)): w for (row, key), w in self.keyed_counts().items()})
 
 
 def batch_to_arrow(batch: DeltaBatch) -> pa.Table:

@@ -42,12 +42,14 @@ def equal_or_both_null(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Per position, whether ``a`` and ``b`` are equal or both NULL."""
     t = a.type
     if pa.types.is_floating(t) or pa.types.is_integer(t):
-        x = a.to_numpy(zero_copy_only=False)
-        y = b.to_numpy(zero_copy_only=False)
         if a.null_count == 0 and b.null_count == 0:
-            return x == y
+            return a.to_numpy(zero_copy_only=False) == b.to_numpy(zero_copy_only=False)
         xn = a.is_null().to_numpy(zero_copy_only=False)
         yn = b.is_null().to_numpy(zero_copy_only=False)
+        # NULLs filled in place: numpy would turn an integer array with NULLs into
+        # doubles, which cannot tell int64 values apart beyond 2**53
+        x = a.fill_null(0).to_numpy(zero_copy_only=False)
+        y = b.fill_null(0).to_numpy(zero_copy_only=False)
         with np.errstate(invalid="ignore"):
             return ((x == y) & ~xn & ~yn) | (xn & yn)
     eq = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)

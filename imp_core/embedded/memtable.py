@@ -1,8 +1,13 @@
 """An in-memory table whose deletions cost about the rows deleted, with or without a key.
 
 Rows live in ``chunks`` (Arrow tables, appended on insert) plus a liveness bitmap over
-global row positions; a row index is built once, on the first call that needs it, and
-then kept up to date by every change instead of being rebuilt.
+global row positions. A keyed table finds the rows a change names by a hash join of their
+keys with the live rows (in Arrow, O(table) in C++ per change) for its first
+``JOIN_LOOKUPS`` changes, and then builds a row index (O(table) in Python once, O(rows
+changed) per change after): a ski rental, so a table changed a few times (a test, a
+short session) never pays for the index, and a long stream pays for it once. A table
+without a key, or a key of a type the join cannot match by value, uses the index from
+the first change. Once built, the index is kept up to date by every change.
 
 Invariants:
 - Global position ``p`` lies in chunk ``i`` iff ``starts[i] <= p < starts[i + 1]``;
@@ -28,6 +33,9 @@ from imp_core.errors import SchemaMismatchError
 
 MAX_CHUNKS = 64  # more chunks than this are concatenated (positions stay the same)
 MIN_PURGE = 1024  # dead rows are dropped once they exceed this and the live row count
+# changes looked up by a join before the index is built: a join costs about 1/30 of the
+# index's build (Arrow's hash join against a loop of Python tuples)
+JOIN_LOOKUPS = 16
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ class MemTable:
         self._index: dict[tuple, list[int]] | None = None
         self._data: pa.Table | None = data
         self.indexed_rows = 0  # rows ever hashed into the index (a cost measure for tests)
+        self.joined_lookups = 0  # changes found by a join (at most JOIN_LOOKUPS)
 
     # -- reading ------------------------------------------------------------------------
     @property
@@ -88,13 +97,84 @@ class MemTable:
         if self._index is None:
             index: dict[tuple, list[int]] = {}
             for chunk, start in zip(self.chunks, self.starts):
-                alive = self.live[start:start + chunk.num_rows]
-                for i, ident in enumerate(self._identities(chunk)):
-                    if alive[i]:
-                        index.setdefault(ident, []).append(start + i)
+                alive = np.flatnonzero(self.live[start:start + chunk.num_rows])
+                rows = chunk if len(alive) == chunk.num_rows else chunk.take(alive)
+                positions = (alive + start).tolist()
+                idents = self._identities(rows)
+                if self.key:  # one live row per key: no list to extend
+                    index.update(zip(idents, ([p] for p in positions)))
+                else:
+                    for ident, p in zip(idents, positions):
+                        index.setdefault(ident, []).append(p)
                 self.indexed_rows += chunk.num_rows
             self._index = index
         return self._index
+
+    def _joinable(self, inserts: pa.Table, deletes: pa.Table) -> bool:
+        """Whether this change's rows can be found by a join on the key: a keyed table
+        not yet indexed and under its join budget, and keys whose equality is Arrow's
+        (no NULL, which a join never matches, and no floating point: NaN, -0.0)."""
+        if self.key is None or self.joined_lookups >= JOIN_LOOKUPS:
+            return False
+        for c in self.key:
+            t = self.schema.field(c).type
+            if not (pa.types.is_integer(t) or pa.types.is_string(t)
+                    or pa.types.is_large_string(t) or pa.types.is_temporal(t)
+                    or pa.types.is_decimal(t) or pa.types.is_boolean(t)):
+                return False
+            if deletes.column(c).null_count or inserts.column(c).null_count:
+                return False
+        return True
+
+    def _join_keys(self, deletes: pa.Table, inserts: pa.Table) -> np.ndarray:
+        """Positions of the stored rows ``deletes`` name (by key, in their order); raises
+        as ``prepare`` does for a key not stored (or named twice) and a duplicate key."""
+        key = list(self.key or ())
+        live = np.flatnonzero(self.live)
+        stored = self.data.select(key).append_column("__j", pa.array(np.arange(len(live))))
+        positions = np.zeros(deletes.num_rows, dtype=np.int64)
+        if deletes.num_rows:
+            named = deletes.select(key).append_column(
+                "__i", pa.array(np.arange(deletes.num_rows)))
+            hit = named.join(stored, key, join_type="inner", use_threads=False)
+            i = hit.column("__i").to_numpy()
+            found = np.zeros(deletes.num_rows, dtype=bool)
+            found[i] = True
+            firsts = np.unique(i, return_index=True)[1]
+            twice = len(firsts) < len(i) or len(np.unique(
+                hit.column("__j").to_numpy())) < len(i)
+            if not found.all() or twice:
+                bad = int(np.flatnonzero(~found)[0]) if not found.all() else \
+                    int(self._first_repeat(deletes))
+                ident = dict(zip(key, self._identities(deletes.slice(bad, 1))[0]))
+                raise SchemaMismatchError(f"cannot delete from {self.name}: no row {ident}")
+            positions[i] = live[hit.column("__j").to_numpy()]
+        if inserts.num_rows:
+            fresh = inserts.select(key).append_column(
+                "__i", pa.array(np.arange(inserts.num_rows)))
+            clash = fresh.join(stored, key, join_type="inner", use_threads=False)
+            gone = set(positions.tolist())
+            kept = [int(r) for r, j in zip(clash.column("__i").to_numpy(),
+                                           clash.column("__j").to_numpy())
+                    if int(live[j]) not in gone]
+            if kept or self._first_repeat(inserts) is not None:
+                bad = kept[0] if kept else int(self._first_repeat(inserts))
+                ident = dict(zip(key, self._identities(inserts.slice(bad, 1))[0]))
+                raise SchemaMismatchError(f"duplicate key in {self.name}: {ident}")
+        return positions
+
+    def _first_repeat(self, rows: pa.Table) -> int | None:
+        """Index of the first row whose key an earlier row of ``rows`` already has."""
+        key = list(self.key or ())
+        counts = rows.select(key).group_by(key, use_threads=False).aggregate([([], "count_all")])
+        if counts.num_rows == rows.num_rows:
+            return None
+        seen: set[tuple] = set()
+        for i, ident in enumerate(self._identities(rows)):
+            if ident in seen:
+                return i
+            seen.add(ident)
+        return None
 
     def _take(self, positions: np.ndarray) -> pa.Table:
         """The stored rows at ``positions`` (in that order), touching only their chunks."""
@@ -120,6 +200,10 @@ class MemTable:
         """
         cols = self._identity_columns()
         need_index = deletes.num_rows > 0 or (self.key is not None and inserts.num_rows > 0)
+        if need_index and self._index is None and self._joinable(inserts, deletes):
+            self.joined_lookups += 1
+            positions = self._join_keys(deletes, inserts)
+            return Change(positions, self._take(positions), inserts, Counter())
         index = self._ensure_index() if need_index else {}
         used: Counter = Counter()
         positions = np.zeros(deletes.num_rows, dtype=np.int64)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import Counter
 
@@ -51,6 +52,8 @@ def test_contents_follow_a_multiset_model(keyed, compact_often, initial, steps, 
     if compact_often:  # the same for every example, so the fixture may be shared
         monkeypatch.setattr(memtable, "MIN_PURGE", 0)
         monkeypatch.setattr(memtable, "MAX_CHUNKS", 2)
+        # a keyed table switches from joins to its index within the sequence
+        monkeypatch.setattr(memtable, "JOIN_LOOKUPS", 2)
     if keyed:  # unique ids: renumber
         initial = [(i, g, v) for i, (_, g, v) in enumerate(initial)]
     eng = Engine()
@@ -82,6 +85,38 @@ def test_contents_follow_a_multiset_model(keyed, compact_often, initial, steps, 
         assert _rows(eng.table("t")) == model
         assert q.sketch == q.reference().sketch
         assert q.result_rows() == q.reference().rows()
+
+
+@pytest.mark.parametrize("joins", [0, 16])
+def test_keyed_changes_are_checked_alike_by_join_and_by_index(joins, monkeypatch):
+    """A keyed table finds the rows of its first changes by a join, later ones by its
+    index: the same rows deleted, the same refusals, nothing changed by a refused call."""
+    monkeypatch.setattr(memtable, "JOIN_LOOKUPS", joins)
+    schema = pa.schema([("a", pa.string()), ("b", pa.date32()), ("v", pa.int64())])
+
+    def rows(*keys):
+        return pa.Table.from_pylist([{"a": a, "b": dt.date(2020, 1, b), "v": v}
+                                     for a, b, v in keys], schema=schema)
+
+    eng = Engine()
+    eng.create_table("t", rows(("x", 1, 1), ("x", 2, 2), ("y", 1, 3)), key=["a", "b"])
+    refusals = [
+        ("cannot delete from t: no row", None, rows(("z", 1, 0))),
+        ("cannot delete from t: no row", None, rows(("x", 1, 9), ("x", 1, 9))),
+        ("duplicate key in t", rows(("x", 2, 5)), None),
+        ("duplicate key in t", rows(("q", 1, 5), ("q", 1, 6)), None),
+    ]
+    for match, inserts, deletes in refusals:
+        with pytest.raises(SchemaMismatchError, match=match):
+            eng.apply("t", inserts=inserts, deletes=deletes)
+        assert _rows(eng.table("t")) == _rows(rows(("x", 1, 1), ("x", 2, 2), ("y", 1, 3)))
+    # keyed deletes match by key only; a key deleted and inserted in one call is replaced
+    eng.apply("t", inserts=rows(("x", 1, 7), ("q", 3, 8)), deletes=rows(("x", 1, 0)))
+    assert _rows(eng.table("t")) == _rows(rows(("x", 2, 2), ("y", 1, 3), ("x", 1, 7),
+                                               ("q", 3, 8)))
+    table = eng._get("t")
+    assert (table.joined_lookups, table._index is None) == \
+        ((5, True) if joins else (0, False))
 
 
 @pytest.mark.parametrize("key", [None, "id"])

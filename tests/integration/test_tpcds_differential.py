@@ -61,7 +61,7 @@ import zlib
 from collections import defaultdict
 from typing import Any
 
-import duckdb
+import duck
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -277,7 +277,7 @@ class DuckOracle:
         return out
 
     def rows(self, eng: Engine) -> tuple[list[tuple], list[str]]:
-        con = duckdb.connect()
+        con = duck.connection()
         for name, data in eng.tables().items():
             con.register(name, data)
         rel = con.sql(self.sql)

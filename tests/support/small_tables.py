@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import duck
 import duckdb
 import pyarrow as pa
 
@@ -25,7 +26,7 @@ def inner_rows(rng: random.Random, keys: range) -> pa.Table:
 def duckdb_rows(sql: str, tables: dict[str, pa.Table]) -> list[tuple] | str:
     """DuckDB's rows for ``sql`` (sorted), or "raises" where a scalar subquery returns
     several rows (DuckDB raises as Spark does)."""
-    con = duckdb.connect()
+    con = duck.connection()
     for name, data in tables.items():
         con.register(name, data)
     try:

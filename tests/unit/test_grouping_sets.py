@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-import duckdb
+import duck
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -77,7 +77,7 @@ def _rows(rng: np.random.Generator, n: int, start: int) -> pa.Table:
 
 
 def _duckdb(sql: str, table: pa.Table) -> pa.Table:
-    con = duckdb.connect()
+    con = duck.connection()
     con.register("r", table)
     con.register("d", DIM)
     return con.sql(sql).to_arrow_table()

@@ -8,7 +8,7 @@ import datetime as dt
 from collections import Counter
 from decimal import Decimal
 
-import duckdb
+import duck
 import pyarrow as pa
 import pytest
 import sqlglot
@@ -191,7 +191,7 @@ def _rows_by_us(sql: str, tables: dict[str, pa.Table]) -> Counter:
 
 
 def _rows_by_duckdb(sql: str, tables: dict[str, pa.Table]) -> Counter:
-    con = duckdb.connect()
+    con = duck.connection()
     for name, table in tables.items():
         con.register(name, table)
     return Counter(con.execute(sql).fetchall())

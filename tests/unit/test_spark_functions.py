@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import duck
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -111,7 +112,6 @@ def test_maintained_values_equal_the_reference_over_random_updates(batches):
     "SELECT k FROM o WHERE (SELECT count(*) FROM i WHERE i.x > 5) >= 1",
 ])
 def test_a_count_compared_with_zero_is_an_exists(sql):
-    import duckdb
 
     tables = {"o": pa.table({"k": [1, 2, 3, 4, 5], "g": [1, 1, 2, 3, None]}),
               "i": pa.table({"j": [1, 2, 3], "g": [1, 2, 2], "x": [None, 5, 6]})}
@@ -119,7 +119,7 @@ def test_a_count_compared_with_zero_is_an_exists(sql):
     eng.create_table("o", tables["o"], key="k")
     eng.create_table("i", tables["i"], key="j")
     q = eng.register(sql, {"o.k": 2})
-    con = duckdb.connect()
+    con = duck.connection()
     for name, data in tables.items():
         con.register(name, data)
     assert sorted(q.result().column("k").to_pylist()) == sorted(
@@ -141,7 +141,6 @@ def test_a_count_compared_with_zero_is_an_exists(sql):
 def test_distinct_aggregates_beside_others_without_group_by(sql):
     """TPC-DS q16, q28, q94, q95: one aggregation per DISTINCT argument and one for the
     rest, crossed; SQL's one row when the input empties."""
-    import duckdb
 
     eng = _engine()
     q = eng.register(sql, {"t.k": 2})
@@ -154,7 +153,7 @@ def test_distinct_aggregates_beside_others_without_group_by(sql):
                  D(rng.choice(["1.00", "2.50"])), 1.0) for j in range(rng.randint(0, 3))]
         eng.apply("t", inserts=_table(rows),
                   deletes=current.take(pa.array(picks, pa.int64())) if picks else None)
-        con = duckdb.connect()
+        con = duck.connection()
         con.register("t", eng.table("t"))
         theirs = [tuple(float(v) if isinstance(v, D) else v for v in r)
                   for r in con.sql(sql).fetchall()]

@@ -11,7 +11,7 @@ non-incremental recapture. Planner tests check names, types and errors.
 
 from __future__ import annotations
 
-import duckdb
+import duck
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -215,7 +215,7 @@ def test_refusals_and_errors(sql, error, pattern):
 
 
 def test_duckdb_agrees_on_the_planned_types():
-    con = duckdb.connect()
+    con = duck.connection()
     plan = plan_sql("SELECT a FROM t UNION ALL SELECT x FROM u", CATALOG)
     assert plan.schema[0].dtype == pa.int64()
     assert con.sql("SELECT 1::INT AS a UNION ALL SELECT 2::BIGINT").types[0] == "BIGINT"

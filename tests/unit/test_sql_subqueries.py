@@ -10,7 +10,7 @@ sketch equals the non-incremental recapture.
 
 from __future__ import annotations
 
-import duckdb
+import duck
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -87,7 +87,7 @@ def _tables(rows_r, rows_s, first: int = 0) -> tuple[pa.Table, pa.Table]:
 
 
 def _duckdb(eng: Engine, sql: str) -> list:
-    con = duckdb.connect()
+    con = duck.connection()
     for name, data in eng.tables().items():
         con.register(name, data)
     return sorted(con.sql(sql).fetchall(), key=repr)

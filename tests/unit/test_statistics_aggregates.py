@@ -14,7 +14,7 @@ import math
 import statistics
 from decimal import Decimal
 
-import duckdb
+import duck
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -57,7 +57,7 @@ def _rows(rng: np.random.Generator, n: int, start: int) -> pa.Table:
 
 
 def _duckdb(sql: str, table: pa.Table) -> list[tuple]:
-    con = duckdb.connect()
+    con = duck.connection()
     con.register("r", table)
     return con.execute(sql).fetchall()
 
@@ -77,8 +77,8 @@ def _check(eng: Engine, q, sql: str) -> None:
     ours = sorted(tuple(r.values()) for r in q.result().to_pylist())
     theirs = sorted(_duckdb(sql, eng.table("r")))
     assert len(ours) == len(theirs), (ours, theirs)
-    for mine, duck in zip(ours, theirs):
-        assert all(_close(a, b) for a, b in zip(mine, duck)), (mine, duck)
+    for mine, their in zip(ours, theirs):
+        assert all(_close(a, b) for a, b in zip(mine, their)), (mine, their)
 
 
 @pytest.mark.parametrize("sql", [QUERY, GLOBAL], ids=["grouped", "global"])

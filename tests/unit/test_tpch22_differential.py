@@ -23,7 +23,7 @@ import datetime as dt
 import decimal
 import math
 
-import duckdb
+import duck
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -87,7 +87,7 @@ def _same(ours: list[tuple], theirs: list[tuple]) -> bool:
 
 
 def _duckdb_result(eng: Engine, sql: str) -> pa.Table:
-    con = duckdb.connect()
+    con = duck.connection()
     for name, data in eng.tables().items():
         # DuckDB reads string_view columns as plain VARCHAR once cast
         fixed = data.cast(pa.schema([

@@ -119,8 +119,9 @@ class MemTable:
         for c in self.key:
             t = self.schema.field(c).type
             if not (pa.types.is_integer(t) or pa.types.is_string(t)
-                    or pa.types.is_large_string(t) or pa.types.is_temporal(t)
-                    or pa.types.is_decimal(t) or pa.types.is_boolean(t)):
+                    or pa.types.is_large_string(t) or pa.types.is_date(t)
+                    or pa.types.is_timestamp(t) or pa.types.is_decimal128(t)
+                    or pa.types.is_boolean(t)):
                 return False
             if deletes.column(c).null_count or inserts.column(c).null_count:
                 return False
@@ -137,18 +138,17 @@ class MemTable:
             named = deletes.select(key).append_column(
                 "__i", pa.array(np.arange(deletes.num_rows)))
             hit = named.join(stored, key, join_type="inner", use_threads=False)
-            i = hit.column("__i").to_numpy()
+            i, j = hit.column("__i").to_numpy(), hit.column("__j").to_numpy()
             found = np.zeros(deletes.num_rows, dtype=bool)
             found[i] = True
-            firsts = np.unique(i, return_index=True)[1]
-            twice = len(firsts) < len(i) or len(np.unique(
-                hit.column("__j").to_numpy())) < len(i)
+            # keys are unique among the stored rows, so a row matched twice was named twice
+            twice = len(np.unique(j)) < len(j)
             if not found.all() or twice:
                 bad = int(np.flatnonzero(~found)[0]) if not found.all() else \
                     int(self._first_repeat(deletes))
                 ident = dict(zip(key, self._identities(deletes.slice(bad, 1))[0]))
                 raise SchemaMismatchError(f"cannot delete from {self.name}: no row {ident}")
-            positions[i] = live[hit.column("__j").to_numpy()]
+            positions[i] = live[j]
         if inserts.num_rows:
             fresh = inserts.select(key).append_column(
                 "__i", pa.array(np.arange(inserts.num_rows)))

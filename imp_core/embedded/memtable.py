@@ -157,8 +157,8 @@ class MemTable:
             kept = [int(r) for r, j in zip(clash.column("__i").to_numpy(),
                                            clash.column("__j").to_numpy())
                     if int(live[j]) not in gone]
-            if kept or self._first_repeat(inserts) is not None:
-                bad = kept[0] if kept else int(self._first_repeat(inserts))
+            bad = kept[0] if kept else self._first_repeat(inserts)
+            if bad is not None:
                 ident = dict(zip(key, self._identities(inserts.slice(bad, 1))[0]))
                 raise SchemaMismatchError(f"duplicate key in {self.name}: {ident}")
         return positions

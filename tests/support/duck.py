@@ -1,24 +1,15 @@
 """DuckDB connections for the tests' oracle checks.
 
 A new DuckDB database costs about 30 ms to open, and the suite's checks ask for one
-thousands of times. ``connection()`` instead hands out a cursor of one in-memory
-database per process: about 2 ms, and as isolated as a new database for what the checks
-do (a cursor's registered Arrow tables and ``SET`` options are its own). Tables created
-with ``CREATE TABLE`` would be shared: checks that create tables open their own database.
+thousands of times. ``connection()`` is the fuzzer's ``duckdb_connection``: a cursor of
+one in-memory database per process, about 2 ms, and as isolated as a new database for
+what the checks do (a cursor's registered Arrow tables and ``SET`` options are its own).
+Tables created with ``CREATE TABLE`` would be shared: checks that create tables open
+their own database.
 """
 
 from __future__ import annotations
 
-import functools
+from benchmarks.fuzz_sql import duckdb_connection as connection
 
-import duckdb
-
-
-@functools.cache
-def _database() -> duckdb.DuckDBPyConnection:
-    return duckdb.connect()
-
-
-def connection() -> duckdb.DuckDBPyConnection:
-    """A connection of its own (no registered tables, default settings)."""
-    return _database().cursor()
+__all__ = ["connection"]

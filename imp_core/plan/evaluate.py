@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import decimal
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -102,7 +103,7 @@ class _Evaluator:
         return col
 
     def _Literal(self, e: Literal) -> pa.Scalar:
-        return pa.scalar(e.value, type=e.dtype)
+        return e.scalar()
 
     # -- operators ------------------------------------------------------------------------
     def _BinaryOp(self, e: BinaryOp) -> pa.Array | pa.Scalar:
@@ -363,7 +364,16 @@ def _values_of(v: pa.Array | pa.Scalar, n: int | None) -> list:
 
 
 def _strict(*exprs: Expr) -> bool:
-    return any(isinstance(x, Strict) for e in exprs for x in e.walk())
+    try:
+        return any(_has_strict(e) for e in exprs)
+    except TypeError:  # an unhashable literal value
+        return any(isinstance(x, Strict) for e in exprs for x in e.walk())
+
+
+@lru_cache(maxsize=4096)
+def _has_strict(expr: Expr) -> bool:
+    # cached: a plan's expressions are evaluated again on every batch
+    return any(isinstance(x, Strict) for x in expr.walk())
 
 
 def _report(ev: _Evaluator, errors: ansi.RowErrors | None) -> None:

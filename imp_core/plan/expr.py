@@ -24,7 +24,15 @@ FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesc
 
 
 class Expr:
-    """Base of scalar expressions."""
+    """Base of scalar expressions.
+
+    A node's hash is kept on it once computed (``_keep_hash``): a frozen dataclass hashes
+    its fields, so each hash walks the whole subtree, and the evaluator's memo looks up
+    every node of a tree. What is kept this way (names beginning with "_") is not pickled:
+    string hashes differ between processes."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     def children(self) -> tuple[Expr, ...]:
         return ()
@@ -53,6 +61,14 @@ class Literal(Expr):
 
     def __repr__(self) -> str:
         return f"Literal({self.value!r}, {self.dtype})"
+
+    def scalar(self) -> pa.Scalar:
+        """The value as an Arrow scalar of ``dtype``, made once per node."""
+        found = self.__dict__.get("_scalar")
+        if found is None:
+            found = pa.scalar(self.value, type=self.dtype)
+            object.__setattr__(self, "_scalar", found)
+        return found
 
     def __str__(self) -> str:
         return repr(self.value) if self.value is not None else "NULL"
@@ -180,6 +196,23 @@ class Strict(Expr):
 
     def __str__(self) -> str:
         return str(self.inner)
+
+
+def _keep_hash(cls: type) -> None:
+    fields_hash = cls.__hash__
+
+    def __hash__(self: Expr) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = fields_hash(self)
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
+
+
+for _node in Expr.__subclasses__():
+    _keep_hash(_node)
 
 
 def conjuncts(expr: Expr | None) -> list[Expr]:

@@ -111,7 +111,11 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
                 frame.add(None if col is None else row[col], m)
             values.append(_finalize(c, frame.dtype, t, [frame.state()])[0])
         return [(row + tuple(values), everything, m) for row, _, m in entries]
-    ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions, rest))
+    expand = node.frame == "rows" or any(c.func == "row_number" for c in node.calls)
+    # only row numbers and ROWS frames tell peers apart: they need the total order; the
+    # other values are the same for every order of peers, so the order keys suffice
+    ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions, rest)
+                     if expand else sort_key(e[0], b"", node.order, positions, ()))
     # ordered windows: peer groups (equal order values) in order
     peers: list[list[Entry]] = []
     for e in ordered:
@@ -142,7 +146,6 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
                     for row, _, m in group:
                         f.add(None if col is None else row[col], m)
         position = before
-        expand = node.frame == "rows" or any(c.func == "row_number" for c in node.calls)
         for row, _, m in group:
             steps = [(1, m)] if not expand else [(1, 1)] * m
             for _, count in steps:

@@ -29,6 +29,17 @@ def _int_like(t: pa.DataType) -> bool:
             or pa.types.is_boolean(t))
 
 
+def key_valid(data: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
+    """Mask of the rows of ``data`` whose join columns are all non-NULL (``key_hashes``'s
+    valid mask, without the hashing)."""
+    valid = np.ones(data.num_rows, dtype=bool)
+    for c in columns:
+        col = data.column(c)
+        if col.null_count:
+            valid &= col.is_valid().to_numpy(zero_copy_only=False)
+    return valid
+
+
 def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
     """(int64 key per row, valid mask, exact) for the join columns of ``data``.
 
@@ -36,11 +47,8 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
     otherwise the key is a hash and matches must be verified on the values.
     """
     n = data.num_rows
-    valid = np.ones(n, dtype=bool)
+    valid = key_valid(data, columns)
     cols = [_one_chunk(data.column(c)) for c in columns]
-    for c in cols:
-        if c.null_count:
-            valid &= c.is_valid().to_numpy(zero_copy_only=False)
     if len(cols) == 1 and _int_like(cols[0].type):
         c = cols[0]
         if pa.types.is_date32(c.type):

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.join_index import JoinSide, SideIndex, key_hashes
+from imp_core.engine.join_index import JoinSide, SideIndex, key_hashes, key_valid
 from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
@@ -117,7 +117,7 @@ class KeyedJoinOp(TwoSidedOp):
                 return left
             if nulls:
                 return self.empty()
-            _, valid, _ = key_hashes(left.data, self.left_keys)
+            valid = key_valid(left.data, self.left_keys)
             return left.filter((matches == 0) & valid)
         parts = [self._joined(left.take(li), right.take(ri)),
                  self._padded_left(left.filter(matches == 0))]
@@ -184,7 +184,7 @@ class KeyedJoinOp(TwoSidedOp):
             return (0, 0)
         if self._right_facts is None:
             rows = self.right.contents()
-            _, valid, _ = key_hashes(rows.data, self.right_keys)
+            valid = key_valid(rows.data, self.right_keys)
             self._right_facts = (int(rows.weights.sum()), int(rows.weights[~valid].sum()))
         return self._right_facts
 
@@ -197,7 +197,7 @@ class KeyedJoinOp(TwoSidedOp):
             dr = dr.consolidate()
         old_facts = self._facts()
         if self.mode == "nai" and len(dr):
-            _, valid, _ = key_hashes(dr.data, self.right_keys)
+            valid = key_valid(dr.data, self.right_keys)
             new_facts = (old_facts[0] + int(dr.weights.sum()),
                          old_facts[1] + int(dr.weights[~valid].sum()))
             if (new_facts[0] == 0) != (old_facts[0] == 0) or \
@@ -207,8 +207,8 @@ class KeyedJoinOp(TwoSidedOp):
             new_facts = old_facts
         if not self.left_keys:
             return self._recompute_all(dl, dr, old_facts, new_facts)
-        lvalid = key_hashes(dl.data, self.left_keys)[1] if len(dl) else np.zeros(0, bool)
-        rvalid = key_hashes(dr.data, self.right_keys)[1] if len(dr) else np.zeros(0, bool)
+        lvalid = key_valid(dl.data, self.left_keys)
+        rvalid = key_valid(dr.data, self.right_keys)
         dl_keyed, dr_keyed = dl.filter(lvalid), dr.filter(rvalid)
         keys = self._touched_keys(dl_keyed, dr_keyed)
         # the left rows of keys only ΔL touches are not needed (see the module doc)

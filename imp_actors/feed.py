@@ -4,13 +4,15 @@
 local folder it checks whether the next commit file of the Delta log exists (a ``stat``,
 microseconds), otherwise it asks the table.
 ``DeltaFeed`` serves the change feed of any version range ``(a, b]`` of a table as one
-weighted batch of full rows. It caches the changes per version range it pulled (split
-per version when the source says which version each row belongs to), so a range is
-read from storage once however many queries need it, and queries at different versions
-reuse each other's pulls. Where a range is read from (change files in-process, or
-Spark for large ones) is the one policy of ``imp_core.storage.ChangeReader``.
-Invariant: ``changes(t, a, b)`` equals the table's change feed of ``(a, b]`` exactly
-(rows with weight +1 per insertion and -1 per deletion), whatever is cached.
+weighted batch of full rows, or of the columns asked (read narrow). It caches the
+changes per version range it pulled (split per version when the source says which
+version each row belongs to), so a range is read from storage once however many queries
+need it, and queries at different versions reuse each other's pulls. Where a range is
+read from (change files in-process, or Spark for large ones) is the one policy of
+``imp_core.storage.ChangeReader``.
+Invariant: ``changes(t, a, b, columns)`` equals the table's change feed of ``(a, b]``
+exactly (rows with weight +1 per insertion and -1 per deletion), cut to ``columns`` when
+given, whatever is cached.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 import pyarrow as pa
@@ -106,6 +108,10 @@ class _Entry:
     delta: TableDelta
     nbytes: int
     used: float
+    columns: frozenset[str] | None = None  # the columns its rows hold (None: all)
+
+    def covers(self, want: frozenset[str] | None) -> bool:
+        return self.columns is None or (want is not None and want <= self.columns)
 
 
 @dataclass
@@ -129,6 +135,7 @@ class DeltaFeed:
         self._lru: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._bytes = 0
         self._locks: dict[str, threading.Lock] = {}
+        self._asked: dict[str, frozenset[str]] = {}  # table -> the columns asked of it
         self._guard = threading.Lock()
         self.stats = FeedStats()
 
@@ -136,17 +143,29 @@ class DeltaFeed:
         with self._guard:
             return self._locks.setdefault(table, threading.Lock())
 
-    def changes(self, table: str, start: int, end: int) -> TableDelta:
-        """The change feed of versions ``(start, end]`` of ``table``."""
+    def changes(self, table: str, start: int, end: int,
+                columns: Collection[str] | None = None) -> TableDelta:
+        """The change feed of versions ``(start, end]`` of ``table``: whole rows, or only
+        ``columns`` of them (in the table's order). A cached range that holds fewer
+        columns than asked is read again, with the columns asked."""
+        want = None if columns is None else frozenset(columns)
+        if want is not None and not want <= set(self.schema(table).names):
+            unknown = sorted(want - set(self.schema(table).names))[0]
+            raise KeyError(f"{table} has no column {unknown!r}")
         if end <= start:
-            return TableDelta.inserts(self.store.schema(table).empty_table())
+            return _project(TableDelta.inserts(self.store.schema(table).empty_table()), want)
         with self._lock(table):
+            # a read takes every column asked of this table so far: queries asking for
+            # different columns then share one read instead of replacing each other's
+            read = None
+            if want is not None:
+                read = self._asked[table] = want | self._asked.get(table, frozenset())
             parts: list[TableDelta] = []
             cur = start
             hit = False
             while cur < end:
                 entry = self._entries.get(table, {}).get(cur)
-                if entry is not None and entry.end <= end:
+                if entry is not None and entry.end <= end and entry.covers(want):
                     entry.used = time.monotonic()
                     self._lru.move_to_end((table, cur))
                     parts.append(entry.delta)
@@ -155,19 +174,24 @@ class DeltaFeed:
                     continue
                 nxt = min((s for s in self._entries.get(table, {}) if cur < s < end),
                           default=end)
-                parts.extend(self._pull(table, cur, nxt))
+                parts.extend(self._pull(table, cur, nxt, read))
                 cur = nxt
             if hit:
                 self.stats.hits += 1
-        return concat_deltas(parts)
+        # parts may hold more columns than asked (a range cached whole): the same columns
+        # each before they are put together
+        return concat_deltas([_project(p, want) for p in parts])
 
-    def _pull(self, table: str, start: int, end: int) -> list[TableDelta]:
-        """Read ``(start, end]`` from storage, cache it, return it (in version order)."""
+    def _pull(self, table: str, start: int, end: int,
+              columns: frozenset[str] | None = None) -> list[TableDelta]:
+        """Read ``(start, end]`` from storage (``columns``, and those with a domain to
+        check; all with None), cache it, return it (in version order)."""
         t0 = time.perf_counter()
         out: list[TableDelta] = []
-        for a, b, delta in self.reader.pieces(table, start, end):
+        read = None if columns is None else columns | set(self._domains(table))
+        for a, b, delta in self.reader.pieces(table, start, end, read):
             self._check_domains(table, a, b, delta)
-            self._put(table, a, b, delta)
+            self._put(table, a, b, delta, read)
             out.append(delta)
         if self.reader.last_path == "spark":
             self.stats.spark_pulls += 1
@@ -179,8 +203,7 @@ class DeltaFeed:
         """Rows another writer inserted must lie in the table's declared domains (the
         service's own commits are checked before they are made): a sketch that a domain
         made safe is never maintained over a value outside it."""
-        entry = getattr(self.store, "entry", None)
-        domains = dict(entry(table).domains or {}) if entry is not None else {}
+        domains = self._domains(table)
         if not domains or len(delta) == 0:
             return
         inserted = delta.rows.filter(pa.array(delta.weights > 0))
@@ -191,6 +214,10 @@ class DeltaFeed:
                 f"{exc}, written by another writer past the domain's CHECK constraint: "
                 f"queries reading {table} are not maintained over it; delete or fix the "
                 "rows, then drop and register the queries again") from None
+
+    def _domains(self, table: str) -> dict:
+        entry = getattr(self.store, "entry", None)
+        return dict(entry(table).domains or {}) if entry is not None else {}
 
     @property
     def last_path(self) -> str:
@@ -215,14 +242,15 @@ class DeltaFeed:
         with self._lock(table):
             self._put(table, version - 1, version, delta)
 
-    def _put(self, table: str, start: int, end: int, delta: TableDelta) -> None:
+    def _put(self, table: str, start: int, end: int, delta: TableDelta,
+             columns: frozenset[str] | None = None) -> None:
         nbytes = delta.rows.nbytes + delta.weights.nbytes
         self.stats.pulled_rows += len(delta)
         entries = self._entries.setdefault(table, {})
         old = entries.get(start)
         if old is not None:
             self._bytes -= old.nbytes
-        entries[start] = _Entry(start, end, delta, nbytes, time.monotonic())
+        entries[start] = _Entry(start, end, delta, nbytes, time.monotonic(), columns)
         self._lru[(table, start)] = None
         self._lru.move_to_end((table, start))
         self._bytes += nbytes
@@ -256,3 +284,9 @@ def count_changes(delta: TableDelta) -> int:
     return int(np.abs(np.asarray(delta.weights)).sum()) if len(delta) else 0
 
 
+def _project(delta: TableDelta, want: frozenset[str] | None) -> TableDelta:
+    """``delta`` with only the columns in ``want`` (all with None), in its order."""
+    if want is None or len(want) == delta.rows.num_columns:
+        return delta
+    return TableDelta(delta.rows.select([n for n in delta.rows.column_names if n in want]),
+                      delta.weights)

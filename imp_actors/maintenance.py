@@ -28,7 +28,7 @@ from imp_actors.worker import ApplyResult
 from imp_core.engine.operators.base import TableDelta
 from imp_core.errors import WorkerLostError
 from imp_core.sketch.sketch import Sketch
-from imp_core.storage.scan_spec import restrict_delta
+from imp_core.storage.scan_spec import read_columns, restrict_delta
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,9 @@ class Maintenance:
         for t in q.tables:
             if target[t] == have.get(t, -1):
                 continue
-            full = self.ctx.feed.changes(t, have[t], target[t])
-            mine = restrict_delta(full, q.scan_specs.get(t))
+            spec = q.scan_specs.get(t)
+            full = self.ctx.feed.changes(t, have[t], target[t], read_columns(spec))
+            mine = restrict_delta(full, spec)
             out[t] = route_rows(t, mine, q.key, q.shards)[shard]
         return out
 

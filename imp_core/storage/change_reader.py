@@ -21,7 +21,7 @@ feed cut down by ``restrict_delta`` to what a scan spec needs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Collection, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -103,19 +103,29 @@ class ChangeReader:
                 return True
         return False
 
-    def pieces(self, table: str, start: int, end: int
-               ) -> list[tuple[int, int, TableDelta]]:
-        """The full-row changes of ``(start, end]`` as ``(from, to, delta)`` pieces: one per
-        version when the read says which version each row belongs to, else one."""
+    def pieces(self, table: str, start: int, end: int,
+               columns: Collection[str] | None = None) -> list[tuple[int, int, TableDelta]]:
+        """The changes of ``(start, end]`` as ``(from, to, delta)`` pieces: one per version
+        when the read says which version each row belongs to, else one. Rows are whole,
+        or hold only ``columns`` (in the table's order) when given: change files are
+        then read narrow."""
         if end <= start:
             return []
+        schema = self.schema(table)
+        if columns is not None:
+            unknown = set(columns) - set(schema.names)
+            if unknown:
+                raise KeyError(f"{table} has no column {sorted(unknown)[0]!r}")
+            schema = pa.schema([f for f in schema if f.name in columns])
         if self.uses_spark(table, start, end):
             self.last_path = "spark"
-            return [(start, end, self.spark_source().changes(table, start, end, None))]
+            delta = self.spark_source().changes(table, start, end, None)
+            if columns is not None:
+                delta = TableDelta(delta.rows.select(schema.names), delta.weights)
+            return [(start, end, delta)]
         self.last_path = "direct"
         if end - start <= FILE_READ_MAX_VERSIONS:
             location = self.store.entry(table).location
-            schema = self.schema(table)
             out = []
             for v in range(start + 1, end + 1):
                 feed = read_change_files(commit_change_files(location, v), schema)
@@ -124,6 +134,8 @@ class ChangeReader:
         feed = self.store.changes(table, start, end)
         versions = feed.column(COMMIT_VERSION).to_numpy()
         rows, weights = to_weighted(feed)
+        if columns is not None:
+            rows = rows.select(schema.names)
         out = []
         for v in range(start + 1, end + 1):
             idx = np.flatnonzero(versions == v)

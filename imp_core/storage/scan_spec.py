@@ -69,6 +69,15 @@ def _before_raising(predicate: Expr) -> Expr | None:
     return conjoin(kept)
 
 
+def read_columns(spec: ScanSpec | None) -> frozenset[str] | None:
+    """The columns of a table's changes ``restrict_delta`` needs for ``spec`` (None: the
+    whole rows, there being no spec)."""
+    if spec is None:
+        return None
+    predicate = spec.predicate.columns() if spec.predicate is not None else frozenset()
+    return frozenset(spec.columns) | predicate
+
+
 def restrict_delta(delta: TableDelta, spec: ScanSpec | None) -> TableDelta:
     """A table's full delta cut down to what one query needs: rows passing the pushed-down
     selection, the spec's columns, and (for a partitioned table) each row's global

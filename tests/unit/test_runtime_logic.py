@@ -197,10 +197,32 @@ def test_delta_feed_equals_the_change_feed_whatever_is_cached(root):
             out[tuple(sorted(row.items()))] += w
         return +out
 
-    for a, b in [(v0 + 1, v0 + 3), (v0, v5), (v0 + 2, v5), (v0, v0 + 1), (v0 + 4, v5)]:
+    ranges = [(v0 + 1, v0 + 3), (v0, v5), (v0 + 2, v5), (v0, v0 + 1), (v0 + 4, v5)]
+    for a, b in ranges:
         expect = TableDelta(*to_weighted(store.changes("t1000g", a, b)))
         assert as_counter(feed.changes("t1000g", a, b)) == as_counter(expect), (a, b)
     assert feed.stats.hits >= 3
+
+    # some columns asked, in turn with others and with whole rows: each answer is the
+    # change feed cut to the columns asked, whether its ranges were read narrow or whole
+    names = store.schema("t1000g").names
+    asks = [names[-1:], names[:2], None, names[1:], names[:1], None, names[-1:]]
+    narrow = DeltaFeed(store, cache_bytes=1 << 30)
+    for i, cols in enumerate(asks * 2):
+        a, b = ranges[i % len(ranges)]
+        got = narrow.changes("t1000g", a, b, cols)
+        full = TableDelta(*to_weighted(store.changes("t1000g", a, b)))
+        keep = names if cols is None else [n for n in names if n in cols]
+        assert got.rows.column_names == keep, cols
+        expect = TableDelta(full.rows.select(keep), full.weights)
+        assert as_counter(got) == as_counter(expect), (a, b, cols)
+    assert narrow.stats.hits >= 3
+    with pytest.raises(KeyError, match="no column 'nope'"):
+        narrow.changes("t1000g", v0, v0 + 2, ["nope"])
+    narrow.forget("t1000g")  # the refused ask is not read with the next ones
+    full = TableDelta(*to_weighted(store.changes("t1000g", v0, v5)))
+    assert as_counter(narrow.changes("t1000g", v0, v5, names[:1])) == \
+        as_counter(TableDelta(full.rows.select(names[:1]), full.weights))
 
 
 def test_worker_refuses_foreign_batches_and_acknowledges_repeats(tmp_path):

@@ -58,8 +58,9 @@ class AdaptiveRanges:
             for t, counts in q.counts.items():
                 have = q.counted_versions[t]
                 if target[t] > have:
-                    full = feed.changes(t, have, target[t])
-                    counts.apply(full.rows.column(counts.partition.column), full.weights)
+                    column = counts.partition.column
+                    full = feed.changes(t, have, target[t], (column,))
+                    counts.apply(full.rows.column(column), full.weights)
                     q.counted_versions[t] = target[t]
         if any(c.skew(self.ctx.config.adaptive_overflow) is not None
                for c in q.counts.values()):

@@ -36,7 +36,6 @@ from typing import Any, Callable
 
 from imp_actors.autoscaler import Autoscaler, Trend, ceiling
 from imp_actors.context import RuntimeContext
-from imp_actors.feed import count_changes
 from imp_actors.lifecycle import QueryRuntime, QueryState
 from imp_actors.reclustering import Reclustering
 from imp_actors.reconcile import Action, Reconciler, Step, Target, Want
@@ -162,7 +161,7 @@ class ControlLoop:
                     self._seen_versions[t] = latest
                     continue
             if latest > seen:
-                tuples = count_changes(self.ctx.feed.changes(t, seen, latest))
+                tuples = self.ctx.feed.count(t, seen, latest)
                 self.note_commit(t, latest, tuples)
                 found[t] = latest
                 self.ctx.counters["external_versions"] += latest - seen

@@ -182,6 +182,11 @@ class DeltaFeed:
         # each before they are put together
         return concat_deltas([_project(p, want) for p in parts])
 
+    def count(self, table: str, start: int, end: int) -> int:
+        """The rows changed in versions ``(start, end]`` of ``table`` (an update counts
+        twice), read with the columns the queries read: then it is their read, shared."""
+        return count_changes(self.changes(table, start, end, self._asked.get(table)))
+
     def _pull(self, table: str, start: int, end: int,
               columns: frozenset[str] | None = None) -> list[TableDelta]:
         """Read ``(start, end]`` from storage (``columns``, and those with a domain to

@@ -208,6 +208,10 @@ def test_delta_feed_equals_the_change_feed_whatever_is_cached(root):
     names = store.schema("t1000g").names
     asks = [names[-1:], names[:2], None, names[1:], names[:1], None, names[-1:]]
     narrow = DeltaFeed(store, cache_bytes=1 << 30)
+    counted = DeltaFeed(store)
+    counted.changes("t1000g", v0, v5, names[:1])
+    assert counted.count("t1000g", v0, v5) == len(store.changes("t1000g", v0, v5))
+    assert counted.stats.pulls == 1  # counted from the narrow read
     for i, cols in enumerate(asks * 2):
         a, b = ranges[i % len(ranges)]
         got = narrow.changes("t1000g", a, b, cols)

@@ -149,9 +149,7 @@ class DeltaFeed:
         ``columns`` of them (in the table's order). A cached range that holds fewer
         columns than asked is read again, with the columns asked."""
         want = None if columns is None else frozenset(columns)
-        if want is not None and not want <= set(self.schema(table).names):
-            unknown = sorted(want - set(self.schema(table).names))[0]
-            raise KeyError(f"{table} has no column {unknown!r}")
+        self.reader.columns_schema(table, want)  # an unknown column is refused before use
         if end <= start:
             return _project(TableDelta.inserts(self.store.schema(table).empty_table()), want)
         with self._lock(table):
@@ -193,9 +191,10 @@ class DeltaFeed:
         check; all with None), cache it, return it (in version order)."""
         t0 = time.perf_counter()
         out: list[TableDelta] = []
-        read = None if columns is None else columns | set(self._domains(table))
+        domains = self._domains(table)
+        read = None if columns is None else columns | set(domains)
         for a, b, delta in self.reader.pieces(table, start, end, read):
-            self._check_domains(table, a, b, delta)
+            self._check_domains(table, a, b, delta, domains)
             self._put(table, a, b, delta, read)
             out.append(delta)
         if self.reader.last_path == "spark":
@@ -204,11 +203,11 @@ class DeltaFeed:
         self.stats.pull_seconds += time.perf_counter() - t0
         return out
 
-    def _check_domains(self, table: str, start: int, end: int, delta: TableDelta) -> None:
+    def _check_domains(self, table: str, start: int, end: int, delta: TableDelta,
+                       domains: dict) -> None:
         """Rows another writer inserted must lie in the table's declared domains (the
         service's own commits are checked before they are made): a sketch that a domain
         made safe is never maintained over a value outside it."""
-        domains = self._domains(table)
         if not domains or len(delta) == 0:
             return
         inserted = delta.rows.filter(pa.array(delta.weights > 0))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import decimal
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -364,16 +363,7 @@ def _values_of(v: pa.Array | pa.Scalar, n: int | None) -> list:
 
 
 def _strict(*exprs: Expr) -> bool:
-    try:
-        return any(_has_strict(e) for e in exprs)
-    except TypeError:  # an unhashable literal value
-        return any(isinstance(x, Strict) for e in exprs for x in e.walk())
-
-
-@lru_cache(maxsize=4096)
-def _has_strict(expr: Expr) -> bool:
-    # cached: a plan's expressions are evaluated again on every batch
-    return any(isinstance(x, Strict) for x in expr.walk())
+    return any(e.has_strict() for e in exprs)
 
 
 def _report(ev: _Evaluator, errors: ansi.RowErrors | None) -> None:

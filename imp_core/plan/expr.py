@@ -8,7 +8,7 @@ the input schema exactly; literals carry their Arrow type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -26,13 +26,19 @@ FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesc
 class Expr:
     """Base of scalar expressions.
 
-    A node's hash is kept on it once computed (``_keep_hash``): a frozen dataclass hashes
-    its fields, so each hash walks the whole subtree, and the evaluator's memo looks up
-    every node of a tree. What is kept this way (names beginning with "_") is not pickled:
+    A node keeps what is derived from its fields once computed (``_kept``): its hash (a
+    frozen dataclass hashes its fields, so each hash walks the whole subtree, and the
+    evaluator's memo looks up every node of a tree), a literal's Arrow scalar, whether a
+    ``Strict`` node is below. What is kept (names beginning with "_") is not pickled:
     string hashes differ between processes."""
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def has_strict(self) -> bool:
+        """Whether a ``Strict`` node is in this tree (evaluated with ANSI errors)."""
+        return _kept(self, "_has_strict",
+                     lambda: any(isinstance(x, Strict) for x in self.walk()))
 
     def children(self) -> tuple[Expr, ...]:
         return ()
@@ -64,11 +70,7 @@ class Literal(Expr):
 
     def scalar(self) -> pa.Scalar:
         """The value as an Arrow scalar of ``dtype``, made once per node."""
-        found = self.__dict__.get("_scalar")
-        if found is None:
-            found = pa.scalar(self.value, type=self.dtype)
-            object.__setattr__(self, "_scalar", found)
-        return found
+        return _kept(self, "_scalar", lambda: pa.scalar(self.value, type=self.dtype))
 
     def __str__(self) -> str:
         return repr(self.value) if self.value is not None else "NULL"
@@ -198,15 +200,21 @@ class Strict(Expr):
         return str(self.inner)
 
 
+def _kept(node: Expr, name: str, make: Callable[[], Any]) -> Any:
+    """``node``'s value kept under ``name``, made by ``make`` on first use (frozen nodes
+    are set through ``object.__setattr__``)."""
+    found = node.__dict__.get(name)
+    if found is None:
+        found = make()
+        object.__setattr__(node, name, found)
+    return found
+
+
 def _keep_hash(cls: type) -> None:
     fields_hash = cls.__hash__
 
     def __hash__(self: Expr) -> int:
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = fields_hash(self)
-            object.__setattr__(self, "_hash", found)
-        return found
+        return _kept(self, "_hash", lambda: fields_hash(self))
 
     cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
 

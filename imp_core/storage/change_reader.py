@@ -85,6 +85,17 @@ class ChangeReader:
             schema = self._schemas[table] = self.store.schema(table)
         return schema
 
+    def columns_schema(self, table: str, columns: Collection[str] | None) -> pa.Schema:
+        """The table's schema cut to ``columns`` (in the table's order; all with None);
+        a column the table lacks raises ``KeyError``."""
+        schema = self.schema(table)
+        if columns is None:
+            return schema
+        unknown = set(columns) - set(schema.names)
+        if unknown:
+            raise KeyError(f"{table} has no column {sorted(unknown)[0]!r}")
+        return pa.schema([f for f in schema if f.name in columns])
+
     # -- the policy ----------------------------------------------------------------------
     def uses_spark(self, table: str, start: int, end: int) -> bool:
         """Whether ``(start, end]`` of ``table`` is read through Spark."""
@@ -111,12 +122,7 @@ class ChangeReader:
         then read narrow."""
         if end <= start:
             return []
-        schema = self.schema(table)
-        if columns is not None:
-            unknown = set(columns) - set(schema.names)
-            if unknown:
-                raise KeyError(f"{table} has no column {sorted(unknown)[0]!r}")
-            schema = pa.schema([f for f in schema if f.name in columns])
+        schema = self.columns_schema(table, columns)
         if self.uses_spark(table, start, end):
             self.last_path = "spark"
             delta = self.spark_source().changes(table, start, end, None)

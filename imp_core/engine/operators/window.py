@@ -114,8 +114,11 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     expand = node.frame == "rows" or any(c.func == "row_number" for c in node.calls)
     # only row numbers and ROWS frames tell peers apart: they need the total order; the
     # other values are the same for every order of peers, so the order keys suffice
-    ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions, rest)
-                     if expand else sort_key(e[0], b"", node.order, positions, ()))
+    if expand:
+        ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions,
+                                                         rest))
+    else:
+        ordered = sorted(entries, key=lambda e: sort_key(e[0], b"", node.order, positions, ()))
     # ordered windows: peer groups (equal order values) in order
     peers: list[list[Entry]] = []
     for e in ordered:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.engine.bloom import BloomFilter
+from imp_core.engine.column_hash import number_hashes, string_hashes
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
 
 _FNV = np.uint64(0x100000001B3)
@@ -64,17 +64,26 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
     for c in cols:
         t = c.type
         if pa.types.is_decimal(t) or pa.types.is_floating(t):
-            arr = c.cast(pa.float64()).fill_null(0.0).to_numpy()
-            arr = arr + 0.0  # -0.0 and 0.0 must hash alike
+            hc = number_hashes(_numbers(c, pa.float64()))
         elif _int_like(t):
-            arr = (c.cast(pa.int32()) if pa.types.is_date32(t) else c).cast(pa.int64()) \
-                .fill_null(0).to_numpy()
-        else:
-            arr = np.asarray(c.cast(pa.string()).fill_null("").to_pylist(), dtype=object)
-        hc = pd.util.hash_array(arr)
+            hc = number_hashes(_numbers(c.cast(pa.int32()) if pa.types.is_date32(t) else c,
+                                        pa.int64()))
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            hc = string_hashes(c)
+        else:  # other kinds compare on their text (``keys_equal``), so hash that
+            hc = string_hashes(c.cast(pa.string()))
         with np.errstate(over="ignore"):
             h = (h * _FNV) ^ hc
     return h.view(np.int64), valid, False
+
+
+def _numbers(column: pa.Array, kind: pa.DataType) -> np.ndarray:
+    """``column`` as a numpy array of ``kind`` (int64 or float64), NULLs as zeros."""
+    if column.type != kind:
+        column = column.cast(kind)
+    if column.null_count:
+        column = column.fill_null(0)
+    return column.to_numpy()
 
 
 def keys_equal(left: pa.Table, keys: tuple[str, ...], right: pa.Table,

@@ -118,15 +118,24 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
         ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions,
                                                          rest))
     else:
-        ordered = sorted(entries, key=lambda e: sort_key(e[0], b"", node.order, positions, ()))
+        keyed = [(tuple(e[0][p] for p in positions), e) for e in entries]
+        if all(not k.descending for k in node.order) and \
+                all(None not in values for values, _ in keyed):
+            # ascending and without NULLs the values order as ``sort_key`` orders them
+            keyed.sort(key=lambda ke: ke[0])
+        else:
+            keyed.sort(key=lambda ke: sort_key(ke[1][0], b"", node.order, positions, ()))
+        ordered = [e for _, e in keyed]
     # ordered windows: peer groups (equal order values) in order
     peers: list[list[Entry]] = []
+    last: tuple | None = None
     for e in ordered:
         key = tuple(e[0][p] for p in positions)
-        if peers and tuple(peers[-1][0][0][p] for p in positions) == key:
+        if peers and last == key:
             peers[-1].append(e)
         else:
             peers.append([e])
+            last = key
     # one output per occurrence unit: (entry, occurrence count, values per call)
     units: list[Entry] = []  # (row, annotation, multiplicity)
     per_call: list[list] = [[] for _ in node.calls]  # a value or a frame state per unit

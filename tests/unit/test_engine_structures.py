@@ -168,6 +168,11 @@ def test_annotation_ops_match_naive_model(sets, data):
     u = ann.union_rows(other)
     assert [sorted(r) for r in (list(u.row(i)) for i in range(n))] == \
         [sorted(list(a) + list(b)) for a, b in zip(model, other_sets)]
+    # rows listing their (distinct) ids in descending order key as their sets do
+    rev = [ids[::-1] for ids in (ann.row(i).tolist() for i in range(n))]
+    descending = Annotation(ann.offsets, np.asarray([i for r in rev for i in r] or [],
+                                                    dtype=np.int32))
+    _check_row_keys(descending, model)
     assert ann.union_rows(other, dedupe=True).row_sets() == \
         [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
     assert u.deduplicated().row_sets() == \

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, ClassVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sortedcontainers import SortedDict
 
 from imp_core.engine.annotation import Annotation
@@ -84,7 +86,45 @@ class TopKOp(Operator):
         if entry[2] <= 0:
             del self.entries[key]
 
+    def _beyond(self, batch: DeltaBatch) -> np.ndarray | None:
+        """Mask of the rows whose ORDER BY values come strictly after the last kept
+        entry's, when the entries are a prefix (not ``complete``): ``_apply`` would
+        drop each of them whatever the batch holds besides (the last kept entry only
+        moves forward as the batch's deletions empty its end), so they are dropped in
+        Arrow instead of one by one in Python. None: nothing to drop."""
+        if self.complete:
+            return None
+        if not self.entries:
+            return np.ones(len(batch), dtype=bool)
+        last = self.entries.peekitem(-1)[1][0]
+        after = np.zeros(len(batch), dtype=bool)
+        tied = np.ones(len(batch), dtype=bool)  # equal to ``last`` on the keys so far
+        for p, key in zip(self.positions, self.order):
+            column, value = batch.data.column(p), last[p]
+            nulls = column.is_null().to_numpy(zero_copy_only=False)
+            if value is None:
+                later = np.zeros(len(batch), dtype=bool) if not key.effective_nulls_first \
+                    else ~nulls
+                same = nulls
+            else:
+                scalar = pa.scalar(value, type=column.type)
+                cmp = pc.less(column, scalar) if key.descending else \
+                    pc.greater(column, scalar)
+                later = cmp.fill_null(False).to_numpy(zero_copy_only=False)
+                if not key.effective_nulls_first:
+                    later = later | nulls
+                same = pc.equal(column, scalar).fill_null(False).to_numpy(
+                    zero_copy_only=False)
+            after |= tied & later
+            tied &= same
+            if not tied.any():
+                break
+        return after
+
     def _load(self, batch: DeltaBatch) -> None:
+        beyond = self._beyond(batch)
+        if beyond is not None and beyond.any():
+            batch = batch.filter(~beyond)
         # equal rows of opposite weights cancel here in Arrow, not per row in Python: a
         # recomputed input (a comparison with a changed average, say) arrives as many
         # such pairs around the few rows that really change

@@ -187,15 +187,17 @@ class DeltaFeed:
 
     def _pull(self, table: str, start: int, end: int,
               columns: frozenset[str] | None = None) -> list[TableDelta]:
-        """Read ``(start, end]`` from storage (``columns``, and those with a domain to
-        check; all with None), cache it, return it (in version order)."""
+        """Read ``(start, end]`` from storage (``columns``; all with None), check the
+        declared domains of the columns read, cache it, return it (in version order).
+        A column no query reads is not read for its domain: no sketch depends on its
+        values, and a query that comes to read it has it read (and checked) from then
+        on (its bootstrap reads the table as it is)."""
         t0 = time.perf_counter()
         out: list[TableDelta] = []
         domains = self._domains(table)
-        read = None if columns is None else columns | set(domains)
-        for a, b, delta in self.reader.pieces(table, start, end, read):
+        for a, b, delta in self.reader.pieces(table, start, end, columns):
             self._check_domains(table, a, b, delta, domains)
-            self._put(table, a, b, delta, read)
+            self._put(table, a, b, delta, columns)
             out.append(delta)
         if self.reader.last_path == "spark":
             self.stats.spark_pulls += 1

@@ -987,6 +987,14 @@ def test_declared_domains_hold_for_every_writer(root):
             c.get_sketch("h")
         assert err.value.code == "FAILED_PRECONDITION"
         assert c.get_sketch("h", fresh=False).seq == served.seq  # the last exact one
+    # the domain is checked on the columns read: a read of others does not trip on it
+    # (no sketch depends on a column no query reads), one of ``a`` does
+    feed = DeltaFeed(store)
+    end = store.version("t5000g")
+    others = [n for n in store.schema("t5000g").names if n != "a"]
+    assert len(feed.changes("t5000g", end - 1, end, others)) == 1
+    with pytest.raises(DomainViolationError, match="outside its declared domain"):
+        DeltaFeed(store).changes("t5000g", end - 1, end, ["a"])
 
 
 def test_current_sketches_see_other_writers_within_the_recheck_window(root):

@@ -140,8 +140,7 @@ class TopKOp(Operator):
         old = self._top
         self._load(batch)
         if self.buffer is not None:
-            total = sum(e[2] for e in self.entries.values())
-            if not self.complete and total < self.k:
+            if not self.complete and not self._holds_k():
                 self._refill()
             if self.complete and len(self.entries) > self.buffer:
                 while len(self.entries) > self.buffer:
@@ -155,6 +154,16 @@ class TopKOp(Operator):
             diff[(row, ann)] -= m
         items = [(k, v) for k, v in diff.items() if v]
         return self._to_batch(items)
+
+    def _holds_k(self) -> bool:
+        """Whether the entries hold k occurrences (read up to the k-th, not all of a
+        buffer of thousands)."""
+        m = 0
+        for _, _, count in self.entries.values():
+            m += count
+            if m >= self.k:
+                return True
+        return False
 
     def _refill(self) -> None:
         if self.source is None:

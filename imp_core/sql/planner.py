@@ -32,7 +32,6 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.plan.strict import strict_node
-from imp_core.sql.join_keys import key_expressions
 from imp_core.sql.normalize import normalize_statements
 from imp_core.sql.prune import prune_join_inputs
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
@@ -73,7 +72,7 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema],
         raise SqlSyntaxError(strip_internals(str(error))) from None
     except RecursionError:
         raise UnsupportedSqlError("deeply nested expression") from None
-    root = prune_join_inputs(key_expressions(planned.node))
+    root = prune_join_inputs(planned.node)
     _check_types(root)
     if session.ansi:
         root = strict_node(root)

@@ -5,9 +5,10 @@ processes (no per-process seed: nothing here is randomized); a NULL hashes as th
 value its kind fills it with (the caller masks NULL keys out). The hashes are not a
 stable storage format: they are recomputed from the rows whenever needed.
 
-Strings hash their UTF-8 bytes as a polynomial over 2**64 (each byte plus one times
-``P**position``, summed per value with ``np.add.reduceat``), mixed with the length and
-then through the SplitMix64 finalizer; numbers hash their 64-bit patterns through the
+Strings hash their UTF-8 bytes as a polynomial over 2**64 (the sum of each byte plus
+one times ``P**position``, from prefix sums over the whole buffer), mixed with the length
+and then through the SplitMix64 finalizer; a long column hashes each distinct value once
+(through Arrow's dictionary encoding). Numbers hash their 64-bit patterns through the
 same finalizer. A collision only costs a comparison: the join checks hash-equal pairs
 on their values (``keys_equal``).
 """

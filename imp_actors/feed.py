@@ -149,9 +149,9 @@ class DeltaFeed:
         ``columns`` of them (in the table's order). A cached range that holds fewer
         columns than asked is read again, with the columns asked."""
         want = None if columns is None else frozenset(columns)
-        self.reader.columns_schema(table, want)  # an unknown column is refused before use
+        schema = self.reader.columns_schema(table, want)  # refuses an unknown column
         if end <= start:
-            return _project(TableDelta.inserts(self.store.schema(table).empty_table()), want)
+            return TableDelta.inserts(schema.empty_table())
         with self._lock(table):
             # a read takes every column asked of this table so far: queries asking for
             # different columns then share one read instead of replacing each other's

@@ -50,24 +50,16 @@ def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np
     valid = key_valid(data, columns)
     cols = [_one_chunk(data.column(c)) for c in columns]
     if len(cols) == 1 and _int_like(cols[0].type):
-        c = cols[0]
-        if pa.types.is_date32(c.type):
-            c = c.cast(pa.int32())
-        elif not pa.types.is_integer(c.type):
-            c = c.cast(pa.int64())
-        if c.null_count:
-            c = c.fill_null(0)
         # an int64 column without NULLs is its own key array: a view, no copy (a side's
         # index of a table in key order is then its key column itself)
-        return c.to_numpy().astype(np.int64, copy=False), valid, True
+        return _int64s(cols[0]), valid, True
     h = np.zeros(n, dtype=np.uint64)
     for c in cols:
         t = c.type
         if pa.types.is_decimal(t) or pa.types.is_floating(t):
             hc = number_hashes(_numbers(c, pa.float64()))
         elif _int_like(t):
-            hc = number_hashes(_numbers(c.cast(pa.int32()) if pa.types.is_date32(t) else c,
-                                        pa.int64()))
+            hc = number_hashes(_int64s(c))
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
             hc = string_hashes(c)
         else:  # other kinds compare on their text (``keys_equal``), so hash that
@@ -84,6 +76,14 @@ def _numbers(column: pa.Array, kind: pa.DataType) -> np.ndarray:
     if column.null_count:
         column = column.fill_null(0)
     return column.to_numpy()
+
+
+def _int64s(column: pa.Array) -> np.ndarray:
+    """An integer-like column (integers, dates, timestamps, booleans) as int64 numbers,
+    NULLs as zeros (a date as its day number)."""
+    if pa.types.is_date32(column.type):
+        column = column.cast(pa.int32())
+    return _numbers(column, pa.int64())
 
 
 def keys_equal(left: pa.Table, keys: tuple[str, ...], right: pa.Table,

@@ -114,23 +114,20 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     expand = node.frame == "rows" or any(c.func == "row_number" for c in node.calls)
     # only row numbers and ROWS frames tell peers apart: they need the total order; the
     # other values are the same for every order of peers, so the order keys suffice
+    # (order values, entry) in the window's order
+    keyed = [(tuple(e[0][p] for p in positions), e) for e in entries]
     if expand:
-        ordered = sorted(entries, key=lambda e: sort_key(e[0], e[1], node.order, positions,
-                                                         rest))
+        keyed.sort(key=lambda ke: sort_key(ke[1][0], ke[1][1], node.order, positions, rest))
+    elif all(not k.descending for k in node.order) and \
+            all(None not in values for values, _ in keyed):
+        # ascending and without NULLs the values order as ``sort_key`` orders them
+        keyed.sort(key=lambda ke: ke[0])
     else:
-        keyed = [(tuple(e[0][p] for p in positions), e) for e in entries]
-        if all(not k.descending for k in node.order) and \
-                all(None not in values for values, _ in keyed):
-            # ascending and without NULLs the values order as ``sort_key`` orders them
-            keyed.sort(key=lambda ke: ke[0])
-        else:
-            keyed.sort(key=lambda ke: sort_key(ke[1][0], b"", node.order, positions, ()))
-        ordered = [e for _, e in keyed]
+        keyed.sort(key=lambda ke: sort_key(ke[1][0], b"", node.order, positions, ()))
     # ordered windows: peer groups (equal order values) in order
     peers: list[list[Entry]] = []
     last: tuple | None = None
-    for e in ordered:
-        key = tuple(e[0][p] for p in positions)
+    for key, e in keyed:
         if peers and last == key:
             peers[-1].append(e)
         else:

@@ -2,23 +2,25 @@
 
 Binding a SELECT-list or ORDER BY expression meets each window call through the
 ``BindContext.window`` hook (``WindowPlanner.__call__``), which records the call and
-stands for it with a column ``_win<i>``; its partition, order and argument expressions
-are bound where the window runs: after the aggregation (so ``sum(sum(x)) OVER (...)``
-sums the groups' sums) and before the SELECT list's projection.
+stands for it with a column ``_win<digest>``; its partition, order and argument
+expressions are bound where the window runs: after the aggregation (so
+``sum(sum(x)) OVER (...)`` sums the groups' sums) and before the SELECT list's projection.
 
 Shape of the plan: a ``Project`` passing every input column and computing each
-partition, order or argument expression that is not a plain column (``_wx<i>``), then
-one ``Window`` per distinct (PARTITION BY, ORDER BY, frame), each adding its calls'
-columns. Supported: rank, dense_rank, row_number (with ORDER BY), and sum, avg, count,
-min, max (and the registry's other aggregates) over the whole partition (no ORDER BY,
-or a frame of UNBOUNDED PRECEDING to UNBOUNDED FOLLOWING) or over the running frame
-of an ORDER BY (the default ``RANGE``, or ``ROWS``, between UNBOUNDED PRECEDING and
-CURRENT ROW). Other frames, DISTINCT inside a window, named windows and other window
-functions (lag, lead, ntile, first_value, ...) are refused with their position.
+partition, order or argument expression that is not a plain column (``_wx<digest>``),
+then one ``Window`` per distinct (PARTITION BY, ORDER BY, frame), each adding its calls'
+columns, those over the whole partition last (``build``). Supported: rank, dense_rank,
+row_number (with ORDER BY), and sum, avg, count, min, max (and the registry's other
+aggregates) over the whole partition (no ORDER BY, or a frame of UNBOUNDED PRECEDING to
+UNBOUNDED FOLLOWING) or over the running frame of an ORDER BY (the default ``RANGE``, or
+``ROWS``, between UNBOUNDED PRECEDING and CURRENT ROW). Other frames, DISTINCT inside a
+window, named windows and other window functions (lag, lead, ntile, first_value, ...)
+are refused with their position.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Callable
 
 from sqlglot import exp
@@ -57,7 +59,7 @@ class WindowPlanner:
         spec: Spec = (by, order, frame)
         key = (spec, func, arg)
         if key not in self.calls:
-            self.calls[key] = f"_win{len(self.calls)}"
+            self.calls[key] = _name("_win", key)
         return ColumnRef(self.calls[key])
 
     def _function(self, node: exp.Window) -> tuple[str, Expr | None]:
@@ -126,7 +128,7 @@ class WindowPlanner:
             if isinstance(e, ColumnRef) and e.name in names:
                 return e.name
             if e not in computed:
-                computed[e] = f"_wx{len(computed)}"
+                computed[e] = _name("_wx", e)
             return computed[e]
 
         groups: dict[tuple, list[WindowCall]] = {}
@@ -139,6 +141,23 @@ class WindowPlanner:
         if computed:
             node = Project(node, tuple(NamedExpr(n, ColumnRef(n)) for n in names) +
                            tuple(NamedExpr(n, e) for e, n in computed.items()))
-        for (by, order, frame), calls in groups.items():
+        # no call reads another's column, so the windows may run in any order; each one
+        # re-emits the rows its input delta touches and, for a frame over the whole
+        # partition, every row of a touched partition (q47 / q57: one month's sum moves
+        # the year's average of twelve rows). Such windows run last, so that the ones
+        # below see the small delta (and, unchanged, match the windows of other uses of
+        # the block that need no partition-wide value)
+        for (by, order, frame), calls in sorted(groups.items(),
+                                                key=lambda g: g[0][2] == "partition"):
             node = Window(node, by, order, tuple(calls), frame)
         return node
+
+
+def _name(prefix: str, what: object) -> str:
+    """The column standing for a window call or a computed window expression, named for
+    what it computes (a digest of its plan, whose ``repr`` is stable: see
+    ``PlanNode.fingerprint``) and not for its position. Two SELECT blocks computing the
+    same window over the same input then plan equal nodes, which share one operator
+    (TPC-DS q47 / q57 use a block thrice, once with a partition average and twice
+    without)."""
+    return prefix + hashlib.sha256(repr(what).encode()).hexdigest()[:16]

@@ -21,10 +21,11 @@ from test_sql_subqueries import maintain_and_compare
 
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.base import TableDelta
+from imp_core.engine.operators.window import WindowOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.estimate.memory import estimate_plan
 from imp_core.estimate.table_stats import ColumnStats, TableStats
-from imp_core.plan.nodes import Aggregate, PlanNode
+from imp_core.plan.nodes import Aggregate, PlanNode, Window
 from imp_core.sketch.partition import PartitionSet, RangePartition
 from imp_core.sql.planner import plan_sql
 
@@ -37,6 +38,13 @@ QUERIES = [
                          "FROM r WHERE b IS NOT NULL GROUP BY b) "
                          "SELECT v.b, v.t, p.t AS pt, n.t AS nt FROM v, v p, v n "
                          "WHERE v.rn = p.rn + 1 AND v.rn = n.rn - 1"),
+    # TPC-DS q57 in small: the copy read for the main row also takes a partition-wide
+    # average, the neighbours' copies only the rank
+    ("ranked_copies_one_averaged",
+     "WITH v AS (SELECT a % 3 AS k, b, sum(c) AS t, avg(sum(c)) OVER (PARTITION BY a % 3) "
+     "AS m, rank() OVER (PARTITION BY a % 3 ORDER BY b) AS rn FROM r WHERE b IS NOT NULL "
+     "GROUP BY a % 3, b) SELECT v.k, v.b, v.t, v.m, p.t AS pt, n.t AS nt FROM v, v p, v n "
+     "WHERE v.k = p.k AND v.k = n.k AND v.rn = p.rn + 1 AND v.rn = n.rn - 1"),
     # the same groups under two different filters, united
     ("cte_union", "WITH g AS (SELECT b, count(*) AS n FROM r GROUP BY b) "
                   "SELECT b FROM g WHERE n > 1 UNION ALL SELECT b FROM g WHERE n = 1"),
@@ -104,6 +112,36 @@ def test_a_shared_operator_steps_once_per_batch_and_snapshots_round_trip():
     assert again.sketch() == q.sketch()
     assert again.result().to_counter() == q.result().to_counter()
     assert agg.stats.calls == 2
+
+
+def test_windows_over_a_whole_partition_run_last_and_copies_share_the_others():
+    """A partition-wide window re-emits every row of a touched partition, so the planner
+    stacks it above the ordered windows of the same SELECT; the rank then reads the
+    groups' small delta, and the copies of the block that need no average use the same
+    rank operator (their call columns are named for what they compute)."""
+    sql = dict(QUERIES)["ranked_copies_one_averaged"]
+    plan = plan_sql(sql, SCHEMAS)
+    stacks = {tuple(_frames(n)) for n in plan.root.walk() if isinstance(n, Window)}
+    assert stacks == {("range",), ("range", "partition")}  # innermost first
+    q = IncrementalQuery(plan, _partitions())
+    windows = [op for op in q.operators if isinstance(op, WindowOp)]
+    assert sorted(op.window.frame for op in windows) == ["partition", "range"]
+    (rank,) = [op for op in windows if op.window.frame == "range"]
+    r = pa.table({"a": pa.array(range(12), pa.int64()),
+                  "b": pa.array([i % 4 for i in range(12)], pa.int64()),
+                  "c": pa.array(range(12), pa.int64())})
+    q.apply({"r": TableDelta.inserts(r)})
+    assert rank.stats.calls == 1  # three copies of the block, one rank step
+
+
+def _frames(top: Window) -> list[str]:
+    """The frames of the windows stacked under ``top``, innermost first."""
+    frames = []
+    node: PlanNode = top
+    while isinstance(node, Window):
+        frames.append(node.frame)
+        node = node.input
+    return frames[::-1]
 
 
 def test_the_memory_estimate_counts_shared_state_once():

@@ -3,10 +3,12 @@
 ``push_selection(node, predicate)`` is equivalent to ``Select(node, predicate)`` (same
 bag of rows, same provenance): each conjunct moves below a ``Project`` (rewritten over
 the projected expressions), ``Distinct``, an ``Aggregate`` when it reads only group
-keys, or into the side of a ``Join`` it reads (the join condition when it reads both),
-into the left input of a ``SemiJoin`` (whose rows are the left's), into both inputs of
-a ``SetOp`` (its rows are rows equal to input rows), and ends merged
-into a ``Select`` directly above a ``Scan`` when it gets that far. It
+keys, a ``Window`` when it reads only PARTITION BY columns, or into the side of a
+``Join`` it reads (the join condition when it reads both), into the left input of a
+``SemiJoin`` (whose rows are the left's), into both inputs of a ``SetOp`` (its rows are
+rows equal to input rows), and ends merged into a ``Select`` directly above a ``Scan``
+when it gets that far; conjuncts that stop at the same place elsewhere are stacked in
+the order written (the first evaluated first). It
 never crosses a ``TopK`` (which rows make the top k depends on all rows) nor an
 ``OuterJoin`` (filtering an input of an outer join is not filtering its output: rows
 would turn NULL-padded instead of disappearing).
@@ -25,6 +27,8 @@ raise under ANSI mode (a row the join would drop must not raise there).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from imp_core.plan.ansi import can_raise
 from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, conjoin, conjuncts, rename_columns
 from imp_core.plan.nodes import (
@@ -37,6 +41,7 @@ from imp_core.plan.nodes import (
     Select,
     SemiJoin,
     SetOp,
+    Window,
 )
 
 
@@ -58,6 +63,10 @@ def _push(node: PlanNode, predicate: Expr, implied: bool = False) -> PlanNode:
     if isinstance(node, Aggregate) and predicate.columns() <= set(node.group_by):
         return Aggregate(_push(node.input, predicate, implied), node.group_by,
                          node.aggregates)
+    if isinstance(node, Window) and predicate.columns() and \
+            predicate.columns() <= set(node.partition_by):
+        # it keeps or drops whole partitions, and a window reads one partition at a time
+        return replace(node, input=_push(node.input, predicate, implied))
     if isinstance(node, Join):
         return _push_join(node, predicate, implied)
     if isinstance(node, SemiJoin) and predicate.columns() and \
@@ -78,7 +87,12 @@ def _push(node: PlanNode, predicate: Expr, implied: bool = False) -> PlanNode:
     if isinstance(node, Select):
         if isinstance(node.input, Scan):  # one Select per scan, predicates in arrival order
             return Select(node.input, conjoin([*conjuncts(node.predicate), predicate]))
-        return Select(_push(node.input, predicate, implied), node.predicate)
+        inner = _push(node.input, predicate, implied)
+        if isinstance(inner, Select) and inner.input is node.input:
+            # it stops right here: it goes above, so that conjuncts stopped at one place
+            # run in the order written (a cheap d_year = 2000 before q57's division)
+            return Select(node, predicate)
+        return Select(inner, node.predicate)
     return Select(node, predicate)
 
 

@@ -12,6 +12,7 @@ undefined; NULL placement is spelled out (DuckDB's default differs from Spark's)
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,8 @@ from test_sql_subqueries import _tables, maintain_and_compare
 
 from imp_core.embedded.api import Engine
 from imp_core.errors import UnsupportedSqlError
+from imp_core.plan.nodes import Scan, Select, Window
+from imp_core.sql.planner import plan_sql
 
 QUERIES = [
     ("rank_topk", "SELECT a, b, c, rk FROM (SELECT a, b, c, rank() OVER (PARTITION BY b "
@@ -50,6 +53,12 @@ QUERIES = [
                               "count(*)) AS r, sum(sum(c)) OVER () AS tt FROM r WHERE c > 3"),
     ("over_join", "SELECT r.a, s.e, rank() OVER (PARTITION BY s.d ORDER BY r.c NULLS FIRST) "
                   "AS rk FROM r JOIN s ON r.b = s.d"),
+    # q57's filters: one on a column both windows partition by, one on the partition
+    # average's column only, one on the rank
+    ("filters_over_windows", "SELECT k, b, t, m, rk FROM (SELECT a % 3 AS k, b, c AS t, "
+                             "avg(c) OVER (PARTITION BY a % 3, b) AS m, rank() OVER "
+                             "(PARTITION BY a % 3 ORDER BY b NULLS FIRST) AS rk FROM r) x "
+                             "WHERE b = 1 AND m > 0 AND t / m > 1 AND rk > 1"),
 ]
 
 
@@ -90,3 +99,27 @@ def test_a_window_sum_is_refused_under_ansi_mode_and_rank_is_not():
     q = eng.register(ansi + "SELECT a, rank() OVER (ORDER BY c) AS rk FROM r", {"r.a": 2},
                      force=True)
     assert sorted(q.result_rows()) == [(0, 1), (1, 2)]
+
+
+def test_filters_over_windows_go_below_the_windows_partitioned_by_their_columns():
+    """A filter on PARTITION BY columns keeps or drops whole partitions, so it runs
+    below that window (``b = 1`` below the average over (a % 3, b), not below the rank
+    over a % 3); filters that stop at one place run in the order written."""
+    schema = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("c", pa.int64())])
+    plan = plan_sql(dict(QUERIES)["filters_over_windows"], {"r": schema}).root
+    chain = []
+    node = plan
+    while not isinstance(node, Scan):
+        if isinstance(node, Window):
+            chain.append(("window", node.frame, node.calls[0].name))
+        elif isinstance(node, Select):
+            chain.append(("select", sorted(node.predicate.columns()), None))
+        node = node.children()[0]
+    kinds = [(kind, what) for kind, what, _ in chain]  # top first
+    avg_at, rank_at = kinds.index(("window", "partition")), kinds.index(("window", "range"))
+    assert avg_at < rank_at  # the average above the rank
+    assert avg_at < kinds.index(("select", ["r.b"])) < rank_at  # b = 1 between them
+    avg, rank = chain[avg_at][2], chain[rank_at][2]
+    # above both, in the order written from the bottom up: m > 0, t / m > 1, rk > 1
+    assert [what for kind, what in kinds[:avg_at] if kind == "select"][::-1] == \
+        [[avg], sorted(["r.c", avg]), [rank]]

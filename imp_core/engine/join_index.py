@@ -335,7 +335,9 @@ class SideIndex:
         probe_idx = np.concatenate([f[0] for f in found])
         matched = DeltaBatch.concat([f[1] for f in found], self.schema)
         if not exact and len(probe_idx):
-            ok = keys_equal(delta.data.take(probe_idx), keys, matched.data, self.key_columns)
+            # only the key columns: the probe's other columns are taken by the caller
+            ok = keys_equal(delta.data.select(list(dict.fromkeys(keys))).take(probe_idx), keys,
+                            matched.data, self.key_columns)
             probe_idx, matched = probe_idx[ok], matched.filter(ok)
         return probe_idx, matched
 

@@ -68,32 +68,36 @@ class JoinOp(TwoSidedOp):
         self.dedupe = dedupe_annotations
         self.merge_inputs = (_grouped(node.left), _grouped(node.right))
 
-    def _pairs(self, left: DeltaBatch, li: np.ndarray, right: DeltaBatch,
-               ri: np.ndarray) -> DeltaBatch:
+    def _pairs(self, left: DeltaBatch, li: np.ndarray | None, right: DeltaBatch,
+               ri: np.ndarray | None) -> DeltaBatch:
         """The pairs (``left`` row ``li[k]``, ``right`` row ``ri[k]``) that pass the
-        residual. Their annotations are united only for the pairs kept: a theta join's
-        pairs are mostly dropped, and rows from aggregations carry many ids."""
-        if len(li) == 0:
+        residual; None for ``li`` or ``ri`` pairs every row of that side in order (a
+        probe's matched rows, already taken). Their annotations are united only for the
+        pairs kept: a theta join's pairs are mostly dropped, and rows from aggregations
+        carry many ids."""
+        n = len(left) if li is None else len(li)
+        if n == 0:
             return self.empty()
-        cols = list(left.data.take(li).columns) + list(right.data.take(ri).columns)
+        lrows, rrows = _Rows(left, li), _Rows(right, ri)
+        cols = list(lrows.data().columns) + list(rrows.data().columns)
         data = pa.Table.from_arrays(cols, schema=self.output_schema)
-        weights = left.weights[li] * right.weights[ri]
+        weights = lrows.weights() * rrows.weights()
         if self.residual is not None:
-            errors = self._row_errors(DeltaBatch(data, weights, Annotation.empty(len(li))))
+            errors = self._row_errors(DeltaBatch(data, weights, Annotation.empty(n)))
             keep = evaluate_predicate(self.residual, data, errors=errors)
             self._count(errors, weights)  # a pair's weight: its count in the join
             mask = np.asarray(keep, dtype=bool)
             if not mask.all():
-                li, ri, weights = li[mask], ri[mask], weights[mask]
+                lrows, rrows = lrows.kept(mask), rrows.kept(mask)
+                weights = weights[mask]
                 data = data.filter(pa.array(mask))
-        ann = left.annotation.take(li).union_rows(right.annotation.take(ri),
-                                                  dedupe=self.dedupe)
+        ann = lrows.annotation().union_rows(rrows.annotation(), dedupe=self.dedupe)
         return DeltaBatch(data, weights, ann)
 
     def _delta_left(self, dl: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
             idx, matched = self.right.probe(dl, self.left_keys)
-            return self._pairs(dl, idx, matched, np.arange(len(matched)))
+            return self._pairs(dl, idx, matched, None)
         side = self.right.contents()
         li = np.repeat(np.arange(len(dl)), len(side))
         ri = np.tile(np.arange(len(side)), len(dl))
@@ -103,12 +107,12 @@ class JoinOp(TwoSidedOp):
         index = SideIndex(arrow_schema(self.node.left.schema), self.left_keys, False)
         index.apply(dl)
         idx, matched = index.probe(dr, self.right_keys)
-        return self._pairs(matched, np.arange(len(matched)), dr, idx)
+        return self._pairs(matched, None, dr, idx)
 
     def _delta_right(self, dr: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
             idx, matched = self.left.probe(dr, self.right_keys)
-            return self._pairs(matched, np.arange(len(matched)), dr, idx)
+            return self._pairs(matched, None, dr, idx)
         side = self.left.contents()
         li = np.tile(np.arange(len(side)), len(dr))
         ri = np.repeat(np.arange(len(dr)), len(side))
@@ -133,6 +137,28 @@ class JoinOp(TwoSidedOp):
                 self.left.apply(dl)
             self.right.apply(dr)
         return DeltaBatch.concat(parts, self.output_schema)
+
+
+class _Rows:
+    """Rows ``idx`` of ``batch`` (repeats allowed), or ``batch`` itself (``idx`` None):
+    a side of ``JoinOp._pairs``, taken only for the parts asked."""
+
+    def __init__(self, batch: DeltaBatch, idx: np.ndarray | None):
+        self.batch, self.idx = batch, idx
+
+    def data(self) -> pa.Table:
+        return self.batch.data if self.idx is None else self.batch.data.take(self.idx)
+
+    def weights(self) -> np.ndarray:
+        return self.batch.weights if self.idx is None else self.batch.weights[self.idx]
+
+    def annotation(self) -> Annotation:
+        ann = self.batch.annotation
+        return ann if self.idx is None else ann.take(self.idx)
+
+    def kept(self, mask: np.ndarray) -> _Rows:
+        idx = np.flatnonzero(mask) if self.idx is None else self.idx[mask]
+        return _Rows(self.batch, idx)
 
 
 def _grouped(node: PlanNode) -> bool:

@@ -118,3 +118,42 @@ def from_unscaled(z: np.ndarray, valid: np.ndarray | None,
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(out_type, n, [validity, pa.py_buffer(words)],
                                  null_count=null_count)
+
+
+_WORD = (1 << 64) - 1
+
+
+def unscaled_ints(v: pa.Array) -> list[int | None]:
+    """The unscaled value of each row of a decimal128 array as a Python int (None for
+    NULL), read from its two 64-bit words: no ``Decimal`` objects are made."""
+    found = unscaled_int64(v)
+    if found is not None:
+        low, valid = found
+        values = low.tolist()
+    else:
+        words = np.frombuffer(v.buffers()[1], dtype=np.int64, count=2 * (v.offset + len(v)))
+        words = words.reshape(-1, 2)[v.offset:]
+        # two's complement over 128 bits: the high word signed, the low one unsigned
+        values = [(h << 64) | lo for h, lo in zip(words[:, 1].tolist(),
+                                                  words[:, 0].view(np.uint64).tolist())]
+        valid = v.is_valid().to_numpy(zero_copy_only=False) if v.null_count else None
+    if valid is None:
+        return values
+    return [x if ok else None for x, ok in zip(values, valid.tolist())]
+
+
+def from_unscaled_ints(values: list[int | None], out_type: pa.Decimal128Type) -> pa.Array:
+    """The decimal128 array of unscaled Python ints (None: NULL); the caller has checked
+    that every value fits ``out_type``'s precision (so 128 bits)."""
+    n = len(values)
+    valid = np.fromiter((x is not None for x in values), dtype=bool, count=n)
+    ints = [0 if x is None else x for x in values]
+    words = np.empty((n, 2), dtype=np.int64)
+    words[:, 0] = np.fromiter((x & _WORD for x in ints), dtype=np.uint64, count=n
+                              ).view(np.int64)
+    words[:, 1] = np.fromiter((x >> 64 for x in ints), dtype=np.int64, count=n)
+    validity, null_count = None, int(n - valid.sum())
+    if null_count:
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(out_type, n, [validity, pa.py_buffer(words)],
+                                 null_count=null_count)

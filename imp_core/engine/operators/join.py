@@ -79,18 +79,26 @@ class JoinOp(TwoSidedOp):
         if n == 0:
             return self.empty()
         lrows, rrows = _Rows(left, li), _Rows(right, ri)
-        cols = list(lrows.data().columns) + list(rrows.data().columns)
-        data = pa.Table.from_arrays(cols, schema=self.output_schema)
         weights = lrows.weights() * rrows.weights()
         if self.residual is not None:
-            errors = self._row_errors(DeltaBatch(data, weights, Annotation.empty(n)))
-            keep = evaluate_predicate(self.residual, data, errors=errors)
+            # the residual reads a few columns of every pair; the others are taken for
+            # the pairs it keeps only (q2's weeks a year apart: one pair in 52)
+            read = self.residual.columns()
+            picked = [i for i, f in enumerate(self.output_schema) if f.name in read] or [0]
+            nl = left.data.num_columns  # output columns: the left's, then the right's
+            narrow = pa.Table.from_arrays(
+                [*lrows.columns([i for i in picked if i < nl]),
+                 *rrows.columns([i - nl for i in picked if i >= nl])],
+                schema=pa.schema([self.output_schema.field(i) for i in picked]))
+            errors = self._row_errors(DeltaBatch(narrow, weights, Annotation.empty(n)))
+            keep = evaluate_predicate(self.residual, narrow, errors=errors)
             self._count(errors, weights)  # a pair's weight: its count in the join
             mask = np.asarray(keep, dtype=bool)
             if not mask.all():
                 lrows, rrows = lrows.kept(mask), rrows.kept(mask)
                 weights = weights[mask]
-                data = data.filter(pa.array(mask))
+        cols = list(lrows.data().columns) + list(rrows.data().columns)
+        data = pa.Table.from_arrays(cols, schema=self.output_schema)
         ann = lrows.annotation().union_rows(rrows.annotation(), dedupe=self.dedupe)
         return DeltaBatch(data, weights, ann)
 
@@ -148,6 +156,13 @@ class _Rows:
 
     def data(self) -> pa.Table:
         return self.batch.data if self.idx is None else self.batch.data.take(self.idx)
+
+    def columns(self, positions: list[int]) -> list[pa.ChunkedArray]:
+        """The columns at ``positions`` (ascending)."""
+        if not positions:
+            return []
+        part = self.batch.data.select(positions)
+        return list((part if self.idx is None else part.take(self.idx)).columns)
 
     def weights(self) -> np.ndarray:
         return self.batch.weights if self.idx is None else self.batch.weights[self.idx]

@@ -193,6 +193,10 @@ class Annotation:
 
     def union_rows(self, other: Annotation, dedupe: bool = False) -> Annotation:
         """Row-wise union: row i gets self.row(i) ∪ other.row(i) (equal lengths)."""
+        if dedupe:
+            marked = _marked((self, other), len(self))
+            if marked is not None:  # no concatenation to deduplicate afterwards
+                return marked
         la, lb = self.lengths, other.lengths
         lengths = la + lb
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -249,18 +253,12 @@ class Annotation:
         each row's ids come out ascending."""
         if len(self.values) == 0:
             return self
-        n, width = len(self), int(self.values.max()) + 1
-        rows = self.row_ids()
-        if n * width <= _DENSE_MARKS:
-            # one mark per (row, id): no sort, and rows of thousands of ids (a group's
-            # fragments joined with a group of its own table) stay linear
-            marks = np.zeros(n * width, dtype=bool)
-            marks[rows * width + self.values] = True
-            flat = np.flatnonzero(marks)
-            r, v = flat // width, flat % width
-        else:
-            flat = np.unique((rows << 32) | self.values.astype(np.int64))
-            r, v = flat >> 32, flat & 0xFFFFFFFF
+        marked = _marked((self,), len(self))
+        if marked is not None:
+            return marked
+        n = len(self)
+        flat = np.unique((self.row_ids() << 32) | self.values.astype(np.int64))
+        r, v = flat >> 32, flat & 0xFFFFFFFF
         lengths = np.bincount(r, minlength=n)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -304,3 +302,23 @@ class Annotation:
         bounds = (self.offsets * 4).tolist()
         out[:] = [data[bounds[i]:bounds[i + 1]] for i in range(len(self))]
         return out
+
+
+def _marked(parts: tuple[Annotation, ...], n: int) -> Annotation | None:
+    """Row-wise union of ``parts`` (each of ``n`` rows), each row's ids distinct and
+    ascending, from one mark per (row, id) when the marks fit in ``_DENSE_MARKS``: no
+    sort, and rows of thousands of ids (a group's fragments joined with a group of its
+    own table) stay linear. None when they do not fit."""
+    if n == 0:
+        return None
+    width = 1 + max((int(p.values.max()) for p in parts if len(p.values)), default=0)
+    if n * width > _DENSE_MARKS:
+        return None
+    marks = np.zeros((n, width), dtype=bool)
+    flat = marks.reshape(-1)  # a view: one index a mark is cheaper than a pair
+    for p in parts:
+        flat[p.row_ids() * width + p.values] = True
+    lengths = np.count_nonzero(marks, axis=1)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Annotation(offsets, np.nonzero(marks)[1].astype(np.int32))

@@ -22,6 +22,8 @@ from imp_core.engine.column_hash import number_hashes, string_hashes
 from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
 
 _FNV = np.uint64(0x100000001B3)
+# a side's main part with its shared ids is held while it has at most this many ids
+_FULL_IDS = 1 << 20
 
 
 def _int_like(t: pa.DataType) -> bool:
@@ -102,6 +104,17 @@ def keys_equal(left: pa.Table, keys: tuple[str, ...], right: pa.Table,
     return ok
 
 
+def _repeats(data: pa.Table) -> bool:
+    """Whether ``data`` may hold a tenth of its rows or more as repeats: its rows' hashes
+    say so (equal rows hash alike, so distinct hashes rule repeats out), computed in
+    numpy at a fraction of the cost of the group-by that would find them."""
+    names = data.column_names
+    if data.num_rows < 2 or len(set(names)) < len(names):
+        return data.num_rows >= 2
+    hashes, _, _ = key_hashes(data, tuple(names))
+    return len(np.unique(hashes)) < 0.9 * data.num_rows
+
+
 def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
     """The column as one array: its only chunk as it is (``combine_chunks`` copies even
     one chunk)."""
@@ -146,7 +159,9 @@ class SideIndex:
     deltas applied since (indexed on its own, cheaply): a probe searches both, so a step
     costs about its delta's size, not the side's. The pending part is merged into the
     main one when it outgrows ``1/8`` of it (``MERGE_FRACTION``) or ``MAX_PENDING`` rows,
-    which keeps the merges' cost amortized over the steps.
+    which keeps the merges' cost amortized over the steps, and before a read once it
+    holds as many rows as the main part (``_merge_if_due``). With ``merge_equal`` equal
+    (row, annotation) pairs merged in are held as one row of summed weight.
     """
 
     MERGE_FRACTION = 8
@@ -168,6 +183,7 @@ class SideIndex:
         # ids every main-part row holds besides the ids of its own annotation (rows that
         # passed a scalar subquery's filter all carry its sketch: q22's ~1,000 ids a row)
         self._shared = np.zeros(0, dtype=np.int32)
+        self._full: DeltaBatch | None = None  # the main part with its shared ids, if small
         self._pending: list[DeltaBatch] = []
         # each pending part's (key hashes, valid), computed once when applied: the pending
         # index is rebuilt after every apply, and hashing strings costs most of it
@@ -213,7 +229,7 @@ class SideIndex:
         built anew when next needed, the Bloom filter now."""
         self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
-        self._recent = None
+        self._recent = self._full = None
         self.bloom = None
         if self.use_bloom:
             self._rebuild_bloom()
@@ -230,7 +246,7 @@ class SideIndex:
         if not self._pending:
             return
         main, incoming = self._main, DeltaBatch.concat(self._pending, self.schema)
-        if self.merge_equal:
+        if self.merge_equal and _repeats(incoming.data):
             merged_rows = incoming.consolidate()
             # rows all distinct already keep their uniform weights (held as one value)
             if len(merged_rows) < 0.9 * len(incoming):
@@ -260,17 +276,34 @@ class SideIndex:
         self._main, self._pending, self._pending_keys = merged.compact(), [], []
         self._pending_bytes = self._pending_rows = 0
         self._sorted = self._perm = None
-        self._recent = None
+        self._recent = self._full = None
+
+    def _merge_if_due(self) -> None:
+        """Merge before a read when the pending rows are as many as the main part's (or
+        ``MIN_PENDING``): the copy costs no more than those rows, and a side fed by a
+        grouping, each change a retraction and a new row, would otherwise be read with
+        every version of a key since the last merge. Merged when read, not when applied:
+        a side never read (its other input never changes) is never copied."""
+        if self._pending and self._pending_rows >= min(len(self._main), self.MIN_PENDING):
+            self._merge()
 
     def contents(self) -> DeltaBatch:
-        self._merge()
-        return self.main_part()
+        self._merge_if_due()
+        if not self._pending:
+            return self.main_part()
+        return DeltaBatch.concat([self.main_part(), self._pending_index()[2]], self.schema)
 
     def main_part(self) -> DeltaBatch:
-        """The main part of the contents (the same object until the next merge unless
-        its rows share ids, which are added to a copy each time: holding that copy would
-        undo the saving); with ``pending_parts`` all of them, without merging."""
-        return self._with_shared(self._main)
+        """The main part of the contents (the same object until the next merge); with
+        ``pending_parts`` all of them, without merging. Rows that share ids get them back
+        in a copy, held until the next merge only while small (``_FULL_IDS``): holding a
+        large one would undo the saving."""
+        if self._full is not None:
+            return self._full
+        full = self._with_shared(self._main)
+        if full is not self._main and len(full.annotation.values) <= _FULL_IDS:
+            self._full = full
+        return full
 
     def _with_shared(self, rows: DeltaBatch) -> DeltaBatch:
         """Main-part ``rows`` with their whole annotations."""
@@ -310,6 +343,7 @@ class SideIndex:
         return self.bloom.might_contain(keys)
 
     def probe(self, delta: DeltaBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, DeltaBatch]:
+        self._merge_if_due()
         return self.probe_parts(delta, keys)
 
     def probe_parts(self, delta: DeltaBatch, keys: tuple[str, ...], main: bool = True,
@@ -355,6 +389,7 @@ class SideIndex:
 
     def restore(self, table: pa.Table) -> None:
         self._main, self._shared = DeltaBatch.empty(self.schema), np.zeros(0, dtype=np.int32)
+        self._full = None
         rows = batch_from_arrow(table)
         self._pending = [rows] if len(rows) else []
         self._pending_keys = []  # not hashed: the merge below indexes them as the main part
@@ -370,8 +405,9 @@ class SideIndex:
             indexes += _held_bytes(recent_keys, recent_rows) + _held_bytes(recent_perm,
                                                                            recent_rows)
         bloom = self.bloom.array.nbytes if self.bloom is not None else 0
+        full = self._full.annotation.nbytes() if self._full is not None else 0
         return _batch_bytes(self._main) + self._shared.nbytes + self._pending_bytes + \
-            indexes + bloom
+            indexes + bloom + full
 
 
 def _sorted_index(rows: DeltaBatch, key_columns: tuple[str, ...]

@@ -10,6 +10,7 @@ import os
 from collections import Counter
 from decimal import Decimal
 from fractions import Fraction
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,7 @@ from strategies import (
     zset_weights,
 )
 
+from imp_core.engine import annotation as annotation_module
 from imp_core.engine.annotation import Annotation, key_ids, set_key
 from imp_core.engine.bloom import BloomFilter
 from imp_core.engine.pipeline import EngineOptions
@@ -177,6 +179,12 @@ def test_annotation_ops_match_naive_model(sets, data):
         [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
     assert u.deduplicated().row_sets() == \
         [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
+    # the same through a sort where one mark per (row, id) would not fit
+    with mock.patch.object(annotation_module, "_DENSE_MARKS", 0):
+        assert ann.union_rows(other, dedupe=True).row_sets() == \
+            [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
+        assert u.deduplicated().row_sets() == \
+            [tuple(sorted(set(a) | set(b))) for a, b in zip(model, other_sets)]
     # per-fragment weighted counts
     weights = np.array(data.draw(zset_weights(n, bound=3)), dtype=np.int64)
     counts = ann.fragment_counts(weights, 41)

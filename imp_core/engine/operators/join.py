@@ -5,9 +5,10 @@ Delta rule (bilinear, so deletions are just negative weights):
 (with a left side probed in the data layer, L_new ⋈ ΔR is L_old ⋈ ΔR + ΔL ⋈ ΔR: the
 side is asked only for its old contents, none at all from empty state)
 and each output row's annotation is P_left ∪ P_right (section 5.2.4). A pair's residual
-condition is evaluated before its annotation is built, and the deltas of an input
-computed by a grouping are consolidated before the rule (``_grouped``): both change only
-the work, not the output as a Z-set.
+condition is evaluated before its annotation is built, the deltas of an input computed
+by a grouping are consolidated before the rule (``_repeating``), and a side holds equal
+(row, annotation) pairs as one row of summed weight: these change only the work, not the
+output as a Z-set.
 State: both sides' contents, each behind a ``SideIndex`` (hash of the equi-keys, and a
 Bloom filter that lets a delta skip probes that cannot match) or another ``JoinSide``
 provider; the state tables ``left`` and ``right`` are the sides' own snapshots.
@@ -27,11 +28,14 @@ from imp_core.engine.probed_side import is_probed
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
+from imp_core.plan.expr import ColumnRef
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
     PlanNode,
+    Project,
+    Select,
     SetOp,
     TopK,
     Window,
@@ -61,12 +65,14 @@ class JoinOp(TwoSidedOp):
         # (``choose_side(node, "left" | "right")``; None keeps that side in memory)
         left = choose_side(node, "left") if choose_side else None
         right = choose_side(node, "right") if choose_side else None
-        self.left = left if left is not None else \
-            side_factory(arrow_schema(node.left.schema), self.left_keys, use_bloom)
-        self.right = right if right is not None else \
-            side_factory(arrow_schema(node.right.schema), self.right_keys, use_bloom)
+        # a side holds equal rows as one row of summed weight: a dimension projected to
+        # the join key (q2's weeks, seven days each) then pairs once, not once per day
+        self.left = left if left is not None else side_factory(
+            arrow_schema(node.left.schema), self.left_keys, use_bloom, merge_equal=True)
+        self.right = right if right is not None else side_factory(
+            arrow_schema(node.right.schema), self.right_keys, use_bloom, merge_equal=True)
         self.dedupe = dedupe_annotations
-        self.merge_inputs = (_grouped(node.left), _grouped(node.right))
+        self.merge_inputs = (_repeating(node.left), _repeating(node.right))
 
     def _pairs(self, left: DeltaBatch, li: np.ndarray | None, right: DeltaBatch,
                ri: np.ndarray | None) -> DeltaBatch:
@@ -176,14 +182,29 @@ class _Rows:
         return _Rows(self.batch, idx)
 
 
-def _grouped(node: PlanNode) -> bool:
-    """Whether ``node``'s rows come from a grouping somewhere below (an aggregation,
-    DISTINCT, a window, a set operation other than UNION ALL, a top-k): its deltas are
-    then consolidated before the join. Equal rows are common there and cost every pair
-    above: TPC-DS q2 joins each week's sums with the seven days of the week and projects
-    them back to the week, so seven equal rows would each pair with the next join's rows
-    (and carry the week's id set). Deltas of rows straight from tables (selected,
-    projected, joined) are not, since a grouping per batch would rarely merge anything
-    there."""
-    return any(isinstance(n, (Aggregate, Distinct, Window, TopK))
-               or isinstance(n, SetOp) and not n.linear for n in node.walk())
+def _repeating(node: PlanNode) -> bool:
+    """Whether ``node``'s deltas are consolidated before the join: its rows come from a
+    grouping somewhere below (an aggregation, DISTINCT, a window, a set operation other
+    than UNION ALL, a top-k), and not straight from an aggregation or DISTINCT through
+    filters and projections that keep every column (``_distinct_rows``). Equal rows are
+    common there and cost every pair above: TPC-DS q2 joins each week's sums with the
+    seven days of the week and projects them back to the week, so seven equal rows
+    would each pair with the next join's rows (and carry the week's id set). Deltas of
+    rows straight from tables (selected, projected, joined) are not, since a grouping
+    per batch would rarely merge anything there."""
+    return not _distinct_rows(node) and any(
+        isinstance(n, (Aggregate, Distinct, Window, TopK))
+        or isinstance(n, SetOp) and not n.linear for n in node.walk())
+
+
+def _distinct_rows(node: PlanNode) -> bool:
+    """Whether no two rows of a delta of ``node`` are equal: those of an aggregation or
+    DISTINCT (a retraction and a new row per changed group, nothing for one unchanged)
+    seen through filters and projections that keep every column."""
+    while isinstance(node, (Select, Project)):
+        if isinstance(node, Project):
+            kept = {e.expr.name for e in node.exprs if isinstance(e.expr, ColumnRef)}
+            if not kept.issuperset(node.input.column_names):
+                return False
+        node = node.input
+    return isinstance(node, (Aggregate, Distinct))

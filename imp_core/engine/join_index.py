@@ -279,12 +279,13 @@ class SideIndex:
         self._recent = self._full = None
 
     def _merge_if_due(self) -> None:
-        """Merge before a read when the pending rows are as many as the main part's (or
-        ``MIN_PENDING``): the copy costs no more than those rows, and a side fed by a
-        grouping, each change a retraction and a new row, would otherwise be read with
-        every version of a key since the last merge. Merged when read, not when applied:
-        a side never read (its other input never changes) is never copied."""
-        if self._pending and self._pending_rows >= min(len(self._main), self.MIN_PENDING):
+        """Merge before a read when the pending rows are as many as the main part's: the
+        copy costs no more than those rows, and a small side fed by a grouping, each
+        change a retraction and a new row, would otherwise be read with every version of
+        a key since the last merge. Merged when read, not when applied: a side never
+        read (its other input never changes) is never copied. (A large side is merged
+        by ``apply`` long before its pending rows are as many.)"""
+        if self._pending and self._pending_rows >= len(self._main):
             self._merge()
 
     def contents(self) -> DeltaBatch:

@@ -292,7 +292,7 @@ class SideIndex:
         self._merge_if_due()
         if not self._pending:
             return self.main_part()
-        return DeltaBatch.concat([self.main_part(), self._pending_index()[2]], self.schema)
+        return DeltaBatch.concat([self.main_part(), *self._pending], self.schema)
 
     def main_part(self) -> DeltaBatch:
         """The main part of the contents (the same object until the next merge); with
@@ -390,7 +390,6 @@ class SideIndex:
 
     def restore(self, table: pa.Table) -> None:
         self._main, self._shared = DeltaBatch.empty(self.schema), np.zeros(0, dtype=np.int32)
-        self._full = None
         rows = batch_from_arrow(table)
         self._pending = [rows] if len(rows) else []
         self._pending_keys = []  # not hashed: the merge below indexes them as the main part

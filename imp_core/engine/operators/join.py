@@ -28,19 +28,17 @@ from imp_core.engine.probed_side import is_probed
 from imp_core.engine.state import StateLayout, StateTable
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.evaluate import evaluate_predicate
-from imp_core.plan.expr import ColumnRef
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
     Join,
     PlanNode,
-    Project,
-    Select,
     SetOp,
     TopK,
     Window,
     arrow_schema,
 )
+from imp_core.plan.shapes import unique_on
 
 # (a join: inner, semi-, anti- or outer; "left" | "right") -> its provider, or None
 SideChooser = Callable[[Any, str], "JoinSide | None"]
@@ -185,26 +183,14 @@ class _Rows:
 def _repeating(node: PlanNode) -> bool:
     """Whether ``node``'s deltas are consolidated before the join: its rows come from a
     grouping somewhere below (an aggregation, DISTINCT, a window, a set operation other
-    than UNION ALL, a top-k), and not straight from an aggregation or DISTINCT through
-    filters and projections that keep every column (``_distinct_rows``). Equal rows are
-    common there and cost every pair above: TPC-DS q2 joins each week's sums with the
-    seven days of the week and projects them back to the week, so seven equal rows
-    would each pair with the next join's rows (and carry the week's id set). Deltas of
-    rows straight from tables (selected, projected, joined) are not, since a grouping
-    per batch would rarely merge anything there."""
-    return not _distinct_rows(node) and any(
+    than UNION ALL, a top-k), unless it holds at most one row per row of its columns
+    (``unique_on``: an aggregation's rows through filters and projections that copy its
+    group keys, a retraction and a new row per changed group). Equal rows are common
+    there and cost every pair above: TPC-DS q2 joins each week's sums with the seven
+    days of the week and projects them back to the week, so seven equal rows would each
+    pair with the next join's rows (and carry the week's id set). Deltas of rows
+    straight from tables (selected, projected, joined) are not, since a grouping per
+    batch would rarely merge anything there."""
+    return not unique_on(node, tuple(node.column_names)) and any(
         isinstance(n, (Aggregate, Distinct, Window, TopK))
         or isinstance(n, SetOp) and not n.linear for n in node.walk())
-
-
-def _distinct_rows(node: PlanNode) -> bool:
-    """Whether no two rows of a delta of ``node`` are equal: those of an aggregation or
-    DISTINCT (a retraction and a new row per changed group, nothing for one unchanged)
-    seen through filters and projections that keep every column."""
-    while isinstance(node, (Select, Project)):
-        if isinstance(node, Project):
-            kept = {e.expr.name for e in node.exprs if isinstance(e.expr, ColumnRef)}
-            if not kept.issuperset(node.input.column_names):
-                return False
-        node = node.input
-    return isinstance(node, (Aggregate, Distinct))

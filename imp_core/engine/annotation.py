@@ -37,6 +37,7 @@ def key_ids(key: bytes) -> tuple[int, ...]:
 
 # the most (row, id) marks ``deduplicated`` sets in a dense array (bytes) before it sorts
 _DENSE_MARKS = 1 << 25
+_SPARSE_MARKS = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -308,11 +309,14 @@ def _marked(parts: tuple[Annotation, ...], n: int) -> Annotation | None:
     """Row-wise union of ``parts`` (each of ``n`` rows), each row's ids distinct and
     ascending, from one mark per (row, id) when the marks fit in ``_DENSE_MARKS``: no
     sort, and rows of thousands of ids (a group's fragments joined with a group of its
-    own table) stay linear. None when they do not fit."""
+    own table) stay linear. None when they do not fit or would be sparse."""
     if n == 0:
         return None
     width = 1 + max((int(p.values.max()) for p in parts if len(p.values)), default=0)
-    if n * width > _DENSE_MARKS:
+    ids = sum(len(p.values) for p in parts)
+    # sparse marks (a few ids a row among thousands of fragments) cost more to scan than
+    # the ids cost to sort: past _SPARSE_MARKS marks an id, the caller sorts instead
+    if n * width > _DENSE_MARKS or n * width > _SPARSE_MARKS * ids:
         return None
     marks = np.zeros((n, width), dtype=bool)
     flat = marks.reshape(-1)  # a view: one index a mark is cheaper than a pair

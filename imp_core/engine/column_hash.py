@@ -73,22 +73,46 @@ def _value_hashes(column: pa.Array) -> np.ndarray:
     # prefix sums of (byte + 1) * P**k over the bytes' positions k in the buffer: a
     # value's sum is a difference of two, brought to its own first byte by P**-start
     # (P is odd, so invertible modulo 2**64)
+    powers, inverse = _powers(total + 1)
     with np.errstate(over="ignore"):
-        powers = _powers(_P, total)
         prefix = np.zeros(total + 1, dtype=np.uint64)
-        np.cumsum((data.astype(np.uint64) + np.uint64(1)) * powers, dtype=np.uint64,
+        np.cumsum((data.astype(np.uint64) + np.uint64(1)) * powers[:total], dtype=np.uint64,
                   out=prefix[1:])
         starts = offsets[:-1] - first
-        sums = (prefix[starts + lengths] - prefix[starts]) * _powers(_P_INVERSE, total + 1)[starts]
+        sums = (prefix[starts + lengths] - prefix[starts]) * inverse[starts]
         return mix(sums ^ (lengths.astype(np.uint64) * _LEN))
 
 
-def _powers(base: np.uint64, n: int) -> np.ndarray:
-    """base**k modulo 2**64 for k = 0 .. n - 1."""
-    out = np.full(n, base, dtype=np.uint64)
-    out[0] = 1
-    with np.errstate(over="ignore"):
-        return np.cumprod(out, dtype=np.uint64)
+def _power_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P**k, P**-k) modulo 2**64 for k = 0 .. size - 1, read-only."""
+    tables = []
+    for base in (_P, _P_INVERSE):
+        out = np.full(size, base, dtype=np.uint64)
+        out[0] = 1
+        with np.errstate(over="ignore"):
+            table = np.cumprod(out, dtype=np.uint64)
+        table.setflags(write=False)
+        tables.append(table)
+    return tables[0], tables[1]
+
+
+# the powers for the longest string buffer hashed so far (grown by doubling, up to
+# _CACHED_POWERS), shared: hashing a few short keys would otherwise spend most of its
+# time recomputing them; a longer buffer computes its own (its hashing costs as much)
+_TABLES = _power_tables(1024)
+_CACHED_POWERS = 1 << 20
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P**k, P**-k) modulo 2**64 for k = 0 .. at least n - 1."""
+    global _TABLES
+    tables = _TABLES
+    if len(tables[0]) >= n:
+        return tables
+    if n > _CACHED_POWERS:
+        return _power_tables(n)
+    tables = _TABLES = _power_tables(min(max(n, 2 * len(tables[0])), _CACHED_POWERS))
+    return tables
 
 
 def number_hashes(values: np.ndarray) -> np.ndarray:

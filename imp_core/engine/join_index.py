@@ -11,7 +11,8 @@ table in its provider's own layout (``SideIndex``: the annotated rows, ``state_s
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -42,12 +43,36 @@ def key_valid(data: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
     return valid
 
 
+# the last few key hashes computed for small tables (deltas), with those tables (held,
+# so that no other table can take their identity): a join hashes each delta twice on
+# the same columns, once to probe the other side and once when applying it to its own;
+# a large table (a side's main part, hashed once per merge) is not held past its use
+_RECENT_KEYS: list[tuple[pa.Table, tuple[str, ...], tuple[np.ndarray, np.ndarray, bool]]] = []
+_RECENT_KEPT = 4
+_RECENT_ROWS = 1 << 16
+
+
 def key_hashes(data: pa.Table, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(int64 key per row, valid mask, exact) for the join columns of ``data``.
+    """(int64 key per row, valid mask, exact) for the join columns of ``data``; the
+    arrays may be shared with other callers and must not be written to.
 
     A single integer-like column is its own key (exact: equal keys mean equal values);
     otherwise the key is a hash and matches must be verified on the values.
     """
+    recent = list(_RECENT_KEYS)  # a copy: other threads may replace entries meanwhile
+    for table, cols, found in recent:
+        if table is data and cols == columns:
+            return found
+    found = _key_hashes(data, columns)
+    if data.num_rows <= _RECENT_ROWS:
+        for array in found[:2]:
+            array.flags.writeable = False
+        _RECENT_KEYS[:] = [(data, columns, found), *recent[:_RECENT_KEPT - 1]]
+    return found
+
+
+def _key_hashes(data: pa.Table, columns: tuple[str, ...]
+                ) -> tuple[np.ndarray, np.ndarray, bool]:
     n = data.num_rows
     valid = key_valid(data, columns)
     cols = [_one_chunk(data.column(c)) for c in columns]
@@ -134,6 +159,17 @@ def _held_bytes(array: np.ndarray | None, rows: DeltaBatch) -> int:
                     if buf is not None and buf.address <= start < buf.address + buf.size:
                         return 0
     return array.nbytes
+
+
+@dataclass(frozen=True)
+class PairFilter:
+    """A test of the pairs a probe finds, before their stored rows are taken whole:
+    ``test(probe rows, stored columns, stored weights)`` gets, for each pair, its row of
+    the probing delta, the stored row's ``columns`` (positions in the side's schema) and
+    its weight, and returns a mask of the pairs kept."""
+
+    columns: list[int]
+    test: Callable[[np.ndarray, list[pa.ChunkedArray], np.ndarray], np.ndarray]
 
 
 class JoinSide(Protocol):
@@ -343,12 +379,16 @@ class SideIndex:
             return np.ones(len(delta), dtype=bool)
         return self.bloom.might_contain(keys)
 
-    def probe(self, delta: DeltaBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, DeltaBatch]:
+    def probe(self, delta: DeltaBatch, keys: tuple[str, ...], keep: PairFilter | None = None
+              ) -> tuple[np.ndarray, DeltaBatch]:
+        """Pairs (row of ``delta``, matching stored row); with ``keep``, only the pairs it
+        keeps (see ``PairFilter``), the others' rows never taken whole."""
         self._merge_if_due()
-        return self.probe_parts(delta, keys)
+        return self.probe_parts(delta, keys, keep=keep)
 
     def probe_parts(self, delta: DeltaBatch, keys: tuple[str, ...], main: bool = True,
-                    pending: bool = True) -> tuple[np.ndarray, DeltaBatch]:
+                    pending: bool = True, keep: PairFilter | None = None
+                    ) -> tuple[np.ndarray, DeltaBatch]:
         """``probe`` over the main part, the pending part or both (an index of its own
         over the main part may answer some probes there: ``KeyedFilterOp``'s ranges)."""
         if len(delta) == 0 or len(self) == 0:
@@ -364,17 +404,45 @@ class SideIndex:
             parts.append(self._pending_index())
         if len(candidates) == 0 or not parts:
             return np.zeros(0, dtype=np.int64), DeltaBatch.empty(self.schema)
-        found = [_search(pkeys, candidates, *part) for part in parts]
-        if main and len(self._main):
-            found[0] = (found[0][0], self._with_shared(found[0][1]))
+        found = [_search(pkeys, candidates, *part) for part in parts]  # (probe, row, part)
+        if not exact or keep is not None:
+            found = self._checked(delta, keys, found, exact, keep)
         probe_idx = np.concatenate([f[0] for f in found])
-        matched = DeltaBatch.concat([f[1] for f in found], self.schema)
-        if not exact and len(probe_idx):
+        matched = [data.take(rows) for _, rows, data in found]
+        if main and len(self._main):  # the main part's rows get their shared ids back
+            matched[0] = self._with_shared(matched[0])
+        return probe_idx, DeltaBatch.concat(matched, self.schema)
+
+    def _checked(self, delta: DeltaBatch, keys: tuple[str, ...],
+                 found: list[tuple[np.ndarray, np.ndarray, DeltaBatch]], exact: bool,
+                 keep: PairFilter | None) -> list[tuple[np.ndarray, np.ndarray, DeltaBatch]]:
+        """The pairs ``found`` whose keys are equal (hashes may collide) and that ``keep``
+        keeps, judged on the columns they read only: a residual join (a row paired with
+        the 36 months of its partition, one kept) takes every column of kept pairs only."""
+        probe_idx = np.concatenate([f[0] for f in found])
+        if len(probe_idx) == 0:
+            return found
+        names = self.schema.names
+        wanted = [] if exact else [names.index(c) for c in self.key_columns]
+        if keep is not None:
+            wanted += keep.columns
+        wanted = list(dict.fromkeys(wanted))
+        narrow = pa.concat_tables([data.data.select(wanted).take(rows)
+                                   for _, rows, data in found]) if wanted else None
+        ok = np.ones(len(probe_idx), dtype=bool)
+        if not exact:
             # only the key columns: the probe's other columns are taken by the caller
             ok = keys_equal(delta.data.select(list(dict.fromkeys(keys))).take(probe_idx), keys,
-                            matched.data, self.key_columns)
-            probe_idx, matched = probe_idx[ok], matched.filter(ok)
-        return probe_idx, matched
+                            narrow, self.key_columns)
+        if keep is not None:
+            at = np.flatnonzero(ok)
+            weights = np.concatenate([data.weights[rows] for _, rows, data in found])[at]
+            columns = [narrow.column(wanted.index(c)).take(at) for c in keep.columns
+                       ] if narrow is not None else []
+            ok[at] = keep.test(probe_idx[at], columns, weights)
+        bounds = np.cumsum([0] + [len(f[0]) for f in found])
+        return [(p[ok[a:b]], rows[ok[a:b]], data)
+                for (p, rows, data), a, b in zip(found, bounds[:-1], bounds[1:])]
 
     # -- state ------------------------------------------------------------------------
     def state_schema(self) -> pa.Schema:
@@ -431,8 +499,10 @@ def _key_order(keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _search(pkeys: np.ndarray, candidates: np.ndarray, sorted_keys: np.ndarray,
-            perm: np.ndarray | None, data: DeltaBatch) -> tuple[np.ndarray, DeltaBatch]:
-    """The (probe row, stored row) pairs of equal key hashes in one indexed part."""
+            perm: np.ndarray | None, data: DeltaBatch
+            ) -> tuple[np.ndarray, np.ndarray, DeltaBatch]:
+    """The (probe row, stored row) pairs of equal key hashes in one indexed part, with
+    that part."""
     k = pkeys[candidates]
     lo = np.searchsorted(sorted_keys, k, side="left")
     hi = np.searchsorted(sorted_keys, k, side="right")
@@ -442,7 +512,7 @@ def _search(pkeys: np.ndarray, candidates: np.ndarray, sorted_keys: np.ndarray,
     starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
     entries = starts + np.arange(total, dtype=np.int64)
     side_rows = entries if perm is None else perm[entries]
-    return probe_idx, data.take(side_rows)
+    return probe_idx, np.asarray(side_rows, dtype=np.int64), data
 
 
 def _batch_bytes(b: DeltaBatch) -> int:

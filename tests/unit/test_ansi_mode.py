@@ -71,6 +71,9 @@ def _reference_raises(q) -> str | None:
      "NUMERIC_VALUE_OUT_OF_RANGE"),
     ("SELECT b, sum(a) AS s FROM t GROUP BY b", (90, 2**63 - 1, 1, "1", Decimal(1)),
      "ARITHMETIC_OVERFLOW"),
+    # a join's residual, checked by the probe before it takes the stored rows whole
+    ("SELECT t1.k FROM t t1 JOIN t t2 ON t1.k = t2.k AND t1.a / t2.b > 0",
+     (90, 1, 0, "1", Decimal(1)), "DIVIDE_BY_ZERO"),
     ("SELECT b, sum(d) AS s FROM t GROUP BY b",
      (90, 1, 1, "1", Decimal("9" * 36 + ".00")), "NUMERIC_VALUE_OUT_OF_RANGE"),
 ])

@@ -51,6 +51,21 @@ def test_long_columns_hash_through_their_dictionary_alike(distinct, seed):
     assert long.tolist() == expected.tolist()
 
 
+def test_buffers_past_the_cached_powers_hash_alike(monkeypatch):
+    """Buffers longer than the shared table of powers (grown, or computed for one call
+    past its cap) hash each value as a short buffer does."""
+    from imp_core.engine import column_hash
+
+    values = ["x" * 700, "ab", "é" * 300, ""] * 3  # about 5 KB: past 1,024 bytes
+    alone = [int(string_hashes(pa.array([v]))[0]) for v in values]
+    monkeypatch.setattr(column_hash, "_TABLES", column_hash._power_tables(1024))
+    assert string_hashes(pa.array(values)).tolist() == alone  # the table grows
+    monkeypatch.setattr(column_hash, "_CACHED_POWERS", 2048)
+    monkeypatch.setattr(column_hash, "_TABLES", column_hash._power_tables(1024))
+    assert string_hashes(pa.array(values)).tolist() == alone  # past the cap
+    assert len(column_hash._TABLES[0]) <= 2048
+
+
 def test_numbers_hash_their_value_and_both_zeros_alike():
     ints = np.array([0, 1, -1, 2**62, 1], dtype=np.int64)
     h = number_hashes(ints)

@@ -168,3 +168,31 @@ def test_only_the_planner_shape_is_fused():
     # a comparison that may raise under ANSI mode keeps its counting operators
     strict = op(">", Strict(op("*", col("r.c"), lit(2))), col("__sq0._v"))
     assert keyed_filter_parts(_compare(outer, per_key, [("r.b", "__sq0._k0")], strict)) is None
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([None, 1, 2, 3]),
+                          st.sampled_from([None, "x", "y", ""])), max_size=70))
+def test_key_groups_group_small_tables_as_arrow_does(rows):
+    """A changed subquery key's rows are grouped in Python up to ``_SMALL_GROUPING`` rows
+    and by Arrow past it: the same groups (NULLs one group), each row once."""
+    import pyarrow as pa
+
+    from imp_core.engine.operators import keyed_filter
+
+    keys = pa.table({"k": [r[0] for r in rows], "s": [r[1] for r in rows]},
+                    schema=pa.schema([("k", pa.int64()), ("s", pa.string())]))
+
+    def groups(threshold: int) -> set[frozenset[int]]:
+        before = keyed_filter._SMALL_GROUPING
+        keyed_filter._SMALL_GROUPING = threshold
+        try:
+            members, sizes = keyed_filter._key_groups(keys)
+        finally:
+            keyed_filter._SMALL_GROUPING = before
+        assert sorted(members.tolist()) == list(range(len(rows)))
+        bounds = [0, *sizes.cumsum().tolist()]
+        return {frozenset(members[a:b].tolist()) for a, b in zip(bounds, bounds[1:])}
+
+    assert groups(1 << 30) == groups(-1)
+    assert len(groups(1 << 30)) == len(set(rows))

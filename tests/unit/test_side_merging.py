@@ -111,3 +111,48 @@ def test_deltas_are_consolidated_only_where_rows_can_repeat() -> None:
         "GROUP BY wk) w, d WHERE d.wk = w.wk AND d.yr = 0) y, (SELECT wk, sum(v) AS t "
         "FROM f GROUP BY wk) z WHERE y.wk = z.wk - 1")
     assert lower == (False, False) and upper == (True, False)
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_a_filtered_probe_keeps_the_pairs_its_test_keeps(collide: bool, monkeypatch) -> None:
+    """A probe with a ``PairFilter`` (a join's residual) returns exactly the pairs of the
+    plain probe that the test keeps, from the main and the pending part alike; the test
+    sees only pairs of equal keys, even when every key hash collides."""
+    from imp_core.engine import join_index
+
+    if collide:
+        monkeypatch.setattr(join_index, "string_hashes",
+                            lambda column: np.zeros(len(column), dtype=np.uint64))
+        join_index._RECENT_KEYS.clear()
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    rng = random.Random(7)
+
+    def batch(n: int) -> DeltaBatch:
+        data = pa.table({"k": [rng.choice("abcd") for _ in range(n)],
+                         "v": [rng.randrange(10) for _ in range(n)]}, schema=schema)
+        return DeltaBatch(data, np.array([rng.choice([1, 1, -1]) for _ in range(n)]),
+                          Annotation.from_sets([[rng.randrange(5)] for _ in range(n)]))
+
+    side = SideIndex(schema, ("k",))
+    side.apply(batch(40))
+    side._merge()
+    side.apply(batch(8))  # pending beside the main part
+    delta = batch(6)
+    seen: list[tuple[str, str]] = []
+
+    def test(probe_idx: np.ndarray, columns: list, weights: np.ndarray) -> np.ndarray:
+        keys = delta.data.column("k").take(probe_idx).to_pylist()
+        seen.extend(zip(keys, columns[0].to_pylist()))
+        return (np.asarray(columns[1]) + np.asarray(delta.data.column("v"))[probe_idx]) % 3 == 0
+
+    all_idx, all_rows = side.probe_parts(delta, ("k",))
+    idx, rows = side.probe_parts(delta, ("k",), keep=join_index.PairFilter([0, 1], test))
+    assert seen and all(a == b for a, b in seen)
+    def pairs(index: np.ndarray, rows: DeltaBatch) -> list[tuple]:
+        ids = [tuple(sorted(rows.annotation.row(j).tolist())) for j in range(len(rows))]
+        return [(i, tuple(r.values()), a, int(w)) for i, r, a, w in
+                zip(index.tolist(), rows.data.to_pylist(), ids, rows.weights)]
+
+    v = delta.data.column("v").to_pylist()
+    expected = Counter(p for p in pairs(all_idx, all_rows) if (p[1][1] + v[p[0]]) % 3 == 0)
+    assert Counter(pairs(idx, rows)) == expected and sum(expected.values()) < len(all_idx)

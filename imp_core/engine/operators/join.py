@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.join_index import JoinSide, SideIndex
+from imp_core.engine.join_index import JoinSide, PairFilter, SideIndex
 from imp_core.engine.operators.two_sided import TwoSidedOp
 from imp_core.engine.probed_side import is_probed
 from imp_core.engine.state import StateLayout, StateTable
@@ -71,33 +71,62 @@ class JoinOp(TwoSidedOp):
             arrow_schema(node.right.schema), self.right_keys, use_bloom, merge_equal=True)
         self.dedupe = dedupe_annotations
         self.merge_inputs = (_repeating(node.left), _repeating(node.right))
-
-    def _pairs(self, left: DeltaBatch, li: np.ndarray | None, right: DeltaBatch,
-               ri: np.ndarray | None) -> DeltaBatch:
-        """The pairs (``left`` row ``li[k]``, ``right`` row ``ri[k]``) that pass the
-        residual; None for ``li`` or ``ri`` pairs every row of that side in order (a
-        probe's matched rows, already taken). Their annotations are united only for the
-        pairs kept: a theta join's pairs are mostly dropped, and rows from aggregations
-        carry many ids."""
-        n = len(left) if li is None else len(li)
-        if n == 0:
-            return self.empty()
-        lrows, rrows = _Rows(left, li), _Rows(right, ri)
-        weights = lrows.weights() * rrows.weights()
         if self.residual is not None:
             # the residual reads a few columns of every pair; the others are taken for
             # the pairs it keeps only (q2's weeks a year apart: one pair in 52)
             read = self.residual.columns()
             picked = [i for i, f in enumerate(self.output_schema) if f.name in read] or [0]
-            nl = left.data.num_columns  # output columns: the left's, then the right's
-            narrow = pa.Table.from_arrays(
-                [*lrows.columns([i for i in picked if i < nl]),
-                 *rrows.columns([i - nl for i in picked if i >= nl])],
-                schema=pa.schema([self.output_schema.field(i) for i in picked]))
-            errors = self._row_errors(DeltaBatch(narrow, weights, Annotation.empty(n)))
-            keep = evaluate_predicate(self.residual, narrow, errors=errors)
-            self._count(errors, weights)  # a pair's weight: its count in the join
-            mask = np.asarray(keep, dtype=bool)
+            nl = len(arrow_schema(node.left.schema))  # output: the left's, the right's
+            self.read_left = [i for i in picked if i < nl]
+            self.read_right = [i - nl for i in picked if i >= nl]
+            self.read_schema = pa.schema([self.output_schema.field(i) for i in picked])
+
+    def _kept(self, lcols: list[pa.ChunkedArray], rcols: list[pa.ChunkedArray],
+              weights: np.ndarray) -> np.ndarray:
+        """Mask of the pairs that pass the residual, from the columns it reads
+        (``read_left``, ``read_right``), each pair's raising rows counted once with its
+        weight (its count in the join)."""
+        assert self.residual is not None
+        narrow = pa.Table.from_arrays([*lcols, *rcols], schema=self.read_schema)
+        errors = self._row_errors(DeltaBatch(narrow, weights, Annotation.empty(len(weights))))
+        keep = evaluate_predicate(self.residual, narrow, errors=errors)
+        self._count(errors, weights)
+        return np.asarray(keep, dtype=bool)
+
+    def _probe(self, delta: DeltaBatch, delta_is_left: bool) -> tuple[np.ndarray, DeltaBatch]:
+        """The other side probed with ``delta`` (pairs of equal keys); an in-memory side
+        applies the residual before taking its rows whole (a partition's 36 months
+        paired with one month, one kept: q47, q57), so those pairs are checked already."""
+        side, keys = (self.right, self.left_keys) if delta_is_left else \
+            (self.left, self.right_keys)
+        if self.residual is None or not isinstance(side, SideIndex):
+            return side.probe(delta, keys)
+        mine, theirs = (self.read_left, self.read_right) if delta_is_left else \
+            (self.read_right, self.read_left)
+
+        def test(probe_idx: np.ndarray, columns: list[pa.ChunkedArray],
+                 weights: np.ndarray) -> np.ndarray:
+            own = _Rows(delta, probe_idx)
+            pair = (own.columns(mine), columns) if delta_is_left else (columns, own.columns(mine))
+            return self._kept(*pair, own.weights() * weights)
+
+        return side.probe(delta, keys, keep=PairFilter(theirs, test))
+
+    def _pairs(self, left: DeltaBatch, li: np.ndarray | None, right: DeltaBatch,
+               ri: np.ndarray | None, checked: bool = False) -> DeltaBatch:
+        """The pairs (``left`` row ``li[k]``, ``right`` row ``ri[k]``) that pass the
+        residual (``checked``: they were, by the probe that found them); None for ``li``
+        or ``ri`` pairs every row of that side in order (a probe's matched rows, already
+        taken). Their annotations are united only for the pairs kept: a theta join's
+        pairs are mostly dropped, and rows from aggregations carry many ids."""
+        n = len(left) if li is None else len(li)
+        if n == 0:
+            return self.empty()
+        lrows, rrows = _Rows(left, li), _Rows(right, ri)
+        weights = lrows.weights() * rrows.weights()
+        if self.residual is not None and not checked:
+            mask = self._kept(lrows.columns(self.read_left), rrows.columns(self.read_right),
+                              weights)
             if not mask.all():
                 lrows, rrows = lrows.kept(mask), rrows.kept(mask)
                 weights = weights[mask]
@@ -108,8 +137,8 @@ class JoinOp(TwoSidedOp):
 
     def _delta_left(self, dl: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
-            idx, matched = self.right.probe(dl, self.left_keys)
-            return self._pairs(dl, idx, matched, None)
+            idx, matched = self._probe(dl, True)
+            return self._pairs(dl, idx, matched, None, checked=isinstance(self.right, SideIndex))
         side = self.right.contents()
         li = np.repeat(np.arange(len(dl)), len(side))
         ri = np.tile(np.arange(len(side)), len(dl))
@@ -123,8 +152,8 @@ class JoinOp(TwoSidedOp):
 
     def _delta_right(self, dr: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
-            idx, matched = self.left.probe(dr, self.right_keys)
-            return self._pairs(matched, None, dr, idx)
+            idx, matched = self._probe(dr, False)
+            return self._pairs(matched, None, dr, idx, checked=isinstance(self.left, SideIndex))
         side = self.left.contents()
         li = np.tile(np.arange(len(side)), len(dr))
         ri = np.repeat(np.arange(len(dr)), len(side))

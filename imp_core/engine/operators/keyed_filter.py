@@ -106,14 +106,8 @@ class KeyedFilterOp(TwoSidedOp):
         once and its pairs can be summed (``_emit``). For a key whose value moves
         (``_moves``) the main part of the side is searched by value instead: only rows
         between the old and the new value can flip."""
-        keyed = ds.data.select(list(self.right_keys)).append_column(
-            _ROW, pa.array(np.arange(len(ds), dtype=np.int64)))
-        groups = keyed.group_by(list(self.right_keys), use_threads=False).aggregate(
-            [(_ROW, "list")])
-        members = groups.column(_ROW + "_list").combine_chunks()
-        sizes = np.diff(members.offsets.to_numpy())
-        rows = members.values.to_numpy()  # ds rows, grouped by key
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rows, sizes = _key_groups(ds.data.select(list(self.right_keys)))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         firsts = ds.take(rows[starts])
         moves, lo, hi = self._moves(ds, sizes, rows, starts)
         found: list[tuple[np.ndarray, DeltaBatch]] = []
@@ -226,12 +220,37 @@ class KeyedFilterOp(TwoSidedOp):
             return self.empty()
         pick = first[nonzero]
         li, si = li[pick], si[pick]
-        taken = lrows.data.take(li)
+        taken = lrows.data.select(list(dict.fromkeys(c for _, c in self.parts.columns))
+                                  ).take(li)
         out = pa.Table.from_arrays([taken.column(c) for _, c in self.parts.columns],
                                    schema=self.output_schema)
         ann = lrows.annotation.take(li).union_rows(srows.annotation.take(si),
                                                    dedupe=self.dedupe)
         return DeltaBatch(out, sums[nonzero], ann)
+
+
+# tables up to this many rows are grouped in Python: Arrow's group-by costs about a
+# third of a millisecond however few rows it gets (``DeltaBatch.SMALL`` likewise)
+_SMALL_GROUPING = 64
+
+
+def _key_groups(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``keys`` grouped by equal values (NULLs equal, as GROUP BY groups
+    them): (row numbers, group by group; each group's size)."""
+    exact = all(not pa.types.is_floating(t) for t in keys.schema.types)  # NaN != NaN
+    if keys.num_rows <= _SMALL_GROUPING and exact:
+        groups: dict[tuple, list[int]] = {}
+        for i, key in enumerate(zip(*(c.to_pylist() for c in keys.columns))):
+            groups.setdefault(key, []).append(i)
+        members = list(groups.values())
+        return (np.fromiter((i for g in members for i in g), dtype=np.int64,
+                            count=keys.num_rows),
+                np.array([len(g) for g in members], dtype=np.int64))
+    keyed = keys.append_column(_ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    grouped = keyed.group_by(keys.column_names, use_threads=False).aggregate(
+        [(_ROW, "list")])
+    lists = grouped.column(_ROW + "_list").combine_chunks()
+    return lists.values.to_numpy(), np.diff(lists.offsets.to_numpy())
 
 
 def _floats(values: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -731,6 +731,7 @@ def test_side_index_of_rows_in_key_order_needs_no_permutation(in_order):
     rows = pa.table({"k": keys, "v": np.arange(len(keys))}, schema=schema)
     side = SideIndex(schema, ("k",))
     side.apply(DeltaBatch(rows, np.ones(len(keys), np.int64), Annotation.singletons(keys)))
+    side.contents()  # merged into the main part, as its first read does
     before = side.nbytes()
     probe_keys = rng.integers(0, 520, 50)
     probe = DeltaBatch(pa.table({"k": probe_keys}), np.ones(50, np.int64), Annotation.empty(50))
@@ -751,10 +752,10 @@ def test_side_index_of_rows_in_key_order_needs_no_permutation(in_order):
 
 
 def test_join_side_bloom_filters_are_sized_by_their_distinct_keys():
-    """A side's first load is counted once (an in-memory side's filter is sized for its
-    rows, not twice them) and a probed side's filter for its distinct keys (lineitem by
-    l_partkey holds 30 rows a key): no filter is rebuilt from the data layer at once, and
-    every key loaded tests positive."""
+    """A side's first load is counted once (an in-memory side's filter, built when first
+    asked for, is sized for its rows, not twice them) and a probed side's filter for its
+    distinct keys (lineitem by l_partkey holds 30 rows a key): no filter is rebuilt from
+    the data layer at once, and every key loaded tests positive."""
     import numpy as np
     import pyarrow as pa
 
@@ -773,8 +774,9 @@ def test_join_side_bloom_filters_are_sized_by_their_distinct_keys():
 
     memory = SideIndex(schema, ("R.k",))
     memory.apply(rows)
-    assert memory.bloom is not None
-    assert memory.bloom.bits == BloomFilter.for_keys(n).bits
+    assert memory.bloom is None  # built when a probe first has keys enough to use it
+    assert memory.bloom_filter(rows, np.unique(keys)).all()
+    assert memory.bloom is not None and memory.bloom.bits == BloomFilter.for_keys(n).bits
 
     class Probed(ProbedSide):
         def lookup(self, probe_keys):
@@ -831,4 +833,6 @@ def test_side_index_reset_holds_exactly_the_rows_given():
     restored = SideIndex(schema, ("k",))
     restored.restore(reset.snapshot())
     assert seen(restored) == seen(applied)
-    assert reset.bloom is not None and reset.bloom.might_contain(np.array([4])).all()
+    assert reset.bloom_filter(probe, np.array([4])).all()
+    reset.apply(rows([5], [[1]]))  # added to the built filter when it is next asked
+    assert reset.bloom_filter(probe, np.array([4, 5])).all()

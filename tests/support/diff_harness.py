@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -307,3 +308,15 @@ class World:
 
 def operators_of(q: IncrementalQuery, cls: type) -> list:
     return [o for o in q.operators if isinstance(o, cls)]
+
+
+@contextmanager
+def setting(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` set to ``value`` for the block, then restored: a module fixture's
+    tuning (hypothesis runs many examples per test, and monkeypatch is per function)."""
+    before = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)

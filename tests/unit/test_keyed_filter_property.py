@@ -16,7 +16,7 @@ The side of outer rows merges its pending deltas after a few rows here
 from __future__ import annotations
 
 import pytest
-from diff_harness import HypChooser, col, lit, op, operators_of, qplan, scan
+from diff_harness import HypChooser, col, lit, op, operators_of, qplan, scan, setting
 from hypothesis import given
 from hypothesis import strategies as st
 from test_keyed_join_probed_property import ProbedWorld
@@ -35,11 +35,8 @@ R5 = ("a", "b", "c", "f", "m")  # with r's double and decimal columns
 
 @pytest.fixture(autouse=True, scope="module")
 def _merging_early():
-    # hypothesis runs many examples per test: a module fixture, not monkeypatch
-    before = SideIndex.MIN_PENDING
-    SideIndex.MIN_PENDING = 3
-    yield
-    SideIndex.MIN_PENDING = before
+    with setting(SideIndex, "MIN_PENDING", 3):
+        yield
 
 
 def _compare(outer, subquery, keys, predicate, residual=None):

@@ -31,10 +31,12 @@ from diff_harness import (
     qplan,
     random_partition,
     scan,
+    setting,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imp_core.engine import join_index
 from imp_core.engine.operators.aggregate import AggregateOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.pipeline import EngineOptions
@@ -58,14 +60,9 @@ from imp_core.sketch.partition import PartitionSet
 def _bloom_for_every_probe():
     # in-memory sides ask their Bloom filter only for probes of 1,024 keys or more, more
     # than these tests' deltas hold: asked for every probe, the BLOOM_BOTH runs compare
-    # the filtered probes with the plain ones (a module fixture: hypothesis runs many
-    # examples per test, and monkeypatch is per function)
-    from imp_core.engine import join_index
-
-    before = join_index._BLOOM_FROM
-    join_index._BLOOM_FROM = 1
-    yield
-    join_index._BLOOM_FROM = before
+    # the filtered probes with the plain ones
+    with setting(join_index, "_BLOOM_FROM", 1):
+        yield
 
 
 # IMP_TEST_SCALE=20 runs a long bug hunt with the same tests

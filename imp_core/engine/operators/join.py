@@ -93,14 +93,16 @@ class JoinOp(TwoSidedOp):
         self._count(errors, weights)
         return np.asarray(keep, dtype=bool)
 
-    def _probe(self, delta: DeltaBatch, delta_is_left: bool) -> tuple[np.ndarray, DeltaBatch]:
-        """The other side probed with ``delta`` (pairs of equal keys); an in-memory side
-        applies the residual before taking its rows whole (a partition's 36 months
-        paired with one month, one kept: q47, q57), so those pairs are checked already."""
+    def _probe(self, delta: DeltaBatch, delta_is_left: bool
+               ) -> tuple[np.ndarray, DeltaBatch, bool]:
+        """The other side probed with ``delta``: (delta rows, matched rows, whether the
+        pairs passed the residual already). An in-memory side applies the residual before
+        taking its rows whole (a partition's 36 months paired with one month, one kept:
+        q47, q57)."""
         side, keys = (self.right, self.left_keys) if delta_is_left else \
             (self.left, self.right_keys)
         if self.residual is None or not isinstance(side, SideIndex):
-            return side.probe(delta, keys)
+            return (*side.probe(delta, keys), self.residual is None)
         mine, theirs = (self.read_left, self.read_right) if delta_is_left else \
             (self.read_right, self.read_left)
 
@@ -110,7 +112,7 @@ class JoinOp(TwoSidedOp):
             pair = (own.columns(mine), columns) if delta_is_left else (columns, own.columns(mine))
             return self._kept(*pair, own.weights() * weights)
 
-        return side.probe(delta, keys, keep=PairFilter(theirs, test))
+        return (*side.probe(delta, keys, keep=PairFilter(theirs, test)), True)
 
     def _pairs(self, left: DeltaBatch, li: np.ndarray | None, right: DeltaBatch,
                ri: np.ndarray | None, checked: bool = False) -> DeltaBatch:
@@ -137,8 +139,8 @@ class JoinOp(TwoSidedOp):
 
     def _delta_left(self, dl: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
-            idx, matched = self._probe(dl, True)
-            return self._pairs(dl, idx, matched, None, checked=isinstance(self.right, SideIndex))
+            idx, matched, checked = self._probe(dl, True)
+            return self._pairs(dl, idx, matched, None, checked=checked)
         side = self.right.contents()
         li = np.repeat(np.arange(len(dl)), len(side))
         ri = np.tile(np.arange(len(side)), len(dl))
@@ -152,8 +154,8 @@ class JoinOp(TwoSidedOp):
 
     def _delta_right(self, dr: DeltaBatch) -> DeltaBatch:
         if self.left_keys:
-            idx, matched = self._probe(dr, False)
-            return self._pairs(matched, None, dr, idx, checked=isinstance(self.left, SideIndex))
+            idx, matched, checked = self._probe(dr, False)
+            return self._pairs(matched, None, dr, idx, checked=checked)
         side = self.left.contents()
         li = np.tile(np.arange(len(side)), len(dr))
         ri = np.repeat(np.arange(len(dr)), len(side))

@@ -1,8 +1,11 @@
 """``imp bench faults``: faults injected under a running service, and what they cost.
 
-Three faults, each with updates streaming in (inserts of rows under fresh keys, so that
-every acknowledged update can be found again) and two registered queries (one lazy, one
-eager) on ``t5000g``:
+Four faults, each with updates streaming in and two registered queries (one lazy, one
+eager) on ``t5000g``. Each batch is inserted under fresh ids into ``t5000g`` (keyed) and
+into ``events`` (the same rows, keyless), through the client with an idempotency key per
+batch: a batch cut off by the fault is sent again with its key until a server answers, so
+every acknowledged batch can be found again, and a batch applied twice would show in the
+keyless table as a repeated id.
 
 - ``raylet``: ``kill -9`` of the raylet of the local Ray under a supervised
   ``imp serve`` (a real process, a real socket). The server ends, its supervisor starts
@@ -10,16 +13,19 @@ eager) on ``t5000g``:
 - ``node``: a worker node of a 3-node Ray cluster (``ray.cluster_utils``) removed while
   a sharded query's actors run on it, under an in-process coordinator: the lost shards
   are restored on the other nodes from their checkpoints plus replay.
-- ``failover``: ``kill -9`` of the active ``imp serve`` while a standby on the same
-  store waits for its lease; the client, given both addresses, goes on with the
-  standby once it has taken over.
+- ``failover`` (local backend) and ``failover_ray`` (each server with its own local
+  Ray): ``kill -9`` of the active ``imp serve`` while a standby on the same store waits
+  for its lease (its runtime already started); the client, given both addresses, goes on
+  with the standby once it has taken over.
 
-Per fault: ``recover_s``, from the fault to the first call that succeeds again;
-``acked``, updates the service acknowledged; ``lost``, acknowledged updates whose rows
-are not in the table at the end (goal: 0); ``refused``, updates refused during the
-outage (never acknowledged: the client knows to send them again); ``exact``, every
-query's fresh sketch at the end equals a recapture from scratch by the reference
-evaluator at the same table versions.
+Per fault: ``recover_s``, from the fault to the first update acknowledged again;
+``acked``, batches the service acknowledged; ``lost``, acknowledged rows missing from
+either table at the end (goal: 0); ``duplicated``, rows of the keyless table applied more
+than once (goal: 0); ``refused``, batches refused for good (the client gave up or was
+refused; goal: 0); ``retried``, attempts the client sent again with their key;
+``replayed``, batches a server found already committed by an attempt whose reply was lost;
+``exact``, every query's fresh sketch at the end equals a recapture from scratch by the
+reference evaluator at the same table versions.
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ from benchmarks.common import environment
 from benchmarks.paper_common import log
 
 TABLE = "t5000g"
+KEYLESS = "events"  # the same rows as TABLE's batches, in a table without a key
 QUERIES = {"lazy": "q_having_2", "eager": "q_endtoend"}
 FRESH_KEYS = 2_000_000_000  # inserted rows get keys from here on (beyond the generated)
-FAULTS = ("raylet", "node", "failover")
+FAULTS = ("raylet", "node", "failover", "failover_ray")
+RETRY_S = 300.0  # how long the stream's client retries a batch cut off by a fault
 
 
 def free_port() -> int:
@@ -58,12 +66,15 @@ def make_store(root: Path, rows: int) -> None:
     from imp_core.workloads.synthetic import generate_groups_table
 
     info = TABLES[TABLE]
-    DeltaStore(root).create_table(TABLE, generate_groups_table(5000, rows, seed=5),
-                                  key=info.key, domains=info.domains)
+    store = DeltaStore(root)
+    store.create_table(TABLE, generate_groups_table(5000, rows, seed=5),
+                       key=info.key, domains=info.domains)
+    store.create_table(KEYLESS, generate_groups_table(50, 100, seed=6), key=None)
 
 
 class Stream:
-    """Insert batches under fresh keys; remembers which were acknowledged."""
+    """Insert batches under fresh keys into TABLE and KEYLESS; remembers which were
+    acknowledged."""
 
     def __init__(self, store_root: Path, batch: int, seed: int = 11):
         # the service's ``apply_update`` (a client's or a coordinator's), set once it runs
@@ -74,8 +85,10 @@ class Stream:
         self.rng = np.random.default_rng(seed)
         self.batch = batch
         self.next_key = FRESH_KEYS
-        self.acked: list[int] = []  # every acknowledged key
+        self.acked: list[int] = []  # every acknowledged key (of both tables)
         self.refused = 0
+        self.replayed = 0
+        self.errors: list[str] = []
 
     def rows(self) -> tuple[pa.Table, list[int]]:
         pick = self.rng.choice(self.template.num_rows, self.batch, replace=False)
@@ -95,19 +108,37 @@ class Stream:
     def _send_one(self) -> bool:
         rows, keys = self.rows()
         try:
-            self.apply(TABLE, inserts=rows)
-        except Exception:  # refused or cut off: not acknowledged, so not counted
+            for table in (TABLE, KEYLESS):
+                done = self.apply(table, inserts=rows)
+                self.replayed += bool(getattr(done, "replayed", False))
+        except Exception as exc:  # refused for good: not acknowledged, so not counted
             self.refused += 1
+            self.errors.append(str(exc)[:200])
             return False
         self.acked.extend(keys)
         return True
 
-    def lost(self, store_root: Path) -> int:
+    def _ids(self, store_root: Path, table: str) -> list[int]:
         from imp_core.storage import DeltaStore
 
-        have = set(DeltaStore(store_root).read(TABLE, columns=["id"]).column("id")
-                   .to_pylist())
-        return sum(1 for k in self.acked if k not in have)
+        ids = DeltaStore(store_root).read(table, columns=["id"]).column("id").to_pylist()
+        return [i for i in ids if i >= FRESH_KEYS]
+
+    def lost(self, store_root: Path) -> int:
+        """Acknowledged rows missing from either table."""
+        return sum(sum(1 for k in self.acked if k not in set(self._ids(store_root, t)))
+                   for t in (TABLE, KEYLESS))
+
+    def duplicated(self, store_root: Path) -> int:
+        """Rows of the keyless table applied more than once (the keyed table refuses a
+        repeated key, which ``refused`` counts)."""
+        ids = self._ids(store_root, KEYLESS)
+        return len(ids) - len(set(ids))
+
+    def report(self, store_root: Path, batch: int) -> dict[str, Any]:
+        return {"acked": len(self.acked) // batch, "refused": self.refused,
+                "lost": self.lost(store_root), "duplicated": self.duplicated(store_root),
+                "replayed": self.replayed, "errors": self.errors[:3]}
 
 
 def exact_over_grpc(client: Any, store_root: Path) -> bool:
@@ -142,7 +173,8 @@ def _register(client: Any, fragments: int = 16) -> None:
 def _serve(root: Path, port: int, backend: str, **env_extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     env.update(IMP_LISTEN=f"127.0.0.1:{port}", IMP_ROOT=str(root), IMP_BACKEND=backend,
-               IMP_METRICS_LISTEN="off", IMP_LEASE_SECONDS="5", **env_extra)
+               IMP_METRICS_LISTEN="off", IMP_LEASE_SECONDS="5")
+    env.update(env_extra)
     log_file = (root.parent / f"server-{port}.log").open("w")  # what went wrong, if any
     return subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
                             stdout=subprocess.DEVNULL, stderr=log_file,
@@ -218,7 +250,8 @@ def raylet_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 
     stream = Stream(root, batch)
     try:
         _wait_serving(address, 300)
-        with SketchClient(address, timeout=60, retries=0) as client:
+        # a batch cut off by the fault is sent again with its key until a server answers
+        with SketchClient(address, timeout=60, retry_seconds=RETRY_S) as client:
             stream.apply = client.apply_update
             _register(client)
             stream.send(batches // 2)
@@ -242,33 +275,39 @@ def raylet_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 
             stream.send(batches // 2)
             exact = exact_over_grpc(client, root)
             restarts = client.stats()["coordinator"]["counters"]
+            retried = client.retried
     finally:
         _stop(proc)
-    return {"fault": "raylet", "recover_s": round(recover, 2), "acked": len(stream.acked) //
-            batch, "refused": stream.refused, "lost": stream.lost(root), "exact": exact,
-            "restored": restarts.get("restores", 0)}
+    return {"fault": "raylet", "recover_s": round(recover, 2), **stream.report(root, batch),
+            "retried": retried, "exact": exact, "restored": restarts.get("restores", 0)}
 
 
 def failover_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20,
-                   progress: bool = False) -> dict[str, Any]:
-    """``kill -9`` of the active server; a standby on the same store takes over."""
+                   progress: bool = False, backend: str = "local") -> dict[str, Any]:
+    """``kill -9`` of the active server; a standby on the same store, its runtime started
+    while it waited, takes over. ``backend``: of both servers ("ray": each its own Ray)."""
     from services.client import SketchClient
 
-    root = work / "failover"
+    name = "failover" if backend == "local" else f"failover_{backend}"
+    root = work / name
     make_store(root, rows)
-    ports = free_port(), free_port()
-    active = _serve(root, ports[0], "local")
-    _wait_serving(f"127.0.0.1:{ports[0]}", 120)
-    standby = _serve(root, ports[1], "local", IMP_STANDBY="on")
+    ports, metrics = (free_port(), free_port()), (free_port(), free_port())
+    # no supervisor: the standby is what recovers from the kill here
+    active = _serve(root, ports[0], backend, IMP_SUPERVISE="off",
+                    IMP_METRICS_LISTEN=f"127.0.0.1:{metrics[0]}")
+    _wait_serving(f"127.0.0.1:{ports[0]}", 300)
+    standby = _serve(root, ports[1], backend, IMP_STANDBY="on", IMP_SUPERVISE="off",
+                     IMP_METRICS_LISTEN=f"127.0.0.1:{metrics[1]}")
     stream = Stream(root, batch)
     try:
-        time.sleep(1.0)  # the standby is up and waiting for the lease
+        _until(lambda: "standby:" in _log_of(root, ports[1]), 300,
+               "the standby did not get ready")  # its runtime started, waiting
         targets = ",".join(f"127.0.0.1:{p}" for p in ports)
-        with SketchClient(targets, timeout=30, retries=0) as client:
+        with SketchClient(targets, timeout=30, retry_seconds=RETRY_S) as client:
             stream.apply = client.apply_update
             _register(client)
             stream.send(batches // 2)
-            log(progress, f"  failover: kill -9 the active server {active.pid}")
+            log(progress, f"  {name}: kill -9 the active server {active.pid}")
             t0 = time.monotonic()
             os.killpg(active.pid, signal.SIGKILL)
             active.wait(10)
@@ -278,13 +317,40 @@ def failover_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int 
             exact = exact_over_grpc(client, root)
             took_over = client.stats()["coordinator"]["counters"].get("lease_takeovers", 0)
             target = client.target
+            retried = client.retried
+            takeovers_metric = _metric_takeovers(metrics[1])
     finally:
         _stop(active)
         _stop(standby)
-    return {"fault": "failover", "recover_s": round(recover, 2),
-            "acked": len(stream.acked) // batch, "refused": stream.refused,
-            "lost": stream.lost(root), "exact": exact, "lease_takeovers": took_over,
+    took_line = next((line for line in _log_of(root, ports[1]).splitlines()
+                      if "took the store" in line), "")
+    return {"fault": name, "backend": backend, "recover_s": round(recover, 2),
+            **stream.report(root, batch), "retried": retried, "exact": exact,
+            "lease_takeovers": took_over, "takeovers_metric": takeovers_metric,
+            "takeover_logged": bool(took_line),
             "served_by_standby": target == f"127.0.0.1:{ports[1]}"}
+
+
+def _log_of(root: Path, port: int) -> str:
+    path = root.parent / f"server-{port}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _metric_takeovers(port: int) -> float | None:
+    """``imp_coordinator_events_total{event="lease_takeovers"}`` of the metrics endpoint
+    on ``port``, or None when it does not answer."""
+    import urllib.request
+
+    address = f"127.0.0.1:{port}"
+    try:
+        text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("imp_coordinator_events_total{") and \
+                'event="lease_takeovers"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20,
@@ -339,9 +405,9 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
         if own:
             ray.shutdown()
             cluster.shutdown()
-    return {"fault": "node", "recover_s": round(recover, 2), "acked": len(stream.acked) //
-            batch, "refused": stream.refused, "lost": stream.lost(root), "exact": exact,
-            "shard_restarts": restarts, "victim_gone": victim.node_id not in moved}
+    return {"fault": "node", "recover_s": round(recover, 2), **stream.report(root, batch),
+            "exact": exact, "shard_restarts": restarts,
+            "victim_gone": victim.node_id not in moved}
 
 
 class _Embedded:
@@ -375,7 +441,9 @@ def run_faults_bench(faults: tuple[str, ...] = FAULTS, rows: int = 50_000,
     work = Path(work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    run = {"raylet": raylet_fault, "node": node_fault, "failover": failover_fault}
+    run: dict[str, Callable[..., dict[str, Any]]] = {
+        "raylet": raylet_fault, "node": node_fault, "failover": failover_fault,
+        "failover_ray": lambda *a, **k: failover_fault(*a, backend="ray", **k)}
     results = []
     for fault in faults:
         log(progress, f"fault {fault} ...")
@@ -385,4 +453,8 @@ def run_faults_bench(faults: tuple[str, ...] = FAULTS, rows: int = 50_000,
             "parameters": {"faults": list(faults), "rows": rows, "batches": batches},
             "results": results,
             "summary": {"updates_lost": sum(r["lost"] for r in results),
-                        "all_exact": all(r["exact"] for r in results)}}
+                        "updates_duplicated": sum(r["duplicated"] for r in results),
+                        "updates_refused": sum(r["refused"] for r in results),
+                        "all_exact": all(r["exact"] for r in results),
+                        "failover_s": {r["backend"]: r["recover_s"] for r in results
+                                       if r["fault"].startswith("failover")}}}

@@ -65,7 +65,8 @@ def _start_server(root: Path, workers: int) -> tuple[subprocess.Popen, str]:
     """``imp serve`` on a free loopback port; returns the process and its address."""
     cmd = [sys.executable, "-m", "services.cli", "serve", "--listen", "127.0.0.1:0",
            "--root", str(root), "--backend", "local", "--workers", str(workers),
-           "--log-level", "WARNING", "--max-watches", str(WATCHES), "--metrics-listen", "off"]
+           "--log-level", "WARNING", "--max-watches", str(WATCHES), "--metrics-listen", "off",
+           "--supervise", "off"]  # the measured process is the server itself
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     return proc, _address(proc, "imp: serving on ")

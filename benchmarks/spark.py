@@ -190,7 +190,7 @@ def measure_query(spark, maintainer, qname: str, fragments: int,
         t0 = time.perf_counter()
         _register(maintainer, row, qname, wq.sql, attr, fragments, "engine")
         row["bootstrap_engine_s"] = round(time.perf_counter() - t0, 3)
-        del maintainer.queries[qname]  # its state may be large: drop it before the next
+        maintainer.drop(qname)  # its state may be large: drop it before the next
     mode = "engine" if bootstrap == "engine" else "spark"
     t0 = time.perf_counter()
     q = _register(maintainer, row, qname, wq.sql, attr, fragments, mode)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pyarrow as pa
@@ -47,13 +48,14 @@ from imp_actors.diagnostics import Diagnostics
 from imp_actors.feed import DeltaFeed, VersionProbe
 from imp_actors.freshness import Freshness
 from imp_actors.handles import make_backend
+from imp_actors.incidents import Incidents
 from imp_actors.layouts import Layouts
 from imp_actors.lease import StoreLease
 from imp_actors.lifecycle import QueryRuntime
 from imp_actors.maintenance import Maintenance
 from imp_actors.reconcile import Want
 from imp_actors.registration import Registration
-from imp_actors.registry import Registry
+from imp_actors.registry import CallRecord, QueryRecord, Registry
 from imp_actors.runtime_config import RuntimeConfig
 from imp_actors.runtime_metrics import query_load, runtime_metrics
 from imp_actors.runtime_watch import RuntimeState, RuntimeWatch
@@ -73,9 +75,10 @@ from imp_actors.types import (
     UpdateResult,
 )
 from imp_core.engine.pipeline import EngineOptions
-from imp_core.errors import PartitionError, UnknownQueryError
+from imp_core.errors import PartitionError, QuarantinedRequestError, UnknownQueryError
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.storage.calls import AppliedCall, CallTag
 from imp_core.storage.scan_spec import ScanSpec
 
 log = logging.getLogger(__name__)
@@ -115,7 +118,11 @@ class Coordinator:
         self.diagnostics = Diagnostics(self.ctx, self.shards, self.state)
         self.runtime = RuntimeWatch(self.ctx.backend, self.ctx.counters,
                                     config.runtime_check_s)
+        # requests that ended a server process: recorded, read back, quarantined
+        self.incidents = self.state.incidents = Incidents(
+            blobs, Path(config.journal_dir), fence=lease.check)
         self._started = False
+        self._prepared = False
 
     @property
     def config(self) -> RuntimeConfig:
@@ -128,17 +135,38 @@ class Coordinator:
         return bool(getattr(self.ctx.backend, "started_ray", False))
 
     # -- life cycle ---------------------------------------------------------------------
-    def start(self) -> Coordinator:
+    def prepare(self) -> Coordinator:
+        """Start what needs no store lease, so that a standby's take-over does not wait
+        for it: the actor runtime (Ray started or joined) and, on a Ray of its own, its
+        warm workers (empty, they hold no query's state). Nothing of the store is read
+        or written; ``start`` calls it too."""
+        if not self._prepared:
+            self.ctx.backend.start()
+            if self.embedded_ray:  # never on a shared cluster the active server watches
+                self.shards.keep_warm()
+            self._prepared = True
+        return self
+
+    def start(self, standby_for: str | None = None) -> Coordinator:
+        """Take the store's lease, recover the registered queries and start the
+        background work. ``standby_for``: the owner a standby waited for (its take-over
+        is logged and counted even when that owner gave the lease back)."""
         if not self._started:
             lease = self.ctx.lease
             assert lease is not None
+            t0 = time.monotonic()
             lease.acquire()  # one coordinator per store, before anything starts
-            if lease.took_over:  # a failover: the previous owner died or was cut off
+            previous = lease.took_over or standby_for
+            if previous:  # a fail-over: the previous owner died, was cut off or stopped
                 self.ctx.counters["lease_takeovers"] += 1
             lease.start_heartbeat()
             try:
-                self.ctx.backend.start()
-                self.state.resume(self.registration.recover)
+                # the registry as the previous owner left it (a standby waited meanwhile)
+                self.ctx.registry.reload()
+                # what dead predecessors were doing: logged, its culprit quarantined
+                self.incidents.collect(lease.took_over)
+                self.prepare()
+                self.state.resume(self._recover)
                 self.loop.start()
                 self.runtime.start()
                 self.loop.restore_eager()
@@ -147,7 +175,20 @@ class Coordinator:
                 lease.release()
                 raise
             self._started = True
+            if previous:
+                log.warning("took the store %s over from %s (generation %d): %d queries "
+                            "recovered in %.2f s", self.config.registry_dir, previous,
+                            lease.generation, len(self.ctx.queries.all()),
+                            time.monotonic() - t0)
         return self
+
+    def _recover(self, record: QueryRecord) -> QueryRuntime:
+        """``Registration.recover``, unless the query's maintenance ended a server."""
+        entry = self.incidents.query_quarantined(record.name)
+        if entry is not None:
+            raise QuarantinedRequestError(f"quarantined, not recovered: {entry.reason}; "
+                                          "drop it, or register it again once fixed")
+        return self.registration.recover(record)
 
     def __enter__(self) -> Coordinator:
         return self.start()
@@ -165,7 +206,8 @@ class Coordinator:
         self.ctx.backend.shutdown()
         if self._started and self.ctx.lease is not None:
             self.ctx.lease.release()
-        self._started = False
+        self.incidents.close()
+        self._started = self._prepared = False
 
     def abandon(self) -> None:
         """Stop this coordinator's threads without checkpointing or stopping actors: what
@@ -188,33 +230,70 @@ class Coordinator:
 
     def apply_update(self, table: str, inserts: pa.Table | None = None,
                      deletes: pa.Table | None = None,
-                     updates: tuple[pa.Table, pa.Table] | None = None) -> UpdateResult:
+                     updates: tuple[pa.Table, pa.Table] | None = None,
+                     call: CallTag | None = None) -> UpdateResult:
         """Commit deletions (and updates' old rows) and insertions (and updates' new rows)
-        as one table version. A refused batch commits nothing."""
+        as one table version. A refused batch commits nothing. ``call``: the update's
+        idempotency key; a call committed before is not committed again, its first
+        outcome is returned (``UpdateResult.replayed``)."""
         table = table.lower()
         with self.loop.own_commit(table):
-            version, n_ins, n_del = self.writer.commit(table, inserts, deletes, updates)
-            maintained = self.loop.note_commit(table, version, n_ins + n_del)
-        return UpdateResult(table, version, n_ins, n_del, tuple(maintained))
+            done = self.writer.commit(table, inserts, deletes, updates, call)
+            maintained = [] if done.replayed else \
+                self.loop.note_commit(table, done.version, done.inserted + done.deleted)
+        return UpdateResult(table, done.version, done.inserted, done.deleted,
+                            tuple(maintained), replayed=done.replayed)
+
+    def applied_update(self, key: str, table: str | None = None) -> AppliedCall | None:
+        """The update with idempotency key ``key`` as committed to ``table`` (None: to any
+        table of the store), or None: not committed within the retention window."""
+        for name in [table.lower()] if table else self.tables():
+            found = self.writer.applied(name, key)
+            if found is not None:
+                return found
+        return None
 
     # -- registration ---------------------------------------------------------------------
-    def register(self, spec: QuerySpec) -> QueryInfo:
-        q = self.registration.register(spec)
+    def register(self, spec: QuerySpec, call: CallTag | None = None) -> QueryInfo:
+        """Register ``spec``; returns the query's ``QueryInfo`` as registered: a value,
+        not a handle (no front of the service hands out a live object that could go
+        stale). ``info``/``get_sketch`` by name answer the current state: re-partitions
+        and rescales change the query's runtime in place, and a dropped query's name
+        answers NOT_FOUND. ``call``: its idempotency key (``registered_call``)."""
+        q = self.registration.register(spec, call)
         self.ctx.targets.set(q, want=Want.LIVE, shards=q.shards, by="register")
         return self.info(q.name)
 
-    def drop(self, name: str) -> None:
-        self.registration.drop(self._get(name))
+    def drop(self, name: str, call: CallTag | None = None) -> None:
+        try:
+            q = self._get(name)
+        except UnknownQueryError:
+            # a registered query this coordinator could not recover (quarantined, or its
+            # SQL no longer plans): only its record and checkpoints are left to remove
+            if self.ctx.registry.get(name) is None:
+                raise
+            self.registration.drop_record(name, call)
+            return
+        self.registration.drop(q, call)
         self.ctx.targets.forget(name)
+
+    def registered_call(self, key: str) -> CallRecord | None:
+        """The registration or drop made with idempotency key ``key`` (within the
+        registry's retention), or None."""
+        return self.ctx.registry.call(key)
 
     def layout(self, table: str, columns: tuple[str, ...] = (),
                rows_per_group: int | None = None, dry_run: bool = False) -> dict[str, Any]:
         """Lay ``table`` out for its sketches (``layouts.Layouts``): ``result`` of the
-        rewrite (none with ``dry_run``) and the ``advice`` followed or asked for."""
+        rewrite (none with ``dry_run``) and the ``advice``: every order weighed, with the
+        order ``columns`` (if given, dry run or not) among them; its ``warnings`` name
+        the queries the order written (or asked for, else recommended) makes read more,
+        and those it makes lose their sketch on the table."""
         if dry_run:
-            return {"result": None, "advice": self.layouts.advise(table).to_json()}
+            return {"result": None,
+                    "advice": self.layouts.advise(table, tuple(columns)).to_json()}
         result, advice = self.layouts.apply(table, tuple(columns), rows_per_group)
-        return {"result": result, "advice": advice.to_json() if advice else None}
+        return {"result": result, "advice": advice.to_json()}
 
     def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
         """Why the query is sketched on its attributes (``Layouts.explain``)."""
@@ -337,17 +416,18 @@ class Coordinator:
         ``sketch_max_read_share`` of the rows (``QueryResult.access`` says which). The
         sketch of ``query`` (or, without it, of a registered query chosen by
         ``imp_actors.sketch_reuse``) is used for ``sql`` only where it provably gives the
-        plain query's rows (``QueryResult.reuse`` says by which rule); otherwise the call
-        is refused and nothing is done."""
+        plain query's rows (``QueryResult.reuse`` says by which rule); a named sketch that
+        cannot is refused and nothing is done; without a name and no sketch able to
+        answer, the SQL runs plain and ``access_reason`` says why."""
         from imp_core.sql import plan_sql
 
         registered = self._get(query) if query else None
         if sql is None and registered is None:
             raise PartitionError("run_query needs SQL or the name of a registered query")
         plan = registered.plan if sql is None else plan_sql(sql, self.catalog())
-        reuse = None
-        if use_sketch:  # a sketch that cannot answer the SQL is refused before any work
-            registered, reuse = choose_sketch(self.ctx.queries, plan, registered)
+        reuse, plain_why = None, ""
+        if use_sketch:  # a named sketch that cannot answer the SQL is refused up front
+            registered, reuse, plain_why = choose_sketch(self.ctx.queries, plan, registered)
         version = None
         if reuse is not None:
             version = self.get_sketch(registered.name, fresh=True)
@@ -356,6 +436,8 @@ class Coordinator:
             versions[t] = self.ctx.probe.latest(t)
         run = self.ctx.spark.run(plan, versions, version.sketch if version else None,
                                  self.config.sketch_max_read_share)
+        if plain_why:
+            run = replace(run, access="plain", access_reason=plain_why)
         return replace(run, sketch=version, reuse=reuse.rule if reuse else "",
                        reuse_reason=reuse.reason if reuse else "")
 
@@ -373,7 +455,10 @@ class Coordinator:
 
     # -- statistics and tools ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        return dict(self.ctx.stats(), runtime=self.runtime.status())
+        incidents = {"quarantined": [{"kind": e.kind, "value": e.value, "method": e.method,
+                                      "reason": e.reason} for e in self.incidents.active()],
+                     "deaths": list(self.incidents.deaths)}
+        return dict(self.ctx.stats(), runtime=self.runtime.status(), incidents=incidents)
 
     def metrics(self) -> RuntimeMetrics:
         """Per query and overall, what an operator watches (``imp_actors.runtime_metrics``): cheap,

@@ -95,20 +95,32 @@ class StoreLease:
         self.blobs.write_atomic(LEASE, json.dumps(asdict(record)).encode())
 
     # -- taking, renewing, giving back -----------------------------------------------------
+    def ensure_free(self) -> None:
+        """``StoreBusyError`` when ``acquire`` would refuse now (nothing is written)."""
+        held = self.read()
+        if held is not None and held.owner != self.owner:
+            self._refuse_if_alive(held)
+
+    def _refuse_if_alive(self, held: LeaseRecord) -> bool:
+        """Raises while ``held`` is a live owner's; else whether it died on this host."""
+        age = time.time() - held.heartbeat_at
+        dead_here = held.owner in _ABANDONED or (
+            held.host == socket.gethostname() and _process_gone(held.pid))
+        if age < self.ttl and not dead_here:
+            raise StoreBusyError(
+                f"the store {self.blobs.uri} is in use by {held.owner} (its "
+                f"heartbeat {age:.1f} s ago): one coordinator per store; stop it "
+                f"first, start this one as a standby (--standby on), or start again "
+                f"{self.ttl - age:.0f} s after it died (IMP_LEASE_SECONDS)")
+        return dead_here
+
     def acquire(self) -> int:
         """Take the lease, or ``StoreBusyError`` naming its live owner."""
         with self._lock:
             held = self.read()
             if held is not None and held.owner != self.owner:
+                dead_here = self._refuse_if_alive(held)
                 age = time.time() - held.heartbeat_at
-                dead_here = held.owner in _ABANDONED or (
-                    held.host == socket.gethostname() and _process_gone(held.pid))
-                if age < self.ttl and not dead_here:
-                    raise StoreBusyError(
-                        f"the store {self.blobs.uri} is in use by {held.owner} (its "
-                        f"heartbeat {age:.1f} s ago): one coordinator per store; stop it "
-                        f"first, or start again {self.ttl - age:.0f} s after it died "
-                        "(IMP_LEASE_SECONDS)")
                 log.warning("taking over the store lease of %s (heartbeat %.1f s ago%s)",
                             held.owner, age, ", owner gone" if dead_here else "")
                 self.took_over = held.owner

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from typing import Callable, Mapping
 
 from imp_actors.context import RuntimeContext
@@ -32,6 +33,7 @@ from imp_actors.placement import place, stale
 from imp_actors.placement import replace as replace_placement
 from imp_actors.registry import (
     SEQ_BLOCK,
+    CallRecord,
     QueryRecord,
     partitions_from_records,
     partitions_to_records,
@@ -48,9 +50,11 @@ from imp_core.errors import (
     UnknownQueryError,
 )
 from imp_core.plan.nodes import QueryPlan
+from imp_core.process.failpoints import failpoint
 from imp_core.query.prepare import PreparedQuery, StoreTables, prepare_query
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.storage.calls import CallTag
 from imp_core.storage.file_side import TableFiles
 from imp_core.storage.row_groups import StoreLayout
 from imp_core.storage.scan_spec import scan_specs
@@ -77,6 +81,13 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
                          clustered=files.clustered, not_null=files.not_null,
                          capture=capture, layout=StoreLayout(ctx.store),
                          progress=lambda line: log.info("%s: %s", spec.name, line))
+
+
+def call_record(call: CallTag | None, query: str) -> CallRecord | None:
+    """The registry's record of the keyed ``call`` naming ``query`` (None: no key)."""
+    if call is None:
+        return None
+    return CallRecord(call.key, call.method, call.digest, query, time.time())
 
 
 def first_shards(spec: QuerySpec) -> int:
@@ -120,8 +131,11 @@ class Registration:
         self.state = state
         self.catalog = catalog
 
-    def register(self, spec: QuerySpec) -> QueryRuntime:
+    def register(self, spec: QuerySpec, call: CallTag | None = None) -> QueryRuntime:
+        """Register ``spec``; ``call``: its idempotency key, kept in the registry in the
+        same write as the record (``Registry.call``)."""
         ctx = self.ctx
+        failpoint("registration.sql", spec.sql)  # a crash while a registration runs
         check_request(spec, ctx.config)
         ctx.queries.check_free(spec.name)
         prepared = prepare(spec, ctx, self.catalog())
@@ -143,7 +157,7 @@ class Registration:
         try:
             with q.lock:
                 self.state.bootstrap(q)
-                ctx.registry.put(q.record)
+                ctx.registry.put(q.record, call_record(call, spec.name))
         except BaseException:
             ctx.queries.remove(q.name)
             with q.lock:
@@ -195,13 +209,19 @@ class Registration:
                             SketchHistory(record.name, self.ctx.config.sketch_versions_kept),
                             state=state, seq_floor=record.seq_reserved if restarted else 0)
 
-    def drop(self, q: QueryRuntime) -> None:
+    def drop(self, q: QueryRuntime, call: CallTag | None = None) -> None:
         with q.lock:
             if q.state is QueryState.DROPPED:
                 raise UnknownQueryError(f"no registered query {q.name!r}")
-            self.ctx.registry.remove(q.name)
+            self.ctx.registry.remove(q.name, call_record(call, q.name))
             self.ctx.queries.remove(q.name)
             self.shards.stop(q, QueryState.DROPPED)
             self.ctx.checkpoints.drop(q.name)
             q.history.close()
+        self.ctx.counters["dropped"] += 1
+
+    def drop_record(self, name: str, call: CallTag | None = None) -> None:
+        """Drop a registered query that has no runtime here (it was not recovered)."""
+        self.ctx.registry.remove(name, call_record(call, name))
+        self.ctx.checkpoints.drop(name)
         self.ctx.counters["dropped"] += 1

@@ -9,6 +9,11 @@ were placed on and, for an autoscaled query, its autoscaling bounds.
 Invariant: a query is in the registry iff its registration completed and it was not
 dropped. A file of an older ``FORMAT`` is read through ``UPGRADES`` (one step per
 version) and written in the current one on its next change.
+
+The document also keeps the idempotency keys of the registrations and drops of the last
+``CALL_RETENTION_S`` (at most ``MAX_CALLS``): a key is written in the same atomic write as
+the change it made, so a retry after a crash between that write and the reply finds it
+(``call``) and is answered with the first outcome instead of being applied again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,20 @@ from imp_core.sketch.partition import PartitionSet, RangePartition
 
 FORMAT = 2
 _NAME = "registry.json"
+CALL_RETENTION_S = 24 * 3600.0  # as long as a table remembers its calls' keys
+MAX_CALLS = 10_000
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """A keyed call that changed the registry: ``method`` (RegisterQuery, DropQuery),
+    the digest of its request, the query it named, when."""
+
+    key: str
+    method: str
+    digest: str
+    query: str
+    at: float
 
 
 def partition_to_record(p: RangePartition) -> dict[str, Any]:
@@ -125,7 +144,15 @@ class Registry:
         self.fence = fence
         self._lock = threading.Lock()
         self._records: dict[str, QueryRecord] = {}
+        self._calls: dict[str, CallRecord] = {}
         self._load()
+
+    def reload(self) -> None:
+        """Read the registry again (a coordinator that just took the store's lease: what
+        its predecessor wrote while this one waited)."""
+        with self._lock:
+            self._records, self._calls = {}, {}
+            self._load()
 
     def _load(self) -> None:
         if not self.blobs.exists(_NAME):
@@ -146,13 +173,38 @@ class Registry:
             raw["partitions"] = tuple(raw["partitions"])
             raw["placement"] = tuple(raw.get("placement", ()))
             self._records[name] = QueryRecord(**raw)
+        for key, raw in doc.get("calls", {}).items():
+            try:
+                self._calls[key] = CallRecord(key=key, **raw)
+            except TypeError:  # a record this build does not know: the key is forgotten
+                continue
 
     def _save(self) -> None:
         if self.fence is not None:
             self.fence()
+        self._prune_calls()
         doc = {"format": FORMAT, "saved_at": time.time(),
-               "queries": {n: asdict(r) for n, r in sorted(self._records.items())}}
+               "queries": {n: asdict(r) for n, r in sorted(self._records.items())},
+               "calls": {k: {f: v for f, v in asdict(c).items() if f != "key"}
+                         for k, c in self._calls.items()}}
         self.blobs.write_atomic(_NAME, json.dumps(doc, indent=1).encode())
+
+    def _prune_calls(self) -> None:
+        cutoff = time.time() - CALL_RETENTION_S
+        old = [k for k, c in self._calls.items() if c.at < cutoff]
+        for k in old:
+            del self._calls[k]
+        if len(self._calls) > MAX_CALLS:
+            for k in sorted(self._calls, key=lambda k: self._calls[k].at)[
+                    :len(self._calls) - MAX_CALLS]:
+                del self._calls[k]
+
+    def call(self, key: str) -> CallRecord | None:
+        """The keyed call ``key`` that changed the registry, or None (module docstring)."""
+        with self._lock:
+            found = self._calls.get(key)
+            return found if found is not None and \
+                found.at >= time.time() - CALL_RETENTION_S else None
 
     def records(self) -> dict[str, QueryRecord]:
         with self._lock:
@@ -162,12 +214,19 @@ class Registry:
         with self._lock:
             return self._records.get(name)
 
-    def put(self, record: QueryRecord) -> None:
+    def put(self, record: QueryRecord, call: CallRecord | None = None) -> None:
+        """Write ``record`` (and the keyed ``call`` that made it, in the same write)."""
         with self._lock:
             self._records[record.name] = record
+            if call is not None:
+                self._calls[call.key] = call
             self._save()
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str, call: CallRecord | None = None) -> None:
+        """Remove the record of ``name`` (and keep the keyed ``call`` that removed it, in
+        the same write)."""
         with self._lock:
-            if self._records.pop(name, None) is not None:
+            if self._records.pop(name, None) is not None or call is not None:
+                if call is not None:
+                    self._calls[call.key] = call
                 self._save()

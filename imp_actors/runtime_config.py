@@ -210,6 +210,22 @@ class RuntimeConfig:
     def registry_dir(self) -> str:
         return _join(self.root, "registry")
 
+    @property
+    def journal_dir(self) -> str:
+        """A local folder for what a server process records of its own calls and faults
+        (``imp_actors.incidents``): beside the registry on a local store, else under the
+        temporary folder, one per store (``IMP_JOURNAL_DIR`` overrides)."""
+        given = os.environ.get("IMP_JOURNAL_DIR", "").strip()
+        if given:
+            return given
+        if "://" not in self.root:
+            return _join(self.root, "journal")
+        import hashlib
+        import tempfile
+
+        tag = hashlib.sha256(self.root.encode()).hexdigest()[:12]
+        return os.path.join(tempfile.gettempdir(), f"imp-journal-{tag}")
+
     @staticmethod
     def from_env(base: RuntimeConfig | None = None) -> RuntimeConfig:
         cfg = base or RuntimeConfig()

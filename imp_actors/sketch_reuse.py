@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from imp_actors.context import QueryDirectory
 from imp_actors.lifecycle import QueryRuntime
-from imp_core.errors import UnknownQueryError, UnsafeSketchError
+from imp_core.errors import UnsafeSketchError
 from imp_core.plan.nodes import QueryPlan
 from imp_core.sketch.reuse import SAME_PLAN, ReuseDecision, find_reusable, reuse_decision
 
@@ -20,22 +20,23 @@ _REASONS_SHOWN = 3  # refusals quoted when no registered query can answer
 
 
 def choose_sketch(queries: QueryDirectory, plan: QueryPlan, named: QueryRuntime | None
-                  ) -> tuple[QueryRuntime, ReuseDecision]:
+                  ) -> tuple[QueryRuntime | None, ReuseDecision | None, str]:
     """The registered query whose sketch filters ``plan``'s scans, and why it may: the
     ``named`` one (refused if its sketch cannot answer ``plan``), else a query of the same
     plan, else the first by name whose sketch the reuse rules allow (and that filters a
-    table ``plan`` reads)."""
+    table ``plan`` reads). Without ``named`` and with none of those: ``(None, None,
+    why)``, and the SQL runs plain (an ad-hoc query needs no sketch)."""
     if named is not None:
         decision = reuse_decision(named.name, named.plan, _sketched(named), plan,
                                   proven_safe=not named.record.force)
         if not decision.allowed:
             raise UnsafeSketchError(f"{decision.reason}; run it without a sketch, or "
                                     "register it to keep a sketch of its own")
-        return named, decision
+        return named, decision, ""
     same = queries.with_plan(plan)  # the common case, without planning anything else
     if same is not None:
         return same, ReuseDecision(same.name, True, (SAME_PLAN,),
-                                   f"the plan is {same.name}'s own")
+                                   f"the plan is {same.name}'s own"), ""
     candidates = sorted(queries.all(), key=lambda q: q.name)
     by_name = {q.name: q for q in candidates}
     chosen, refused = find_reusable(
@@ -45,10 +46,10 @@ def choose_sketch(queries: QueryDirectory, plan: QueryPlan, named: QueryRuntime 
         more = f" (and {len(refused) - _REASONS_SHOWN} more)" \
             if len(refused) > _REASONS_SHOWN else ""
         why = f": {shown}{more}" if shown else ""
-        raise UnknownQueryError("no registered query has this plan or a sketch proven to "
-                                "answer it; register it first or run it without a sketch"
-                                + why)
-    return by_name[chosen.query], chosen
+        return None, None, ("no registered query has this plan or a sketch proven to "
+                            "answer it, so it ran without a sketch (register it to keep "
+                            "one)" + why)
+    return by_name[chosen.query], chosen, ""
 
 
 def _sketched(q: QueryRuntime) -> list[str]:

@@ -60,6 +60,8 @@ class StateManager:
         self.maintenance = maintenance
         # ``adaptive_ranges.AdaptiveRanges``: counts each batch's rows per fragment
         self.ranges: Any = None
+        # ``incidents.Incidents``: records what this thread maintains (a crash's record)
+        self.incidents: Any = None
 
     # -- first state ------------------------------------------------------------------------
     def bootstrap(self, q: QueryRuntime) -> None:
@@ -78,7 +80,7 @@ class StateManager:
     # -- maintenance on a live query --------------------------------------------------------
     def maintain(self, q: QueryRuntime, target: Mapping[str, int]) -> SketchVersion:
         """``q`` live and at ``target``, with its sketch there published."""
-        with q.lock:
+        with self.incidents.entering(method="maintain", query=q.name), q.lock:
             self.ensure_live(q)
             q.transition(QueryState.MAINTAINING)
             try:

@@ -114,6 +114,9 @@ class UpdateResult:
     inserted: int
     deleted: int
     maintained: tuple[str, ...] = ()  # queries maintained eagerly by this update
+    # committed before, by the first call with this update's idempotency key: nothing was
+    # done now (``version`` -1: that commit is no longer in the table's history)
+    replayed: bool = False
 
 
 @dataclass(frozen=True)

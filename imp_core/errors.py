@@ -52,6 +52,11 @@ class UnknownQueryError(ImpError):
     code = "NOT_FOUND"
 
 
+class DroppedQueryError(UnknownQueryError):
+    """A handle of a query that was dropped since: it answers nothing, not even from the
+    state the query had (an ``UnknownQueryError``, so NOT_FOUND)."""
+
+
 class SchemaMismatchError(ImpError):
     """A batch's columns or types do not match the table it is meant for."""
 
@@ -166,6 +171,32 @@ class RequestLimitError(ImpError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class NestingLimitError(RequestLimitError):
+    """A query whose syntax tree nests deeper than the configured limit (a chain of
+    arithmetic, nested function calls or subqueries; AND / OR chains and IN lists of any
+    length are accepted): refused when parsed, before anything is planned, with the
+    depth found, where, the limit and its setting (``setting``, an environment
+    variable)."""
+
+    def __init__(self, depth: int, limit: int, setting: str, line: int | None = None,
+                 column: int | None = None, stage: str = ""):
+        where = f" at line {line}, column {column}" if line is not None else ""
+        if stage:  # within the limit, yet too deep for a pass (a net, not the rule)
+            message = (f"the query nests {depth:,} levels deep{where}, too deep for the "
+                       f"{stage} although within the limit of {limit:,} ({setting}); lower "
+                       f"{setting} to refuse such queries before any work")
+        else:
+            message = (f"the query nests {depth:,} levels deep{where}, more than the limit "
+                       f"of {limit:,} ({setting})")
+        super().__init__(
+            f"{message}: AND / OR chains and IN lists of any length are accepted, but not "
+            "a chain of arithmetic, nested function calls or nested subqueries this deep")
+        self.depth = depth
+        self.limit = limit
+        self.line = line
+        self.column = column
+
+
 class PlanTooLargeError(ImpError):
     """A plan an operator of which would need more memory (its state and the largest
     batch it materializes) than the registration memory budget allows; refused before
@@ -229,6 +260,20 @@ class RuntimeUnavailableError(ImpError):
 
 class StoreBusyError(ImpError):
     """The store is owned by another live coordinator (or this one lost its lease)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class IdempotencyKeyError(ImpError):
+    """An idempotency key that is malformed, or that was sent before with another
+    request (a key names one logical call: its retries must send the same request)."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class QuarantinedRequestError(ImpError):
+    """A request that ended a server process before (a crash in native code while it
+    ran): it is not run again, on this server or another of the same store."""
 
     code = "FAILED_PRECONDITION"
 

@@ -8,21 +8,26 @@ Arrow tables.
         rows = client.run_query(query="q").rows
 
 Errors come back as ``RemoteError`` carrying the gRPC status name as ``code`` (and the
-SQL position for SQL errors). Only idempotent calls are retried, by gRPC's own retry
-policy, on UNAVAILABLE (a server restarting, a dropped connection): reads, Maintain,
-Checkpoint, Evict, Restore, ScaleQuery, RunQuery. Registering, dropping and updating are
-never retried, so they are never applied twice; a watch resumes after the last version
-it delivered.
+SQL position for SQL errors).
+
+Retries. Every call that changes state carries an idempotency key: one per logical call
+(a new random one unless the caller passes ``idempotency_key``), the same on each of its
+retries, so the server applies it at most once and answers a retry with the first
+outcome (docs/api.md, Idempotency). Reads and keyed calls are retried on UNAVAILABLE (a
+server restarting, a dropped connection, a fail-over) for up to ``retry_seconds``, with
+back-off; a call whose outcome stays unknown can be looked up with ``update_status``. A
+watch resumes after the last version it delivered.
 
 Several targets (``"host1:50051,host2:50051"``: an active server and its standbys on the
-same store) make the client fail over: when the server it uses cannot be reached, it
-moves on to the next target, for idempotent calls on any UNAVAILABLE from the transport
-and for the others only when no connection was made (the call never reached a server).
+same store) make the client fail over: when the server it uses answers UNAVAILABLE or
+cannot be reached, a retry goes to the next target.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -41,10 +46,20 @@ from services.records import RunResult, SketchRecord, TableRecord
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 
-# Calls that may run twice with the same effect as once.
+# Calls that change nothing (or reach the same state however often they run): retried
+# as they are. The calls that change state are retried with their idempotency key.
 IDEMPOTENT = ("ListQueries", "ListTables", "GetSketch", "GetSketches", "WatchSketch", "Maintain",
               "RunQuery", "ExplainSketch", "Checkpoint", "Evict", "Restore", "ScaleQuery",
-              "Stats")
+              "Stats", "GetUpdateStatus")
+KEYED = ("RegisterQuery", "DropQuery", "ApplyUpdate", "LayoutTable", "Checkpoint", "Evict",
+         "Restore", "ScaleQuery")
+# back-off between retries of one call (seconds): doubling from the first to the last
+_BACKOFF = (0.05, 1.0)
+
+
+def new_key() -> str:
+    """A fresh idempotency key (random, 32 hex digits)."""
+    return uuid.uuid4().hex
 
 
 class RemoteError(ImpError):
@@ -125,13 +140,19 @@ def _not_connected(error: RemoteError) -> bool:
 class SketchClient:
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None,
                  tls: TlsOptions | None = None, timeout: float | None = 60.0,
-                 retries: int = 3, max_message_bytes: int = 96 << 20):
+                 retries: int = 3, max_message_bytes: int = 96 << 20,
+                 retry_seconds: float = 60.0):
+        """``timeout``: of each attempt; ``retries`` 0: no call is retried; otherwise a
+        read or keyed call answered UNAVAILABLE is sent again (to the next target, if
+        several) until ``retry_seconds`` have passed since its first attempt."""
         self.targets = [t.strip() for t in target.split(",") if t.strip()]
         if not self.targets:
             raise ValueError(f"no target in {target!r}: give host:port[,host:port...]")
         self.timeout = timeout
         self.retries = retries
+        self.retry_seconds = retry_seconds
         self.failovers = 0
+        self.retried = 0  # attempts sent again after UNAVAILABLE
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
@@ -176,7 +197,13 @@ class SketchClient:
         self.close()
 
     def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        tried = 0
+        """One logical call: sent again on UNAVAILABLE while that is safe (a read, a call
+        with its idempotency key, or one that reached no server) and ``retry_seconds``
+        have not passed, moving on to the next target each time."""
+        if method in KEYED and not request.idempotency_key:
+            request.idempotency_key = new_key()
+        started = time.monotonic()
+        attempt = 0
         while True:
             try:
                 return getattr(self.stub, method)(
@@ -184,30 +211,42 @@ class SketchClient:
                     metadata=self._metadata)
             except grpc.RpcError as rpc_error:
                 error = RemoteError.from_rpc(rpc_error)
-            movable = error.code == "UNAVAILABLE" and error.kind is None and (
-                method in IDEMPOTENT or _not_connected(error))
-            tried += 1
-            if not movable or tried >= len(self.targets) or not self._fail_over():
+            safe = method in IDEMPOTENT or method in KEYED or _not_connected(error)
+            if error.code != "UNAVAILABLE" or not safe:
                 raise error
+            attempt += 1
+            if self.retries <= 0:  # no retries: only the other targets, once each
+                if attempt >= len(self.targets) or not self._fail_over():
+                    raise error
+                continue
+            pause = min(_BACKOFF[0] * 2 ** (attempt - 1), _BACKOFF[1])
+            if time.monotonic() - started + pause > self.retry_seconds:
+                raise error
+            if not self._fail_over() or attempt >= len(self.targets):
+                time.sleep(pause)  # every target tried once: wait before the next round
+            self.retried += 1
 
     # -- queries ---------------------------------------------------------------------------
     def register(self, name: str, sql: str,
                  partitions: Mapping[str, int | Sequence[Any]] | str | None = None,
                  fragments: int | None = None, strategy: Strategy | None = None,
                  force: bool = False, shards: int = 1,
-                 autoscaling: Autoscaling | None = None) -> QueryInfo:
+                 autoscaling: Autoscaling | None = None,
+                 idempotency_key: str | None = None) -> QueryInfo:
         """Register ``sql`` under ``name``. ``partitions`` maps "table.column" to a
         fragment count or split points; "auto" lets the service choose the attributes;
         None uses the SQL's ``-- sketch:`` header (without one, the service chooses).
-        ``autoscaling``: the shard count follows the maintenance load within its bounds."""
+        ``autoscaling``: the shard count follows the maintenance load within its bounds.
+        ``idempotency_key``: names this call (default: a new one), see the module doc."""
         return self.register_explained(name, sql, partitions, fragments, strategy, force,
-                                       shards, autoscaling)[0]
+                                       shards, autoscaling, idempotency_key)[0]
 
     def register_explained(self, name: str, sql: str,
                            partitions: Mapping[str, int | Sequence[Any]] | str | None = None,
                            fragments: int | None = None, strategy: Strategy | None = None,
                            force: bool = False, shards: int = 1,
-                           autoscaling: Autoscaling | None = None
+                           autoscaling: Autoscaling | None = None,
+                           idempotency_key: str | None = None
                            ) -> tuple[QueryInfo, dict[str, Any]]:
         """``register``, with the explanation of the attributes chosen (as ``explain``)."""
         auto = isinstance(partitions, str)
@@ -224,20 +263,22 @@ class SketchClient:
             name=name, sql=sql, partitions=specs, fragments=fragments or 0,
             strategy=convert.strategy_to_proto(strategy or Lazy()), force=force,
             shards=shards, autoscaling=convert.autoscaling_to_proto(autoscaling),
-            auto_partitions=auto)
+            auto_partitions=auto, idempotency_key=idempotency_key or "")
         resp = self._call("RegisterQuery", req)
         return (convert.query_info_from_proto(resp.query),
                 convert.explanation_from_proto(resp.explanation))
 
     def layout(self, table: str, columns: Sequence[str] = (), rows_per_group: int = 0,
-               dry_run: bool = False) -> dict[str, Any]:
+               dry_run: bool = False, idempotency_key: str | None = None
+               ) -> dict[str, Any]:
         """Rewrite ``table`` in range order of one column or Z-order of several (none:
         the order recommended for the registered sketches), row groups of
         ``rows_per_group`` rows (0: sized for skipping); ``dry_run``: only the advice.
         Returns the rewrite's figures (``applied``, ``version``, ``row_groups``, ...)
         and the ``advice`` (orders weighed, rows each would read, ``why``)."""
         req = pb.LayoutTableRequest(table=table, columns=list(columns),
-                                    rows_per_group=rows_per_group, dry_run=dry_run)
+                                    rows_per_group=rows_per_group, dry_run=dry_run,
+                                    idempotency_key=idempotency_key or "")
         return convert.layout_from_proto(self._call("LayoutTable", req))
 
     def explain(self, name: str, fresh: bool = True) -> dict[str, Any]:
@@ -249,8 +290,9 @@ class SketchClient:
                                       else pb.FRESHNESS_LATEST_MAINTAINED)
         return convert.explanation_from_proto(self._call("ExplainSketch", req).explanation)
 
-    def drop(self, name: str) -> None:
-        self._call("DropQuery", pb.DropQueryRequest(name=name))
+    def drop(self, name: str, idempotency_key: str | None = None) -> None:
+        self._call("DropQuery", pb.DropQueryRequest(name=name,
+                                                    idempotency_key=idempotency_key or ""))
 
     def queries(self) -> list[QueryInfo]:
         resp = self._call("ListQueries", pb.ListQueriesRequest())
@@ -338,15 +380,34 @@ class SketchClient:
     # -- data ------------------------------------------------------------------------------
     def apply_update(self, table: str, inserts: pa.Table | None = None,
                      deletes: pa.Table | None = None,
-                     updates: tuple[pa.Table, pa.Table] | None = None) -> UpdateResult:
+                     updates: tuple[pa.Table, pa.Table] | None = None,
+                     idempotency_key: str | None = None) -> UpdateResult:
         """Commit one table version: ``deletes`` and the old rows of ``updates`` removed,
-        ``inserts`` and their new rows added. Never retried."""
+        ``inserts`` and their new rows added. Retried with its idempotency key (default:
+        a new one), so it is committed once: ``UpdateResult.replayed`` says a retry found
+        it committed by an earlier attempt."""
         old, new = updates if updates is not None else (None, None)
         req = pb.ApplyUpdateRequest(
             table=table, inserts=convert.table_to_ipc(inserts),
             deletes=convert.table_to_ipc(deletes), update_old=convert.table_to_ipc(old),
-            update_new=convert.table_to_ipc(new))
+            update_new=convert.table_to_ipc(new), idempotency_key=idempotency_key or "")
         return convert.update_from_proto(self._call("ApplyUpdate", req))
+
+    def update_status(self, idempotency_key: str, table: str | None = None
+                      ) -> dict[str, Any]:
+        """What became of the call sent with ``idempotency_key`` (``table``: where an
+        update would have committed; None: any): ``state`` "applied" (with ``update``, the
+        first outcome of an ApplyUpdate, or ``query``), "in_progress", "not_applied" or
+        "quarantined", ``method`` and ``message``."""
+        resp = self._call("GetUpdateStatus", pb.GetUpdateStatusRequest(
+            idempotency_key=idempotency_key, table=table or ""))
+        out: dict[str, Any] = {
+            "state": pb.CallState.Name(resp.state).removeprefix("CALL_").lower(),
+            "method": resp.method, "message": resp.message, "query": resp.query or None,
+            "applied_at": resp.applied_at or None}
+        out["update"] = convert.update_from_proto(resp.update) \
+            if resp.HasField("update") else None
+        return out
 
     def run_query(self, sql: str | None = None, query: str | None = None,
                   use_sketch: bool = True, timeout: float | None = None) -> RunResult:

@@ -296,7 +296,7 @@ def query_info_to_proto(info: QueryInfo) -> pb.QueryInfo:
 _CANDIDATE_NUMBERS = ("fragments", "size", "provenance_share", "read_share", "read_rows",
                       "read_bytes", "table_rows", "table_bytes", "pages", "table_pages")
 _EXPLANATION_FIELDS = ("mode", "why", "sketch_seq", "sketch_fragments", "total_fragments",
-                       "coverage")
+                       "coverage", "max_read_share")
 
 
 def explanation_to_proto(doc: Mapping[str, Any]) -> pb.SketchExplanation:
@@ -304,6 +304,7 @@ def explanation_to_proto(doc: Mapping[str, Any]) -> pb.SketchExplanation:
     coverage) as a ``SketchExplanation``."""
     out = pb.SketchExplanation(query=doc.get("query", ""), chosen=list(doc.get("chosen", ())),
                                read_share_now=dict(doc.get("read_share_now", {})),
+                               sketch_unused=list(doc.get("sketch_unused", ())),
                                **{k: doc[k] for k in _EXPLANATION_FIELDS if k in doc})
     for c in doc.get("candidates", ()):
         out.candidates.add(attribute=c["attribute"], roles=list(c.get("roles", ())),
@@ -317,7 +318,8 @@ def explanation_from_proto(msg: pb.SketchExplanation) -> dict[str, Any]:
     """The inverse of ``explanation_to_proto`` (figures of unevaluated candidates
     left out)."""
     out: dict[str, Any] = {"query": msg.query, "chosen": list(msg.chosen),
-                           "read_share_now": dict(msg.read_share_now)}
+                           "read_share_now": dict(msg.read_share_now),
+                           "sketch_unused": list(msg.sketch_unused)}
     out.update({k: getattr(msg, k) for k in _EXPLANATION_FIELDS})
     cands = []
     for c in msg.candidates:
@@ -330,6 +332,17 @@ def explanation_from_proto(msg: pb.SketchExplanation) -> dict[str, Any]:
         cands.append(item)
     out["candidates"] = cands
     return out
+
+
+_WARNING_FIELDS = ("query", "share_now", "share_after", "loses_sketch")
+
+
+def _warnings_to_proto(items: Any) -> list[pb.LayoutWarning]:
+    return [pb.LayoutWarning(**{k: w[k] for k in _WARNING_FIELDS}) for w in items or ()]
+
+
+def _warnings_from_proto(items: Any) -> list[dict[str, Any]]:
+    return [{k: getattr(w, k) for k in _WARNING_FIELDS} for w in items]
 
 
 def layout_to_proto(doc: Mapping[str, Any]) -> pb.LayoutTableResponse:
@@ -347,8 +360,14 @@ def layout_to_proto(doc: Mapping[str, Any]) -> pb.LayoutTableResponse:
             table=a["table"], rows=a["rows"], current=a["current"],
             recommended=a["recommended"], why=a["why"], queries=a["queries"],
             options=[pb.LayoutOption(columns=o["columns"], order=o["order"],
-                                     rows_read=o["rows_read"], shares=o["shares"])
-                     for o in a["options"]]))
+                                     rows_read=o["rows_read"], shares=o["shares"],
+                                     rows_charged=o.get("rows_charged", 0),
+                                     warnings=_warnings_to_proto(o.get("warnings")))
+                     for o in a["options"]],
+            max_read_share=a.get("max_read_share", 0.0),
+            shares_now=a.get("shares_now", {}),
+            rows_charged_now=a.get("rows_charged_now", 0), chosen=a.get("chosen", ()),
+            warnings=_warnings_to_proto(a.get("warnings"))))
         if not out.table:
             out.table = a["table"]
     return out
@@ -366,8 +385,14 @@ def layout_from_proto(msg: pb.LayoutTableResponse) -> dict[str, Any]:
                          "recommended": list(a.recommended), "why": a.why,
                          "queries": list(a.queries),
                          "options": [{"columns": list(o.columns), "order": o.order,
-                                      "rows_read": o.rows_read, "shares": dict(o.shares)}
-                                     for o in a.options]}
+                                      "rows_read": o.rows_read,
+                                      "rows_charged": o.rows_charged, "shares": dict(o.shares),
+                                      "warnings": _warnings_from_proto(o.warnings)}
+                                     for o in a.options],
+                         "max_read_share": a.max_read_share,
+                         "shares_now": dict(a.shares_now),
+                         "rows_charged_now": a.rows_charged_now, "chosen": list(a.chosen),
+                         "warnings": _warnings_from_proto(a.warnings)}
     return out
 
 
@@ -477,7 +502,8 @@ def checkpoint_to_proto(c: CheckpointInfo) -> pb.CheckpointInfo:
 
 def update_to_proto(u: UpdateResult) -> pb.ApplyUpdateResponse:
     return pb.ApplyUpdateResponse(table=u.table, version=u.version, inserted=u.inserted,
-                                  deleted=u.deleted, maintained=list(u.maintained))
+                                  deleted=u.deleted, maintained=list(u.maintained),
+                                  replayed=u.replayed)
 
 
 def query_result_to_proto(r: QueryResult, rows: bytes) -> pb.RunQueryResponse:
@@ -545,7 +571,8 @@ def checkpoint_from_proto(msg: pb.CheckpointInfo) -> CheckpointInfo:
 
 def update_from_proto(msg: pb.ApplyUpdateResponse) -> UpdateResult:
     return UpdateResult(table=msg.table, version=msg.version, inserted=msg.inserted,
-                        deleted=msg.deleted, maintained=tuple(msg.maintained))
+                        deleted=msg.deleted, maintained=tuple(msg.maintained),
+                        replayed=msg.replayed)
 
 
 def run_result_from_proto(msg: pb.RunQueryResponse) -> RunResult:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from imp_core.advice.layouts import LayoutWarning
 from imp_core.process.stdout import json_only_stdout, json_out
 
 # query name -> (workload query, fragments, eager batch size or None for lazy, attributes
@@ -162,6 +163,9 @@ def _run_demo(root: str, tpch_scale: float, rows: int, batches: int, batch_size:
         done = client.layout("lineitem")
         if done.get("advice"):
             _say(f"  advice: {done['advice']['why']}")
+            for w in done["advice"].get("warnings", ()):  # whom the order makes read more
+                _say("  warning: " + LayoutWarning(**w).line(
+                    "lineitem", done["advice"]["max_read_share"]))
         if done["applied"]:
             _say(f"  lineitem version {done['version']}: {done['row_groups']} row groups of "
                  f"{done['row_group_rows']:,} rows, {done['order']} order on "

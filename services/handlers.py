@@ -34,11 +34,15 @@ log = logging.getLogger("imp.services")
 
 
 class CallWrapper:
-    """Wraps the method handlers of a service (module docstring)."""
+    """Wraps the method handlers of a service (module docstring). ``around(method,
+    request)``, if given, is a context manager each admitted unary call of a method
+    taking a parsed request runs inside (it may refuse the call by raising)."""
 
-    def __init__(self, metrics: CallMetrics | None = None, auth: TokenAuth | None = None):
+    def __init__(self, metrics: CallMetrics | None = None, auth: TokenAuth | None = None,
+                 around: Callable[[str, Any], Any] | None = None):
         self.metrics = metrics or CallMetrics()
         self.auth = auth
+        self.around = around
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str, raw: bool = False
              ) -> grpc.RpcMethodHandler:
@@ -49,7 +53,8 @@ class CallWrapper:
                       response_serializer=_passthrough(handler.response_serializer))
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method), **kwargs)
+                self._unary(handler.unary_unary, method, None if raw else self.around),
+                **kwargs)
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(handler.unary_stream, method), **kwargs)
@@ -62,9 +67,11 @@ class CallWrapper:
                 raise UnauthenticatedError(refusal)
         _refuse_malformed(request)
 
-    def _unary(self, behavior: Callable, method: str) -> Callable:
+    def _unary(self, behavior: Callable, method: str,
+               around: Callable[[str, Any], Any] | None = None) -> Callable:
         record = self.metrics.recorder(method)
         auth = self.auth
+        name = method.rsplit("/", 1)[-1]
 
         def call(request, context):
             start = time.perf_counter()
@@ -74,7 +81,11 @@ class CallWrapper:
                     self._admit(request, context)
                 elif type(request) is _Malformed:
                     raise _malformed(request.reason)
-                response = behavior(request, context)
+                if around is None:
+                    response = behavior(request, context)
+                else:
+                    with around(name, request):
+                        response = behavior(request, context)
             except Exception as error:  # noqa: BLE001 - mapped to a status by _abort
                 self._abort(error, context, method, start)
             record("OK", time.perf_counter() - start)

@@ -25,9 +25,11 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from concurrent import futures
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -68,18 +70,27 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials:
 
 def preflight(config: ServerConfig) -> None:
     """What can be refused before anything starts (Ray, Spark): the token file, the TLS
-    files and the listen address (resolvable, and the port free). Raises ``OSError`` or
-    ``ValueError`` with the reason."""
+    files, the listen address (resolvable, and the port free) and, unless a standby, a
+    store in use by a live server. Raises ``OSError``, ``ValueError`` or
+    ``StoreBusyError`` with the reason."""
     config.auth_tokens()
     if config.tls:
         server_credentials(config)
     check_listen(config.listen)
+    if not config.standby:  # a store in use: refused here, not by a supervised child
+        from imp_actors.lease import StoreLease
+        from imp_actors.storage import BlobStore
+
+        runtime = config.runtime_config()
+        StoreLease(BlobStore(runtime.registry_dir), runtime.lease_seconds).ensure_free()
     if config.metrics_listen is not None:
         try:
             check_listen(config.metrics_listen)
         except OSError as exc:
             raise OSError(f"metrics endpoint (IMP_METRICS_LISTEN; 'off' turns it off): "
-                          f"{exc}") from None
+                          f"{exc} (another imp serve on this host? Each server's metrics "
+                          "port follows its gRPC port unless given: give each its own "
+                          "--listen, or --metrics-listen HOST:PORT)") from None
 
 
 def check_listen(listen: str) -> None:
@@ -106,6 +117,31 @@ def check_listen(listen: str) -> None:
             raise OSError(f"cannot listen on {listen}: {exc.strerror}") from None
 
 
+# calls that read only: not recorded, never quarantined
+_UNRECORDED = frozenset({"Stats", "ListQueries", "ListTables", "GetUpdateStatus"})
+
+
+def call_record(incidents: Any) -> Callable[[str, Any], Any]:
+    """The ``CallWrapper.around`` of a server: a call named by a quarantine entry is
+    refused; every other call runs recorded as what its thread does
+    (``imp_actors.incidents``), with a request id for the log."""
+    from imp_actors.incidents import sql_digest
+
+    def around(method: str, request: Any) -> Any:
+        if method in _UNRECORDED:
+            return nullcontext()
+        key = getattr(request, "idempotency_key", "")
+        sql = getattr(request, "sql", "")
+        query = getattr(request, "query", "") or getattr(request, "name", "")
+        incidents.check(method, key, sql, query)
+        return incidents.entering(method=method, query=query,
+                                  table=getattr(request, "table", ""), key=key,
+                                  sql_digest=sql_digest(sql) if sql else "",
+                                  request=uuid.uuid4().hex[:12], at=round(time.time(), 3))
+
+    return around
+
+
 class SketchServer:
     """A started-on-demand gRPC server in front of ``coordinator``."""
 
@@ -124,7 +160,9 @@ class SketchServer:
         self.stopping = threading.Event()
         self.health = health.HealthServicer()
         tokens = config.auth_tokens()
-        wrapper = CallWrapper(self.metrics, TokenAuth(tokens) if tokens else None)
+        incidents = getattr(coordinator, "incidents", None)
+        wrapper = CallWrapper(self.metrics, TokenAuth(tokens) if tokens else None,
+                              around=call_record(incidents) if incidents else None)
         size = config.limits.max_message_bytes
         # an open WatchSketch stream holds its thread: the pool has one thread per allowed
         # watch on top of the workers, so watches never starve the other calls
@@ -243,17 +281,30 @@ def start_coordinator(config: ServerConfig) -> Any:
     from imp_core.errors import StoreBusyError
 
     coordinator = Coordinator(config.runtime_config())
-    waiting = False
+    # what this process does is recorded where a crash leaves it (imp_actors.incidents)
+    coordinator.incidents.record()
+    owner: str | None = None
     while True:
         try:
-            return coordinator.start()
+            return coordinator.start(standby_for=owner)
         except StoreBusyError as exc:
             if not config.standby:
                 raise
-            if not waiting:
-                log.warning("standby: %s; taking over when its lease expires", exc)
-                waiting = True
-            time.sleep(max(coordinator.config.lease_seconds / 5, 0.2))
+            if owner is None:
+                held = coordinator.ctx.lease.read() if coordinator.ctx.lease else None
+                owner = held.owner if held is not None else "another server"
+                # ready for the take-over: the actor runtime up (Ray started or joined)
+                t0 = time.monotonic()
+                coordinator.prepare()
+                log.warning("standby: %s; taking over when its lease expires (runtime %s "
+                            "ready in %.1f s)", exc, coordinator.ctx.backend.kind,
+                            time.monotonic() - t0)
+            # an owner on this host that dies is seen dead at the next look (its pid is
+            # gone): look often; another host's lease expires, no need to hurry
+            held = coordinator.ctx.lease.read() if coordinator.ctx.lease else None
+            here = held is not None and held.host == socket.gethostname()
+            time.sleep(0.25 if here else min(max(coordinator.config.lease_seconds / 5,
+                                                  0.25), 1.0))
 
 
 def serve(config: ServerConfig, ready: threading.Event | None = None) -> int:

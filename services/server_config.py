@@ -6,8 +6,11 @@
 Invariants: every limit is a positive integer; TLS needs both a certificate and a key,
 and a client CA (mutual TLS) needs TLS; the server listens on the loopback interface
 unless ``listen`` says otherwise, and so does its metrics endpoint (``metrics_listen``:
-``imp serve`` serves it on ``DEFAULT_METRICS_LISTEN`` unless ``IMP_METRICS_LISTEN`` says
-otherwise or ``off``; a ``ServerConfig`` built in code has none unless given one).
+``imp serve`` serves it on the port derived from its gRPC port, ``metrics_for``:
+``DEFAULT_METRICS_LISTEN`` for the default gRPC port, one more for each port above it, so
+servers of one host given their own ``--listen`` each get their own metrics port, unless
+``IMP_METRICS_LISTEN`` names one or says ``off``; a ``ServerConfig`` built in code has none
+unless given one).
 """
 
 from __future__ import annotations
@@ -22,6 +25,22 @@ from imp_actors.runtime_config import RuntimeConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # Prometheus /metrics of `imp serve`
+_DERIVED = "auto"  # IMP_METRICS_LISTEN's default: derived from the gRPC address
+
+
+def metrics_for(listen: str) -> str:
+    """The metrics address of a server listening on ``listen``: the same host, port 9464
+    for gRPC port 50051 and shifted as the gRPC port is (a standby on 50052 gets 9465);
+    port 0 (any free port) where the shift leaves the range."""
+    host, _, port_text = listen.rpartition(":")
+    default_host, _, default_port = DEFAULT_LISTEN.rpartition(":")
+    metrics_port = int(DEFAULT_METRICS_LISTEN.rpartition(":")[2])
+    try:
+        port = int(port_text)
+    except ValueError:
+        return DEFAULT_METRICS_LISTEN  # the listen address is refused on its own
+    shifted = metrics_port + port - int(default_port) if port else 0
+    return f"{host or default_host}:{shifted if 0 < shifted < 65536 else 0}"
 MiB = 1 << 20
 
 
@@ -134,7 +153,7 @@ class ServerConfig:
         for name, var, conv in _SETTINGS:
             if env.get(var):
                 values[name] = _convert(conv, env[var], var)
-        values.setdefault("metrics_listen", DEFAULT_METRICS_LISTEN)  # `imp serve` serves it
+        values.setdefault("metrics_listen", _DERIVED)  # `imp serve` serves it
         return _build(values)
 
     @staticmethod
@@ -151,6 +170,9 @@ class ServerConfig:
         values = {name: getattr(base, name) for name, _, _ in _SETTINGS if name not in
                   _LIMIT_NAMES}
         values.update({name: getattr(base.limits, name) for name in _LIMIT_NAMES})
+        env = os.environ if env is None else env
+        if listen_or_off(env.get("IMP_METRICS_LISTEN") or _DERIVED) == _DERIVED:
+            values["metrics_listen"] = _DERIVED  # from the listen address the flags give
         for name, _var, conv in _SETTINGS:
             raw = getattr(args, f"cfg_{name}", None)
             if raw is not None:
@@ -162,8 +184,11 @@ _LIMIT_NAMES = tuple(f.name for f in fields(Limits))
 
 
 def listen_or_off(raw: str) -> str | None:
-    """``IMP_METRICS_LISTEN``: host:port, or off / none (no endpoint)."""
+    """``IMP_METRICS_LISTEN``: host:port, auto (derived from the gRPC address), or
+    off / none (no endpoint)."""
     text = raw.strip()
+    if text.lower() == _DERIVED:
+        return _DERIVED
     return None if text.lower() in ("off", "none") else text
 
 def on_off(raw: str) -> bool:
@@ -226,8 +251,10 @@ _HELP = {
                  "with a lost local Ray; off: exit (a pod's restart policy restarts it)",
     "standby": "on: while another server holds the store, wait and take over when it "
                "dies (default off: refuse to start)",
-    "metrics_listen": f"host:port of the Prometheus /metrics endpoint (default "
-                      f"{DEFAULT_METRICS_LISTEN}; 'off': none)",
+    "metrics_listen": f"host:port of the Prometheus /metrics endpoint (default 'auto': "
+                      f"{DEFAULT_METRICS_LISTEN} for the default --listen, and shifted as "
+                      "its port is, so a standby on the next port gets the next one; "
+                      "'off': none)",
     "max_sql_chars": "longest SQL text accepted",
     "max_batch_rows": "most rows in one ApplyUpdate",
     "max_batch_bytes": "most Arrow IPC bytes in one ApplyUpdate",
@@ -249,5 +276,7 @@ def _convert(conv: Callable[[str], Any], raw: str, where: str) -> Any:
 
 
 def _build(values: dict[str, Any]) -> ServerConfig:
+    if values.get("metrics_listen") == _DERIVED:
+        values["metrics_listen"] = metrics_for(values.get("listen", DEFAULT_LISTEN))
     limits = {k: values.pop(k) for k in list(values) if k in _LIMIT_NAMES}
     return ServerConfig(**values, limits=Limits(**limits))

@@ -6,23 +6,38 @@ Deadlines and cancellation: a call whose client has gone (cancelled, deadline pa
 not started; the long calls (RunQuery, Maintain, a current GetSketch, ApplyUpdate)
 check again before building their answer; WatchSketch waits in short slices and stops
 as soon as its client cancels, its deadline passes or the server stops.
+
+Idempotency keys: a call that changes state and carries ``idempotency_key`` runs through
+``services.idempotency.CallLedger`` (``_once``): a retry gets the first outcome, and a
+key unknown here is first looked up where its effect would be durable (an update's in its
+table's log, by the coordinator under its writer lock; a registration's or drop's in the
+registry), so a retry after a crash or a fail-over is not applied again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 import grpc
 
-from imp_core.errors import ImpError
+from imp_core.errors import (
+    IdempotencyKeyError,
+    ImpError,
+    QuarantinedRequestError,
+    UnknownQueryError,
+)
+from imp_core.storage.calls import CallTag, check_key
 from services import convert
 from services.auth import client_identity
 from services.call_metrics import CallMetrics
 from services.errors import BadRequestError, CallEndedError, status_of
 from services.guards import Guard, StalledStreams
 from services.handlers import parse_request
+from services.idempotency import CallLedger, message_digest
 from services.protos import pb, rpc
 from services.sketch_responses import SketchResponses
 
@@ -49,17 +64,63 @@ class SketchServicer(rpc.SketchServiceServicer):
         self.sketches = convert.SketchEncoder()
         self.responses = SketchResponses(coordinator)
         self.stalled = StalledStreams(guard.limits.watch_send_seconds)
+        self.ledger = CallLedger()
+
+    def _once(self, method: str, request: Any, context: grpc.ServicerContext,
+              run: Callable[[CallTag | None], Any],
+              durable: Callable[[CallTag], Any] | None = None) -> Any:
+        """``run(tag)`` under the request's idempotency key (module docstring);
+        ``durable(tag)``: the first outcome where it is kept durably, or None."""
+        key = request.idempotency_key
+        if not key:
+            return run(None)
+        tag = CallTag(check_key(key), message_digest(method, request), method)
+
+        def first() -> Any:
+            found = durable(tag) if durable is not None else None
+            return found if found is not None else run(tag)
+
+        return self.ledger.run(method, key, tag.digest, first, lambda: _alive(context))
+
+    def _registered(self, tag: CallTag) -> Any:
+        """The outcome of a registration or drop made before with ``tag``'s key."""
+        found = self.c.registered_call(tag.key)
+        if found is None:
+            return None
+        if found.method != tag.method or found.digest != tag.digest:
+            raise IdempotencyKeyError(
+                f"idempotency key {tag.key!r} was used before for another request "
+                f"({found.method} of {found.query!r}): a key names one logical call, and "
+                "its retries must send the same request")
+        self.ledger.replayed += 1
+        if tag.method == "DropQuery":
+            return pb.DropQueryResponse()
+        try:
+            info = self.c.info(found.query)
+        except UnknownQueryError:
+            raise UnknownQueryError(
+                f"query {found.query!r} was registered by this idempotency key at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(found.at))} UTC and "
+                "dropped since") from None
+        return pb.RegisterQueryResponse(
+            query=convert.query_info_to_proto(info),
+            explanation=convert.explanation_to_proto(self.c.explain(info.name, fresh=False)))
 
     # -- queries ---------------------------------------------------------------------------
     def RegisterQuery(self, request, context):
         self.guard.sql(request.sql)
         spec = convert.query_spec(request)
         _alive(context)
-        with self.guard.registration(client_identity(context), spec.name):
-            info = self.c.register(spec)
-        return pb.RegisterQueryResponse(
-            query=convert.query_info_to_proto(info),
-            explanation=convert.explanation_to_proto(self.c.explain(info.name, fresh=False)))
+
+        def run(tag: CallTag | None) -> pb.RegisterQueryResponse:
+            with self.guard.registration(client_identity(context), spec.name):
+                info = self.c.register(spec, tag)
+            return pb.RegisterQueryResponse(
+                query=convert.query_info_to_proto(info),
+                explanation=convert.explanation_to_proto(self.c.explain(info.name,
+                                                                        fresh=False)))
+
+        return self._once("RegisterQuery", request, context, run, self._registered)
 
     def LayoutTable(self, request, context):
         if request.rows_per_group and not \
@@ -67,9 +128,9 @@ class SketchServicer(rpc.SketchServiceServicer):
             raise BadRequestError(f"rows_per_group must lie in [{MIN_ROWS_PER_GROUP:,}, "
                                   f"{MAX_ROWS_PER_GROUP:,}] (0: sized for skipping)")
         _alive(context)
-        doc = self.c.layout(request.table, tuple(request.columns),
-                            request.rows_per_group or None, request.dry_run)
-        return convert.layout_to_proto(doc)
+        return self._once("LayoutTable", request, context, lambda tag: convert.layout_to_proto(
+            self.c.layout(request.table, tuple(request.columns),
+                          request.rows_per_group or None, request.dry_run)))
 
     def ExplainSketch(self, request, context):
         fresh = request.freshness != pb.FRESHNESS_LATEST_MAINTAINED
@@ -77,11 +138,14 @@ class SketchServicer(rpc.SketchServiceServicer):
             explanation=convert.explanation_to_proto(self.c.explain(request.query, fresh)))
 
     def DropQuery(self, request, context):
-        self.c.drop(request.name)
-        self.guard.dropped(request.name)
-        self.sketches.forget(request.name)
-        self.responses.forget(request.name)
-        return pb.DropQueryResponse()
+        def run(tag: CallTag | None) -> pb.DropQueryResponse:
+            self.c.drop(request.name, tag)
+            self.guard.dropped(request.name)
+            self.sketches.forget(request.name)
+            self.responses.forget(request.name)
+            return pb.DropQueryResponse()
+
+        return self._once("DropQuery", request, context, run, self._registered)
 
     def ListQueries(self, request, context):
         return pb.ListQueriesResponse(
@@ -147,6 +211,7 @@ class SketchServicer(rpc.SketchServiceServicer):
                 after = sv.seq
 
     def Maintain(self, request, context):
+        # changes no state a client sees (sketches are made current): repeated as it is
         _alive(context)
         done = self.c.maintain(queries=list(request.queries) or None,
                                tables=list(request.tables) or None)
@@ -169,9 +234,52 @@ class SketchServicer(rpc.SketchServiceServicer):
             raise BadRequestError(f"update_old has {old.num_rows:,} rows and update_new "
                                   f"{new.num_rows:,}: they pair row by row")
         _alive(context)
-        result = self.c.apply_update(request.table, inserts=inserts, deletes=deletes,
-                                     updates=(old, new) if old is not None else None)
-        return convert.update_to_proto(result)
+        # the durable lookup of a key is the coordinator's, under its writer lock
+        return self._once("ApplyUpdate", request, context, lambda tag: convert.update_to_proto(
+            self.c.apply_update(request.table, inserts=inserts, deletes=deletes,
+                                updates=(old, new) if old is not None else None, call=tag)))
+
+    def GetUpdateStatus(self, request, context):
+        key = check_key(request.idempotency_key)
+        try:
+            incidents = getattr(self.c, "incidents", None)
+            if incidents is not None:
+                incidents.check("GetUpdateStatus", key)
+        except QuarantinedRequestError as error:
+            return pb.GetUpdateStatusResponse(state=pb.CALL_QUARANTINED, message=str(error))
+        known = self.ledger.known(key)
+        if known is not None and known.running:
+            return pb.GetUpdateStatusResponse(
+                state=pb.CALL_IN_PROGRESS, method=known.method,
+                message=f"a {known.method} with this key is running on this server")
+        out = pb.GetUpdateStatusResponse(state=pb.CALL_APPLIED)
+        if known is not None:
+            out.method, out.applied_at = known.method, known.finished_at
+            out.message = f"{known.method} applied by this server"
+            if isinstance(known.response, pb.ApplyUpdateResponse):
+                out.update.CopyFrom(known.response)
+            elif isinstance(known.response, pb.RegisterQueryResponse):
+                out.query = known.response.query.name
+            return out
+        found = self.c.registered_call(key)
+        if found is not None:
+            out.method, out.query, out.applied_at = found.method, found.query, found.at
+            out.message = f"{found.method} of {found.query!r} applied"
+            return out
+        update = self.c.applied_update(key, request.table or None)
+        if update is not None:
+            out.method, out.applied_at = update.method, update.committed_at
+            out.update.CopyFrom(pb.ApplyUpdateResponse(
+                table=update.table, version=update.version, inserted=update.inserted,
+                deleted=update.deleted, replayed=True))
+            out.message = f"{update.method} committed as version {update.version} of " \
+                          f"{update.table}"
+            return out
+        where = f"table {request.table}" if request.table else "any table"
+        return pb.GetUpdateStatusResponse(
+            state=pb.CALL_NOT_APPLIED,
+            message=f"no call with this key took effect on {where} or the registry (keys "
+                    "are kept 24 h): sending it again with the same key applies it once")
 
     def RunQuery(self, request, context):
         if request.sql:
@@ -187,28 +295,34 @@ class SketchServicer(rpc.SketchServiceServicer):
         return convert.query_result_to_proto(result, rows)
 
     # -- actors ----------------------------------------------------------------------------
+    # a repeat of these moves to the same target state: their keys are kept in memory only
     def Checkpoint(self, request, context):
-        return pb.CheckpointResponse(
+        return self._once("Checkpoint", request, context, lambda tag: pb.CheckpointResponse(
             checkpoints=[convert.checkpoint_to_proto(c) for c in
-                         self.c.checkpoint(request.query)])
+                         self.c.checkpoint(request.query)]))
 
     def Evict(self, request, context):
-        self.c.evict(request.query)
-        return pb.EvictResponse()
+        def run(tag: CallTag | None) -> pb.EvictResponse:
+            self.c.evict(request.query)
+            return pb.EvictResponse()
+
+        return self._once("Evict", request, context, run)
 
     def Restore(self, request, context):
-        return pb.RestoreResponse(query=convert.query_info_to_proto(
-            self.c.restore(request.query)))
+        return self._once("Restore", request, context, lambda tag: pb.RestoreResponse(
+            query=convert.query_info_to_proto(self.c.restore(request.query))))
 
     def ScaleQuery(self, request, context):
         if request.shards < 1:
             raise BadRequestError("shards must be at least 1")
-        return pb.ScaleQueryResponse(query=convert.query_info_to_proto(
-            self.c.scale(request.query, request.shards)))
+        return self._once("ScaleQuery", request, context, lambda tag: pb.ScaleQueryResponse(
+            query=convert.query_info_to_proto(self.c.scale(request.query, request.shards))))
 
     def Stats(self, request, context):
         service = self.metrics.snapshot()
         service["open_watches"] = self.guard.open_watches
         service["dropped_watches"] = self.stalled.dropped
+        service["idempotent_replays"] = self.ledger.replayed
+        service["pid"] = os.getpid()
         return pb.StatsResponse(coordinator_json=json.dumps(self.c.stats(), default=str),
                                 service_json=json.dumps(service))

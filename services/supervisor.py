@@ -43,10 +43,11 @@ _PR_SET_PDEATHSIG = 1
 
 
 def supervise(argv: Sequence[str], stop_after_s: float,
-              command: Sequence[str] | None = None) -> int:
+              command: Sequence[str] | None = None, journal_dir: str | None = None) -> int:
     """Run ``python -m services.cli *argv`` (an ``imp serve`` with supervision off; or
     ``command``) until it ends cleanly; ``stop_after_s``: how long a stopping child may
-    take before it is killed."""
+    take before it is killed; ``journal_dir``: where the server records its calls and
+    faults (``imp_actors.incidents``), read to say what a dead child was doing."""
     command = list(command or [sys.executable, "-m", "services.cli", *argv])
     stopping = threading.Event()
     child: subprocess.Popen | None = None
@@ -79,6 +80,8 @@ def supervise(argv: Sequence[str], stop_after_s: float,
         while failures and now - failures[0] > WINDOW_S:
             failures.popleft()
         what = f"signal {-code}" if code < 0 else f"code {code}"
+        if journal_dir:
+            what += _doing(journal_dir, child.pid, full=len(failures) > MAX_RESTARTS)
         if len(failures) > MAX_RESTARTS:
             log.error("the server ended (%s) %d times within %.0f s: giving up", what,
                       len(failures), WINDOW_S)
@@ -89,6 +92,24 @@ def supervise(argv: Sequence[str], stop_after_s: float,
         if stopping.wait(delay):
             return 0
         restarts += 1
+
+
+def _doing(journal_dir: str, pid: int, full: bool) -> str:
+    """What the dead server ``pid`` was doing, from its record (``full``: with its
+    stacks, when no successor will log them); "" when it left none."""
+    from pathlib import Path
+
+    from imp_core.process.inflight import read_death, this_host
+
+    death = read_death(Path(journal_dir), this_host(), pid)
+    blamed = death.culprits or death.inflight
+    if not blamed:
+        return ""
+    calls = "; ".join(" > ".join(c.get("method", "?") + (f"(query={c['query']})"
+                                                          if c.get("query") else "")
+                                 for c in slot["calls"]) for slot in blamed)
+    named = "while serving" if death.culprits else "with calls in flight"
+    return f" {named}: {calls}" + (f"\n{death.stacks}" if full and death.stacks else "")
 
 
 def _wait(child: subprocess.Popen, stopping: threading.Event, stop_after_s: float) -> int:

@@ -27,6 +27,7 @@ from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.engine.zset import DeltaBatch
 from imp_core.errors import (
+    DroppedQueryError,
     PartitionError,
     SchemaMismatchError,
     UnknownColumnError,
@@ -48,19 +49,73 @@ from imp_core.storage.batches import conform
 
 
 class RegisteredQuery:
-    """A query whose sketch the engine keeps fresh."""
+    """A query whose sketch the engine keeps fresh: the handle ``Engine.register``
+    returns, the very object ``Engine.query(name)`` gives.
+
+    Invariants: the engine never re-partitions a query (its ranges are those of the
+    registration), so the handle is always the registry's current one; once the query is
+    dropped (``Engine.drop``) every read but ``name`` raises ``DroppedQueryError`` rather
+    than answer from the state it had.
+    """
 
     def __init__(self, engine: Engine, name: str, plan: QueryPlan, partitions: PartitionSet,
                  driver: QueryDriver, verdicts: list, advice: Any = None):
-        self.engine = engine
-        # the attributes considered and why these were chosen (``imp_core.advice.attributes``)
-        self.advice = advice
         self.name = name
-        self.plan = plan
-        self.partitions = partitions
-        self.driver = driver
-        self.verdicts = verdicts
-        self.history: list[SketchDelta] = []
+        self._engine = engine
+        # the attributes considered and why these were chosen (``imp_core.advice.attributes``)
+        self._advice = advice
+        self._plan = plan
+        self._partitions = partitions
+        self._driver: QueryDriver | None = driver
+        self._verdicts = verdicts
+        self._history: list[SketchDelta] = []
+
+    @property
+    def dropped(self) -> bool:
+        return self._driver is None
+
+    def _alive(self) -> QueryDriver:
+        if self._driver is None:
+            raise DroppedQueryError(f"query {self.name!r} was dropped: this handle no "
+                                    "longer answers (register it again for a new one)")
+        return self._driver
+
+    def _retire(self) -> None:
+        self._driver = None  # the pipeline's memory goes with it
+
+    @property
+    def engine(self) -> Engine:
+        self._alive()
+        return self._engine
+
+    @property
+    def advice(self) -> Any:
+        self._alive()
+        return self._advice
+
+    @property
+    def plan(self) -> QueryPlan:
+        self._alive()
+        return self._plan
+
+    @property
+    def partitions(self) -> PartitionSet:
+        self._alive()
+        return self._partitions
+
+    @property
+    def driver(self) -> QueryDriver:
+        return self._alive()
+
+    @property
+    def verdicts(self) -> list:
+        self._alive()
+        return self._verdicts
+
+    @property
+    def history(self) -> list[SketchDelta]:
+        self._alive()
+        return self._history
 
     @property
     def pipeline(self) -> IncrementalQuery:
@@ -232,8 +287,10 @@ class Engine:
         return list(self._queries.values())
 
     def drop(self, name: str) -> None:
-        self.query(name)
+        """Forget the query: its handles raise ``DroppedQueryError`` from now on."""
+        q = self.query(name)
         del self._queries[name]
+        q._retire()
 
     # -- updates ------------------------------------------------------------------------
     def insert(self, table: str, rows: pa.Table) -> dict[str, SketchDelta]:

@@ -11,6 +11,10 @@ Invariant: its pipeline's state is exactly the query's annotated state at those
 versions; ``maintain`` pulls the change feed from each recorded version up to the
 table's current one, applies all tables' changes as one batch, and only then advances
 the recorded versions (a failure leaves the query at its old versions).
+
+The handle ``register`` returns is the registry's own object: a re-partition swaps the
+query's ``QueryState`` into it in place, so a handle held across re-partitions answers
+what ``query(name)`` answers; a dropped query's handle raises ``DroppedQueryError``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ import pyarrow as pa
 from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions, IncrementalQuery, SketchDelta
 from imp_core.engine.probed_side import VersionContext
-from imp_core.errors import UnknownQueryError, UnknownTableError
+from imp_core.errors import (
+    DroppedQueryError,
+    QueryExistsError,
+    UnknownQueryError,
+    UnknownTableError,
+)
 from imp_core.oracle.reference import reference_capture
 from imp_core.plan.nodes import QueryPlan
 from imp_core.plan.strict import is_strict
@@ -47,22 +56,127 @@ from imp_core.storage.scan_spec import ScanSpec, restrict_delta
 if TYPE_CHECKING:  # pragma: no cover
     from imp_core.spark.bootstrap import BootstrapRun
 
+
 @dataclass
-class MaintainedQuery:
-    name: str
+class QueryState:
+    """A registered query's state on one partitioning: what a re-partition replaces whole.
+
+    Invariant: ``driver``'s pipeline is built on ``partitions`` and its state is exact for
+    ``driver.versions``; ``counts`` (adaptive ranges) count the rows per fragment of
+    ``partitions`` at those versions.
+    """
+
     plan: QueryPlan
     partitions: PartitionSet
     driver: QueryDriver  # the pipeline, its placement, and the versions it is exact for
     scan_specs: dict[str, ScanSpec] = field(default_factory=dict)
-    history: list[SketchDelta] = field(default_factory=list)
     bootstrap: str = "engine"  # how the state was first built: "spark" or "engine"
     bootstrap_run: BootstrapRun | None = None  # what the Spark bootstrap did
-    advice: Any = None  # the attributes considered and the choice (``imp_core.advice.attributes``)
-    force: bool = False  # registered with its safety check overridden
     # rows per fragment of each sketched table, kept from the changes (adaptive ranges)
     counts: dict[str, FragmentCounts] = field(default_factory=dict)
-    # each re-partition: {"versions", "table", "reason", "fragments"}
-    repartitions: list[dict[str, Any]] = field(default_factory=list)
+
+
+class MaintainedQuery:
+    """The handle of a registered query: the one object ``Maintainer.register`` returns
+    and ``Maintainer.query(name)`` gives for as long as the query is registered.
+
+    Invariants:
+    - a handle never goes stale: a re-partition (adaptive ranges) builds the new
+      ``QueryState`` beside the old one and then swaps it into this very object
+      (``_adopt``), so every reference a caller holds answers what ``query(name)``
+      answers (sketch, versions, ranges, result);
+    - once the query is dropped (``Maintainer.drop``) every read but ``name`` raises
+      ``DroppedQueryError``, never an answer from the state it had;
+    - ``history`` and ``repartitions`` belong to the query, not to one partitioning:
+      they carry across re-partitions.
+    """
+
+    def __init__(self, name: str, state: QueryState, advice: Any = None, force: bool = False):
+        self.name = name
+        self._state: QueryState | None = state
+        self._advice = advice  # the attributes considered and the choice (``advice.attributes``)
+        self._force = force  # registered with its safety check overridden
+        self._history: list[SketchDelta] = []
+        # each re-partition: {"versions", "table", "reason", "fragments"}
+        self._repartitions: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        status = "dropped" if self._state is None else f"versions={self.versions}"
+        return f"MaintainedQuery({self.name!r}, {status})"
+
+    # -- the handle's life ---------------------------------------------------------------
+    @property
+    def dropped(self) -> bool:
+        return self._state is None
+
+    @property
+    def state(self) -> QueryState:
+        """The query's current state; ``DroppedQueryError`` once it is dropped."""
+        return self._alive()
+
+    def _alive(self) -> QueryState:
+        if self._state is None:
+            raise DroppedQueryError(f"query {self.name!r} was dropped: this handle no "
+                                    "longer answers (register it again for a new one)")
+        return self._state
+
+    def _adopt(self, state: QueryState) -> None:
+        """Swap in the state built on new partitions (the caller built it completely
+        first, so a failed re-partition leaves the old state in place)."""
+        self._alive()  # a dropped query is not brought back
+        self._state = state
+
+    def _retire(self) -> None:
+        self._state = None  # the pipeline's memory goes with it
+
+    # -- the state, through the handle --------------------------------------------------
+    @property
+    def plan(self) -> QueryPlan:
+        return self.state.plan
+
+    @property
+    def partitions(self) -> PartitionSet:
+        return self.state.partitions
+
+    @property
+    def driver(self) -> QueryDriver:
+        return self.state.driver
+
+    @property
+    def scan_specs(self) -> dict[str, ScanSpec]:
+        return self.state.scan_specs
+
+    @property
+    def bootstrap(self) -> str:
+        return self.state.bootstrap
+
+    @property
+    def bootstrap_run(self) -> BootstrapRun | None:
+        return self.state.bootstrap_run
+
+    @property
+    def counts(self) -> dict[str, FragmentCounts]:
+        return self.state.counts
+
+    @property
+    def advice(self) -> Any:
+        self._alive()
+        return self._advice
+
+    @property
+    def force(self) -> bool:
+        self._alive()
+        return self._force
+
+    @property
+    def history(self) -> list[SketchDelta]:
+        self._alive()
+        return self._history
+
+    @property
+    def repartitions(self) -> list[dict[str, Any]]:
+        self._alive()
+        return self._repartitions
 
     @property
     def pipeline(self) -> IncrementalQuery:
@@ -93,7 +207,8 @@ class MaintainedQuery:
         return explanation(self.advice, self.plan, self.sketch)
 
     def bounds(self, table: str) -> list:
-        """The split points of ``table``'s range partition."""
+        """The split points of ``table``'s range partition (the current one: after a
+        re-partition, the new ranges)."""
         found = self.partitions.for_table(table)
         if found is None:
             raise UnknownTableError(f"{self.name} has no partition on table {table!r}")
@@ -165,17 +280,28 @@ class Maintainer:
                  bootstrap: str | None = None) -> MaintainedQuery:
         """Prepare ``sql`` (plan, partitions on the current table versions, safety) and
         bootstrap its state (``bootstrap`` overrides the maintainer's mode for this
-        query)."""
+        query). The handle returned stays the query's for its whole life (re-partitions
+        included); ``QueryExistsError`` for a name already registered (drop it first)."""
+        if name in self.queries:
+            raise QueryExistsError(f"a query named {name!r} is already registered; drop "
+                                   "it first")
         mode = self._mode(bootstrap)
         prepared = prepare_query(sql, StoreTables(self.store), partitions, fragments, force,
                                  capture=self._capture(mode), layout=StoreLayout(self.store))
         if is_strict(prepared.plan.root):
             mode = "engine"  # only the engine counts the rows that raise (plan.ansi)
-        q = self._start(name, prepared, mode, force)
+        q = MaintainedQuery(name, self._start(prepared, mode), prepared.advice, force)
         self.queries[name] = q
         return q
 
-    def _start(self, name: str, prepared: Any, mode: str, force: bool) -> MaintainedQuery:
+    def drop(self, name: str) -> None:
+        """Forget the query: its handles (every reference to it) raise
+        ``DroppedQueryError`` from now on, and its state is released."""
+        q = self.query(name)
+        del self.queries[name]
+        q._retire()
+
+    def _start(self, prepared: Any, mode: str) -> QueryState:
         """The prepared query's pipeline wired and bootstrapped at its versions."""
         versions = dict(prepared.versions)
         placement = place_sides(prepared.plan, prepared.partitions, versions, self.data,
@@ -189,13 +315,12 @@ class Maintainer:
         else:
             snapshot = getattr(self.source, "snapshot", None)
             driver.step(None, versions, first_changes(self.store, versions, scans, snapshot))
-        q = MaintainedQuery(name, prepared.plan, prepared.partitions, driver, scans,
-                            bootstrap=mode, bootstrap_run=run, advice=prepared.advice,
-                            force=force)
+        state = QueryState(prepared.plan, prepared.partitions, driver, scans,
+                           bootstrap=mode, bootstrap_run=run)
         if self.adaptive:
-            q.counts = {p.table: FragmentCounts.of(p, self._column(p, versions[p.table]))
-                        for p in q.partitions.partitions}
-        return q
+            state.counts = {p.table: FragmentCounts.of(p, self._column(p, versions[p.table]))
+                            for p in state.partitions.partitions}
+        return state
 
     def _column(self, part: RangePartition, version: int) -> pa.ChunkedArray:
         return self.store.read(part.table, version, columns=[part.column]).column(0)
@@ -204,7 +329,9 @@ class Maintainer:
     def rebalance(self, name: str) -> list[dict[str, Any]]:
         """New ranges for each of the query's sketched tables whose fragments over- or
         underflow (``imp_core.sketch.adaptive``), with the query's state and sketch built
-        anew on them at its versions; returns what was re-partitioned."""
+        anew on them at its versions and swapped into the query's handle in place (every
+        reference to it follows; a failure leaves the old state); returns what was
+        re-partitioned."""
         q = self.query(name)
         partitioning: dict[str, Any] = {f"{p.table}.{p.column}": p
                                         for p in q.partitions.partitions}
@@ -225,15 +352,15 @@ class Maintainer:
             return []
         prepared = prepare_query(q.plan.sql, StoreTables(self.store), partitioning,
                                  force=q.force)
-        fresh = self._start(name, prepared, q.bootstrap, q.force)
-        fresh.history, fresh.advice = q.history, q.advice
-        fresh.repartitions = q.repartitions + done
+        fresh = self._start(prepared, q.bootstrap)
         for table, counts in q.counts.items():
             if table not in {d["table"] for d in done}:
                 fresh.counts[table].settled_at = counts.settled_at
             else:
                 fresh.counts[table].rebalances = counts.rebalances + 1
-        self.queries[name] = fresh  # the old query served until here
+        # the old state served until here; the handle every caller holds moves with it
+        q._adopt(fresh)
+        q.repartitions.extend(done)
         return done
 
     def _capture(self, mode: str) -> Any:

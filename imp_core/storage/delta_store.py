@@ -38,6 +38,7 @@ from deltalake import DeltaTable
 
 from imp_core.errors import SchemaMismatchError, TableExistsError, VersionError
 from imp_core.storage.batches import plain_schema, plain_strings
+from imp_core.storage.calls import AppliedCall, CallTag, applied_call
 from imp_core.storage.catalog import TableCatalog, TableEntry, is_uri, normalize_name
 from imp_core.storage.changes import (
     ChangeFile,
@@ -268,6 +269,7 @@ class DeltaStore:
         name: str,
         inserts: pa.Table | None = None,
         deletes: pa.Table | None = None,
+        call: CallTag | None = None,
     ) -> int:
         """Delete ``deletes`` then insert ``inserts`` as ONE new version; return it.
 
@@ -279,11 +281,23 @@ class DeltaStore:
         domain, a deleted row that is not stored, a key inserted twice or already
         present and not deleted here) or the table is unknown (``UnknownTableError``).
         With nothing to do, no version is made and the current one is returned.
+
+        ``call``: the idempotency key of the call this change applies; its commit carries
+        the key (``imp_core.storage.calls``), and delta-rs refuses it when a concurrent
+        commit carried the same key. The caller looks the key up first
+        (``applied_call``): this method does not.
         """
         entry = self.catalog.get(name)
         table = self._delta(entry)
         return merge_changes(entry, table, inserts, complete_deletes(entry, table, deletes),
-                             self.options)
+                             self.options, call)
+
+    def applied_call(self, name: str, key: str) -> AppliedCall | None:
+        """The call with idempotency key ``key`` as committed to table ``name`` (in its
+        latest version's log), or None: no commit of the table carried it within the
+        retention window (``imp_core.storage.calls``)."""
+        entry = self.catalog.get(name)
+        return applied_call(self._delta(entry), entry.name, key)
 
     def complete_deletes(self, name: str, deletes: pa.Table | None) -> pa.Table | None:
         """``deletes`` as whole stored rows (``merge.complete_deletes``): a keyed table's

@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 
 from imp_core.errors import SchemaMismatchError
 from imp_core.storage.batches import OP, ROW_ID, check_domains, conform
+from imp_core.storage.calls import CallTag
 from imp_core.storage.catalog import TableEntry
 from imp_core.storage.matching import assign_row_ids, read_candidates, row_tuples
 from imp_core.storage.snapshots import max_row_id, stored_schema, user_schema
@@ -35,6 +36,7 @@ def merge_changes(
     inserts: pa.Table | None,
     deletes: pa.Table | None,
     options: WriteOptions,
+    call: CallTag | None = None,
 ) -> int:
     """Delete ``deletes`` then insert ``inserts`` in ``table`` (at its latest version) as
     one new version; return the version after it (see ``DeltaStore.apply``)."""
@@ -70,6 +72,8 @@ def merge_changes(
             target_alias=_TARGET,
             streamed_exec=False,  # lets delta-rs prune target files by source stats
             writer_properties=options.writer_properties(),
+            commit_properties=None if call is None else
+            call.commit_properties(ins.num_rows, dels.num_rows),
         )
         .when_matched_delete()
         .when_not_matched_insert(

@@ -29,11 +29,15 @@ from deltalake import DeltaTable, WriterProperties, write_deltalake
 from imp_core.errors import SchemaMismatchError
 from imp_core.plan.literal import sql_literal
 from imp_core.storage.batches import RESERVED, ROW_ID, check_domains
+from imp_core.storage.calls import RETENTION
 from imp_core.storage.catalog import TableEntry, is_uri
 from imp_core.storage.matching import row_tuples
 from imp_core.storage.ordered_write import write_ordered_table
 
-TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
+# the change feed on; the idempotency keys of the calls that changed the table
+# (Delta txn actions, ``imp_core.storage.calls``) expire after a day
+TABLE_CONFIGURATION = {"delta.enableChangeDataFeed": "true",
+                       "delta.setTransactionRetentionDuration": RETENTION}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from services.cli.output import (
     SPARK_NOTE,
     describe_explanation,
     describe_info,
+    describe_layout,
     describe_sketch,
     describe_stats,
     describe_table,
@@ -168,7 +169,8 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
                    help="of the latest maintained sketch (no maintenance)")
 
     p = cmd("layout", "rewrite a table in the order that makes its sketches skip most "
-            "(a commit that changes no data)", _layout)
+            "(a commit that changes no data); names every registered query the order makes "
+            "read more, or lose its sketch", _layout)
     p.add_argument("table")
     p.add_argument("--by", type=lambda s: [c for c in s.split(",") if c.strip()],
                    default=[], metavar="COL[,COL...]",
@@ -177,8 +179,8 @@ def add_client_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rows-per-group", type=_at_least_one,
                    help="rows per Parquet row group (default: sized for skipping)")
     p.add_argument("--dry-run", action="store_true",
-                   help="show the recommendation and what each order would read; write "
-                   "nothing")
+                   help="show the recommendation and what each order (with --by, that "
+                   "one too) would read and whom it makes read more; write nothing")
 
     p = cmd("sketch", "print a query's sketch (several names: all in one call)", _sketch)
     p.add_argument("name", nargs="+", help="one or more registered queries")
@@ -252,7 +254,8 @@ def _serve(args: argparse.Namespace) -> int:
             from services.server import SHUTDOWN_SECONDS
             from services.supervisor import supervise
 
-            return supervise(args.argv, config.grace_seconds + SHUTDOWN_SECONDS + 5)
+            return supervise(args.argv, config.grace_seconds + SHUTDOWN_SECONDS + 5,
+                             journal_dir=config.runtime_config().journal_dir)
         return serve(config)
     except (ValueError, OSError, StoreBusyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -260,14 +263,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def supervised(config: Any) -> bool:
-    """``imp serve`` runs under a supervisor (``services.supervisor``) when it starts a
-    local Ray of its own (one it cannot start again in-process once lost) and no
-    supervisor runs it already."""
+    """``imp serve`` runs under a supervisor (``services.supervisor``) unless told not to
+    (``--supervise off``: a pod's restart policy does it) or a supervisor runs it
+    already: a server whose local Ray is lost cannot start it again in-process, and one
+    that dies (a crash in native code, ``kill -9``) is started again at once."""
     from services.supervisor import SUPERVISED_ENV
 
-    runtime = config.runtime_config()
-    return config.supervise and runtime.backend == "ray" and not runtime.ray_address \
-        and not os.environ.get(SUPERVISED_ENV)
+    return config.supervise and not os.environ.get(SUPERVISED_ENV)
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -356,20 +358,8 @@ def _layout(client: Any, args: argparse.Namespace) -> int:
     done = client.layout(args.table, args.by, args.rows_per_group or 0, args.dry_run)
     if args.json:
         print_json(done)
-        return 0
-    advice = done.get("advice")
-    if advice:
-        print(f"{advice['table']}: {advice['rows']:,} rows; recommended order: "
-              f"{', '.join(advice['recommended']) or '-'} ({advice['why']})")
-        for o in advice["options"]:
-            shares = ", ".join(f"{q} {100 * v:.1f}%" for q, v in sorted(o["shares"].items()))
-            print(f"  {', '.join(o['columns']):30s} {o['order']:8s} reads "
-                  f"{o['rows_read']:>14,} rows  ({shares})")
-    if done["applied"]:
-        print(f"{done['table']}: laid out by {', '.join(done['columns'])} ({done['order']}) "
-              f"as version {done['version']}: {done['row_groups']:,} row groups of "
-              f"{done['row_group_rows']:,} rows in {done['seconds']:.1f} s (no data "
-              "changed: no sketch moves)")
+    else:
+        print("\n".join(describe_layout(done)))
     return 0
 
 

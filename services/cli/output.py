@@ -114,6 +114,13 @@ def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
     if not brief and e.get("read_share_now"):
         now = ", ".join(f"{t} {100 * v:.1f}%" for t, v in sorted(e["read_share_now"].items()))
         lines.append(f"  the filtered query reads now: {now} of the rows (current layout)")
+    cut = e.get("max_read_share") or 0.5
+    for t in e.get("sketch_unused", ()):
+        share = e.get("read_share_now", {}).get(t)
+        reads = f"{100 * share:.1f}%" if share is not None else "more"
+        lines.append(f"  warning: the sketch is unused on {t}: its filter would read {reads} "
+                     f"of the rows under the current layout, past the {100 * cut:.0f}% "
+                     f"cut-off, so the query reads {t} plain (see: imp layout {t} --dry-run)")
     if brief:
         return lines
     lines.append(f"  {'candidate':32s} {'roles':24s} {'safe':5s} {'sketch':>7s} "
@@ -125,6 +132,49 @@ def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
                      f"{'yes' if c['safe'] else 'no':5s} {frag:>7s} "
                      f"{_share(c.get('provenance_share')):>10s} "
                      f"{_share(c.get('read_share')):>7s}  {c.get('reason', '')}")
+    return lines
+
+
+def describe_layout(done: dict[str, Any]) -> list[str]:
+    """``imp layout``'s answer (``SketchClient.layout``) as text: the recommendation and
+    why, what the queries read now, each order weighed (its filter rows, the rows charged
+    with a query past the cut-off reading the whole table, each query's share, the
+    queries it makes read more), then the rewrite and a ``warning:`` line per query the
+    order written (or asked for, else recommended) makes read more or lose its sketch."""
+    from imp_core.advice.layouts import LayoutWarning
+
+    lines: list[str] = []
+    advice = done.get("advice") or {}
+    table = advice.get("table") or done.get("table", "")
+    cut = advice.get("max_read_share") or 0.5
+
+    def shares(items: dict[str, float]) -> str:
+        return ", ".join(f"{q} {100 * v:.1f}%" for q, v in sorted(items.items()))
+
+    def line(w: dict[str, Any]) -> str:
+        return LayoutWarning(w["query"], w["share_now"], w["share_after"],
+                             w["loses_sketch"]).line(table, cut)
+
+    if advice:
+        lines.append(f"{table}: {advice['rows']:,} rows; recommended order: "
+                     f"{', '.join(advice['recommended']) or '-'} ({advice['why']})")
+        if advice.get("shares_now"):
+            lines.append(f"  {'now (as stored)':39s} charged {advice['rows_charged_now']:>14,}"
+                         f" rows  ({shares(advice['shares_now'])})")
+        for o in advice["options"]:
+            lines.append(f"  {', '.join(o['columns']):30s} {o['order']:8s} charged "
+                         f"{o.get('rows_charged', o['rows_read']):>14,} rows  "
+                         f"({shares(o['shares'])}; filters read {o['rows_read']:,})")
+            lines.extend(f"    reads more: {line(w)}" for w in o.get("warnings", ()))
+    if done.get("applied"):
+        lines.append(f"{done['table']}: laid out by {', '.join(done['columns'])} "
+                     f"({done['order']}) as version {done['version']}: "
+                     f"{done['row_groups']:,} row groups of {done['row_group_rows']:,} rows "
+                     f"in {done['seconds']:.1f} s (no data changed: no sketch moves)")
+    if advice.get("warnings"):
+        what = "laid out by" if done.get("applied") else "in"
+        order = ", ".join(advice.get("chosen") or ())
+        lines.extend(f"warning: {what} {order}: {line(w)}" for w in advice["warnings"])
     return lines
 
 

@@ -268,9 +268,11 @@ def test_a_sketch_answers_other_sql_only_where_proven(svc, capsys):
         client.run_query(sql=count, query="groups")
     assert refused.value.code == "FAILED_PRECONDITION"
     assert f"{table} is read outside groups's plan" in refused.value.message
-    with pytest.raises(RemoteError) as unknown:  # no name: no registered sketch answers it
-        client.run_query(sql=count)
-    assert unknown.value.code == "NOT_FOUND" and "groups" in unknown.value.message
+    # no name and no registered sketch answers it: an ad-hoc query runs plain, saying why
+    ad_hoc = client.run_query(sql=count)
+    assert ad_hoc.rows.column("n").to_pylist() == [rows.num_rows]
+    assert ad_hoc.access == "plain" and ad_hoc.sketch is None
+    assert "ran without a sketch" in ad_hoc.access_reason and "groups" in ad_hoc.access_reason
     assert svc.state() == before
     plain = client.run_query(sql=count, use_sketch=False)
     assert plain.rows.column("n").to_pylist() == [rows.num_rows]

@@ -574,7 +574,7 @@ def _fail_once(monkeypatch, obj, name):
     return calls
 
 
-def test_idempotent_calls_are_retried_updates_are_not(svc, client, monkeypatch):
+def test_idempotent_and_keyed_calls_are_retried(svc, client, monkeypatch):
     def count(method, status):
         return client.stats()["service"]["methods"].get(method, {}).get(
             "by_status", {}).get(status, 0)
@@ -584,11 +584,19 @@ def test_idempotent_calls_are_retried_updates_are_not(svc, client, monkeypatch):
     assert client.sketch("groups").query == "groups"  # UNAVAILABLE once, then retried
     assert len(calls) == 2 and count("GetSketch", "UNAVAILABLE") == before + 1
 
+    # an update is retried with its idempotency key: applied once, by the second try
+    version = svc.coordinator.ctx.store.version("t1000g")
+    calls = _fail_once(monkeypatch, svc.coordinator, "apply_update")
+    done = client.apply_update("t1000g", inserts=_rows(svc, "t1000g", 1).set_column(
+        0, "id", pa.array([77_000_001], pa.int64())))
+    assert len(calls) == 2 and done.version == version + 1 and done.inserted == 1
+    assert svc.coordinator.ctx.store.version("t1000g") == version + 1
+    # without retries, a call refused UNAVAILABLE stays refused and changes nothing
     state = svc.state()
     calls = _fail_once(monkeypatch, svc.coordinator, "apply_update")
-    with pytest.raises(RemoteError) as info:
-        client.apply_update("t1000g", inserts=_rows(svc, "t1000g", 1).set_column(
-            0, "id", pa.array([77_000_001], pa.int64())))
+    with svc.client(retries=0) as once, pytest.raises(RemoteError) as info:
+        once.apply_update("t1000g", inserts=_rows(svc, "t1000g", 1).set_column(
+            0, "id", pa.array([77_000_002], pa.int64())))
     assert info.value.code == "UNAVAILABLE" and len(calls) == 1
     assert svc.state() == state
 

@@ -39,7 +39,7 @@ class _Tables:
 def _serve(root) -> tuple[subprocess.Popen, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(root), IMP_BACKEND="local",
-               IMP_METRICS_LISTEN="off")
+               IMP_METRICS_LISTEN="off", IMP_SUPERVISE="off")  # the server itself killed
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
@@ -114,7 +114,7 @@ def test_sigterm_ends_the_process_whatever_runs(tmp_path):
     in the shutdown, the process ends within the grace period plus ten seconds."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMP_")}
     env.update(IMP_LISTEN="127.0.0.1:0", IMP_ROOT=str(tmp_path / "root"), IMP_METRICS_LISTEN="off",
-               IMP_BACKEND="local", IMP_GRACE_SECONDS="1")
+               IMP_BACKEND="local", IMP_GRACE_SECONDS="1", IMP_SUPERVISE="off")
     proc = subprocess.Popen([sys.executable, "-c", HANGING_SERVER], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

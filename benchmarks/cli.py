@@ -405,10 +405,12 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
     flt = bsub.add_parser("faults", help="faults under a running service (a killed raylet, "
                           "a lost Ray node, the active server killed with a standby): time "
-                          "to recover, acknowledged updates lost, sketches exact")
+                          "to recover, acknowledged updates lost or duplicated, sketches "
+                          "exact")
     _report_options(flt, "bench-results/faults.json")
-    flt.add_argument("--faults", default="raylet,node,failover",
-                     help="comma-separated: raylet, node, failover (default: all)")
+    flt.add_argument("--faults", default="raylet,node,failover,failover_ray",
+                     help="comma-separated: raylet, node, failover (local backend), "
+                          "failover_ray (default: all)")
     flt.add_argument("--rows", type=int, default=50_000, help="rows of t5000g")
     flt.add_argument("--batches", type=int, default=8,
                      help="update batches per fault (half before it, half after)")

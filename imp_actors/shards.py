@@ -89,10 +89,15 @@ class ShardManager:
     # -- adopting what outlived a coordinator ----------------------------------------------
     def reattach(self, queries: list[QueryRuntime]) -> list[QueryRuntime]:
         """Give each query whose every shard's worker survived (same generation, a state at
-        some versions) those workers; empty workers join the warm pool, the rest are
-        stopped. Returns the queries that got their workers back."""
+        some versions) those workers; empty workers join the warm pool (once: those in it
+        already are left as they are), the rest are stopped. Returns the queries that got
+        their workers back."""
         found: dict[tuple[str, int, int], tuple[WorkerHandle, WorkerStatus]] = {}
+        with self._warm_lock:  # this coordinator's own warm workers (``prepare``)
+            warm = {h.name for h in self._warm}
         for wname in self.ctx.backend.worker_names():
+            if wname in warm:  # in the pool already: a second entry would give it twice
+                continue
             h = self.ctx.backend.find(wname)
             if h is None:
                 continue

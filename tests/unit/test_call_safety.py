@@ -288,3 +288,41 @@ def test_a_second_server_on_one_host_gets_its_own_metrics_port():
     assert metrics(["--metrics-listen", "127.0.0.1:9999"], {}) == "127.0.0.1:9999"
     assert metrics(["--listen", "127.0.0.1:50052"],
                    {"IMP_METRICS_LISTEN": "127.0.0.1:7000"}) == "127.0.0.1:7000"
+
+
+# -- a standby's warm workers ----------------------------------------------------------------
+
+
+def test_warm_workers_started_before_recovery_are_not_pooled_twice(tmp_path):
+    """A standby starts its warm workers while it waits (``Coordinator.prepare``); the
+    recovery that follows lists the runtime's named workers, its own warm ones among them:
+    each must stay in the pool once, or two queries would share one worker (and each
+    apply the other's changes)."""
+    from runtime_support import make_config
+
+    from imp_actors.coordinator import Coordinator
+    from imp_actors.handles import LocalBackend
+
+    class NamedWorkers(LocalBackend):  # workers listed by name, as Ray's named actors are
+        def __init__(self, config):
+            super().__init__(config)
+            self.made = {}
+
+        def spawn(self, name):
+            self.made[name] = super().spawn(name)
+            return self.made[name]
+
+        def find(self, name):
+            return self.made.get(name)
+
+        def worker_names(self):
+            return sorted(self.made)
+
+    c = Coordinator(make_config(tmp_path, warm_actors=2))
+    c.ctx.backend = NamedWorkers(c.config)
+    c.shards.keep_warm()
+    c.shards.reattach([])
+    names = [h.name for h in c.shards.warm_handles()]
+    assert len(names) == 2 and len(set(names)) == 2
+    first, second = c.shards.spawn(), c.shards.spawn()
+    assert first.name != second.name

@@ -167,9 +167,15 @@ def _bench_fuzz(args: argparse.Namespace) -> int:
                             progress=not args.quiet, oracle=args.oracle)
 
     def readable() -> None:
-        for part in ("sql", "requests"):
+        for part in ("sql", "requests", "expressions"):
             for finding in report.get(part, {}).get("findings", ()):
                 print(f"finding ({part}): {finding}")
+        if "expressions" in report:
+            x = report["expressions"]
+            print(f"expressions: {x['cases']} cases, {x['registered']} registered, "
+                  f"{x['crashes']} crashes; largest IN list registered: "
+                  f"{x['largest_in_registered']:,} values in "
+                  f"{x['largest_in_register_seconds']} s")
         if "sql" in report:
             print("SQL refusals by kind:")
             for kind, n in report["sql"]["refused"].items():
@@ -424,7 +430,9 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     fz.add_argument("--batches", type=int, default=6, help="update batches per query")
     fz.add_argument("--seconds", type=float, default=None,
                     help="stop drawing queries after this long")
-    fz.add_argument("--requests", type=int, default=3000, help="mutated requests (0: none)")
+    fz.add_argument("--requests", type=int, default=3000,
+                    help="mutated requests, then wide and deep expressions to an imp serve "
+                         "subprocess (0: neither)")
     fz.add_argument("--seed", type=int, default=1, help="seed of both fuzzers")
     fz.add_argument("--oracle", choices=("duckdb", "spark"), default=None,
                     help="the SQL fuzzer's oracle besides the recapture (default: "

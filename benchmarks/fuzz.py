@@ -6,9 +6,14 @@ environment of ``imp bench fuzz``) a local Spark session also runs each query's 
 ANSI off, after registering and after the last batch;
 the request part (``benchmarks.fuzz_requests``) starts a real server (in-process
 coordinator on the ``local`` backend, gRPC on a free loopback port, a bearer token)
-over a fresh root holding ``t1000g``, registers one query, and sends mutated requests.
-The report holds the counts (queries × batches, requests by method and status) and
-every finding with what replays it.
+over a fresh root holding ``t1000g``, registers one query, and sends mutated requests;
+then (``benchmarks.fuzz_expressions``) wide and deep expressions go to ``imp serve``
+started as a subprocess over a root holding a small ``lineitem``, so a crash is counted
+(and the server started again) rather than ending the run: IN lists up to 100,000
+values, the issue's 15,000, OR / AND chains, CASE, arithmetic, nesting.
+The report holds the counts (queries × batches, requests by method and status, the
+expression cases by status, crashes, the largest IN list that registered and its time)
+and every finding with what replays it.
 """
 
 from __future__ import annotations
@@ -84,6 +89,19 @@ def run_request_part(requests: int, seed: int, progress: bool) -> dict[str, Any]
     return report.to_json()
 
 
+def run_expression_part(seed: int, progress: bool) -> dict[str, Any]:
+    """Every shape of ``benchmarks.fuzz_expressions`` (and 12 random draws) against an
+    ``imp serve`` subprocess."""
+    from benchmarks.fuzz_expressions import expression_cases, run_expression_fuzz
+
+    cases = expression_cases(seed=seed, max_in=100_000, draws=12)
+    _log(progress, f"expression fuzz: {len(cases)} wide and deep queries to imp serve "
+                   "in a process of its own")
+    return run_expression_fuzz(cases, seed=seed,
+                               progress=(lambda s: _log(True, f"  {s}")) if progress
+                               else None).to_json()
+
+
 def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests: int,
                    seed: int, progress: bool = True, oracle: str | None = None
                    ) -> dict[str, Any]:
@@ -104,8 +122,10 @@ def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests
                                      seconds=seconds, oracle=oracle).to_json()
     if requests:
         report["requests"] = run_request_part(requests, seed, progress)
-    findings = len(report.get("sql", {}).get("findings", ())) + \
-        len(report.get("requests", {}).get("findings", ()))
+        report["expressions"] = run_expression_part(seed, progress)
+    findings = sum(len(report.get(part, {}).get("findings", ()))
+                   for part in ("sql", "requests", "expressions"))
+    expressions = report.get("expressions", {})
     report["summary"] = {
         "sql_queries": report.get("sql", {}).get("queries", 0),
         "sql_registered": report.get("sql", {}).get("registered", 0),
@@ -118,6 +138,11 @@ def run_fuzz_bench(sql_cases: int, batches: int, seconds: float | None, requests
             report.get("sql", {}).get("ansi_spark_divergences", ())),
         "sql_shapes": report.get("sql", {}).get("shapes", {}),
         "requests": report.get("requests", {}).get("requests", 0),
+        "expression_cases": expressions.get("cases", 0),
+        "expression_registered": expressions.get("registered", 0),
+        "expression_crashes": expressions.get("crashes", 0),
+        "largest_in_registered": expressions.get("largest_in_registered", 0),
+        "largest_in_register_seconds": expressions.get("largest_in_register_seconds", 0.0),
         "findings": findings,
         "seconds": round(time.perf_counter() - t0, 1),
     }

@@ -2,19 +2,22 @@
 
 Invariants: every node is a frozen dataclass (hashable, comparable, with a
 deterministic ``repr`` used for plan fingerprints); a ``ColumnRef`` names a field of
-the input schema exactly; literals carry their Arrow type.
+the input schema exactly; literals carry their Arrow type. AND and OR of more than two
+parts are built balanced (``conjoin``, ``disjoin``, ``balance``: depth log2 n), IN lists
+are one ``InList`` node: no width of a query makes a tree deep.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
 COMPARISON = frozenset({"=", "<>", "<", "<=", ">", ">="})
 LOGICAL = frozenset({"and", "or"})
+T = TypeVar("T")
 FUNCTIONS = frozenset({"year", "month", "day", "abs", "upper", "lower", "coalesce", "substring",
                        "pmod", "div", "round", "concat",
                        # one_row(v, n): v, raising where n (a scalar subquery's rows) > 1
@@ -223,21 +226,66 @@ for _node in Expr.__subclasses__():
     _keep_hash(_node)
 
 
-def conjuncts(expr: Expr | None) -> list[Expr]:
-    """Split a predicate on top-level AND."""
+def balance(parts: Sequence[T], combine: Callable[[T, T], T]) -> T:
+    """``parts`` combined by ``combine`` pairwise, level by level: a tree of depth
+    ``ceil(log2(len(parts)))`` whose leaves are ``parts`` in their order.
+
+    For an associative operator (AND, OR under three-valued logic, and under ANSI mode
+    too: a part is evaluated where no earlier part decided the result, however the
+    chain is grouped) this is the left-deep chain's value, without its depth: every
+    pass over a tree recurses, and a chain of 15,000 IN values or ORs would need 15,000
+    frames (pyarrow's dataset filter crashed the process on one). Every AND or OR of
+    many parts (plan expressions, Arrow filters, sqlglot trees) is built here.
+
+    >>> balance(["a", "b", "c", "d", "e"], lambda x, y: f"({x} {y})")
+    '(((a b) (c d)) e)'
+    """
+    level = list(parts)
+    if not level:
+        raise ValueError("balance needs at least one part")
+    while len(level) > 1:  # iterative: the depth is that of the result, log2 n
+        paired = [combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            paired.append(level[-1])
+        level = paired
+    return level[0]
+
+
+def _flat(expr: Expr | None, op: str) -> list[Expr]:
+    """The operands of the chain of ``op`` at the top of ``expr``, left to right
+    (iterative: a chain built elsewhere may be deep)."""
     if expr is None:
         return []
-    if isinstance(expr, BinaryOp) and expr.op == "and":
-        return conjuncts(expr.left) + conjuncts(expr.right)
-    return [expr]
-
-
-def conjoin(parts: list[Expr]) -> Expr | None:
-    """AND a list of predicates together (None for an empty list)."""
-    out: Expr | None = None
-    for part in parts:
-        out = part if out is None else BinaryOp("and", out, part)
+    out: list[Expr] = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BinaryOp) and e.op == op:
+            stack += [e.right, e.left]
+        else:
+            out.append(e)
     return out
+
+
+def conjuncts(expr: Expr | None) -> list[Expr]:
+    """Split a predicate on top-level AND."""
+    return _flat(expr, "and")
+
+
+def disjuncts(expr: Expr | None) -> list[Expr]:
+    """Split a predicate on top-level OR."""
+    return _flat(expr, "or")
+
+
+def conjoin(parts: Sequence[Expr]) -> Expr | None:
+    """AND a list of predicates together, balanced (``balance``); None for an empty
+    list."""
+    return balance(parts, lambda a, b: BinaryOp("and", a, b)) if parts else None
+
+
+def disjoin(parts: Sequence[Expr]) -> Expr | None:
+    """OR a list of predicates together, balanced (``balance``); None for an empty list."""
+    return balance(parts, lambda a, b: BinaryOp("or", a, b)) if parts else None
 
 
 def rename_columns(expr: Expr, mapping: dict[str, Expr]) -> Expr:

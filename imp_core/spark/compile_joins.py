@@ -34,7 +34,7 @@ unqualified), as every plan's joins do; other inputs raise ``SparkCompileError``
 from __future__ import annotations
 
 from imp_core.errors import SparkCompileError
-from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, UnaryOp
+from imp_core.plan.expr import BinaryOp, ColumnRef, Expr, UnaryOp, disjoin
 from imp_core.plan.nodes import OuterJoin, SemiJoin, arrow_schema
 from imp_core.spark.sql_text import (
     AnnColumn,
@@ -126,9 +126,6 @@ def _null_aware_on(node: SemiJoin) -> str:
     if len(lk) == 1 and residual is None:
         eq = _on(node, node.condition)
         return f"{eq} OR ({eq} IS NULL)"  # Spark's null-aware anti join pattern
-    unknown: Expr | None = None
-    for name in (*lk, *rk):
-        test = UnaryOp("is_null", ColumnRef(name))
-        unknown = test if unknown is None else BinaryOp("or", unknown, test)
+    unknown = disjoin([UnaryOp("is_null", ColumnRef(name)) for name in (*lk, *rk)])
     assert node.condition is not None and unknown is not None
     return _on(node, BinaryOp("or", node.condition, unknown))

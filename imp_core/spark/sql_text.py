@@ -19,12 +19,14 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from imp_core.errors import SparkCompileError
+from imp_core.errors import RequestLimitError, SparkCompileError
+from imp_core.plan.ansi import can_raise
 from imp_core.plan.evaluate import infer_type, literal_type
 from imp_core.plan.expr import (
     BinaryOp,
@@ -38,6 +40,9 @@ from imp_core.plan.expr import (
     Literal,
     Strict,
     UnaryOp,
+    balance,
+    conjuncts,
+    disjuncts,
 )
 
 EMPTY_ANNOTATION = "CAST(array() AS ARRAY<INT>)"
@@ -197,14 +202,108 @@ class _ExprWriter:
         return self.write(e)
 
     def _binary(self, e: BinaryOp) -> str:
-        left, right = self.write(e.left), self.write(e.right)
         if e.op in ("and", "or"):
-            return f"({left} {e.op.upper()} {right})"
+            return self._chain(e.op, conjuncts(e) if e.op == "and" else disjuncts(e))
+        left, right = self.write(e.left), self.write(e.right)
         if e.op == "/":  # NULL for a zero divisor or a decimal overflow, ANSI or not
             return f"try_divide({left}, {right})"
         if e.op == "%":
             return f"({left} % NULLIF({right}, 0))"
         return f"({left} {e.op} {right})"
+
+
+    def _chain(self, op: str, parts: list[Expr]) -> str:
+        """An AND / OR of ``parts`` (in order) in a form Spark's optimizer survives.
+
+        Spark re-associates every AND / OR it plans into a left-deep chain and recurses
+        down it (ConstantPropagation, predicate push-down): 1,000 terms overflowed a
+        driver thread's stack, 3,000 left a collect waiting forever on a thread that
+        had died, and copies of such plans ran a 4 GiB driver out of memory. So an OR
+        of equalities (an AND of inequalities) between a column and literals of its
+        type is one ``IN`` (``NOT IN``) per column: the same in three-valued logic
+        (merged only when no part may raise under ANSI mode: moving a comparison ahead
+        of one would spare it on some rows). A chain still
+        longer than ``_INLINE_TERMS`` is ``forall`` / ``exists`` over an array of its
+        terms, which are three-valued AND / OR without a chain, when no term can raise
+        under ANSI mode (every term is evaluated); beyond ``spark_max_terms()`` terms,
+        or ``_INLINE_TERMS`` raising ones, it is refused (``RequestLimitError``)."""
+        raising = any(can_raise(x) for p in parts for x in p.walk())
+        # merging moves a comparison ahead of the parts between: not ahead of one that
+        # may raise, which it would then spare on some rows
+        terms = [self.write(p) for p in parts] if raising else self._merged(op, parts)
+        if len(terms) <= _INLINE_TERMS:
+            return balance(terms, lambda a, b: f"({a} {op.upper()} {b})")
+        limit = spark_max_terms()
+        if len(terms) > limit or raising:
+            raise RequestLimitError(
+                f"an {op.upper()} of {len(terms):,} different conditions is more than Spark "
+                f"is given ({_INLINE_TERMS} that may raise under ANSI mode, else "
+                f"{limit:,}: {SPARK_MAX_TERMS_ENV}); equalities of one column and "
+                "literals count as one IN list, of any length")
+        quantifier = "forall" if op == "and" else "exists"
+        return f"{quantifier}(array({', '.join(terms)}), x -> x)"
+
+    def _merged(self, op: str, parts: list[Expr]) -> list[str]:
+        """The text of each part, with the comparisons ``_chain`` merges merged into one
+        IN / NOT IN per column (where its first one was)."""
+        out: list[str | list] = []
+        lists: dict[str, list] = {}  # column -> the values of its IN list, in ``out``
+        for part in parts:
+            found = self._merge_key(op, part)
+            if found is None:
+                out.append(self.write(part))
+                continue
+            column, values = found
+            if column not in lists:
+                lists[column] = [column]
+                out.append(lists[column])
+            lists[column].extend(values)
+        neg = "NOT " if op == "and" else ""
+        return [t if isinstance(t, str) else
+                (f"({quote(t[0])} {'<>' if neg else '='} {t[1]})" if len(t) == 2 else
+                 f"({quote(t[0])} {neg}IN ({', '.join(t[1:])}))") for t in out]
+
+    def _merge_key(self, op: str, part: Expr) -> tuple[str, list[str]] | None:
+        """(column, literal texts) of ``column = literal`` or ``column IN (...)`` (for an
+        OR; ``<>`` and NOT IN for an AND) where every literal has the column's type, is
+        not NULL and the column is not floating point (``=`` and IN disagree on NaN)."""
+        if isinstance(part, InList) and part.negated == (op == "and"):
+            column, literals = part.operand, list(part.values)
+        elif isinstance(part, BinaryOp) and part.op == ("<>" if op == "and" else "="):
+            column, other = (part.left, part.right) if isinstance(part.left, ColumnRef) \
+                else (part.right, part.left)
+            if not isinstance(other, Literal):
+                return None
+            literals = [other]
+        else:
+            return None
+        if not isinstance(column, ColumnRef) or not literals:
+            return None
+        t = self.type_of(column)
+        if pa.types.is_floating(t) or any(
+                v.value is None or not (v.dtype == t or (pa.types.is_integer(v.dtype)
+                                                         and pa.types.is_integer(t)))
+                for v in literals):
+            return None
+        return column.name, [self.write(v) for v in literals]
+
+
+# AND / OR chains up to this many terms are written as (balanced) text
+_INLINE_TERMS = 64
+SPARK_MAX_TERMS_ENV = "IMP_SPARK_MAX_TERMS"
+DEFAULT_SPARK_MAX_TERMS = 2048  # forall over 3,000 terms took 6 s; 15,000 ran out of memory
+
+
+def spark_max_terms() -> int:
+    """``IMP_SPARK_MAX_TERMS`` (an integer > ``_INLINE_TERMS``), else 2,048: the most
+    terms of one AND / OR that Spark is given (after equalities become IN lists)."""
+    raw = os.environ.get(SPARK_MAX_TERMS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SPARK_MAX_TERMS
+    if not raw.isdigit() or int(raw) <= _INLINE_TERMS:
+        raise ValueError(f"{SPARK_MAX_TERMS_ENV} must be an integer above {_INLINE_TERMS}, "
+                         f"not {raw!r}")
+    return int(raw)
 
 
 def write_expr(expr: Expr, schema: pa.Schema) -> str:

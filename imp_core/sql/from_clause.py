@@ -139,7 +139,11 @@ def _bind_subquery(sub: exp.Subquery, index: int, text: SqlText,
     inner_of = dict(zip(visible, full.output))
 
     def build(used: tuple[str, ...]) -> PlanNode:
-        planned = plan_subquery(inner, frozenset(inner_of[c].lower() for c in used))
+        required = frozenset(inner_of[c].lower() for c in used)
+        # every column read: the plan made for the names is that plan (planning it again
+        # for each enclosing plan doubled the work at each level of nesting)
+        planned = full if required >= {o.lower() for o in full.output} \
+            else plan_subquery(inner, required)
         renames = tuple(NamedExpr(f"{alias}.{visible_of[o]}", ColumnRef(o))
                         for o in planned.output)
         return Project(planned.node, renames)

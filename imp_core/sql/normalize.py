@@ -32,6 +32,7 @@ from typing import Mapping, Sequence
 from sqlglot import exp
 
 from imp_core.sql.folding import fold_constants
+from imp_core.sql.nesting import and_, or_
 from imp_core.sql.text import SqlText
 
 _QUERIES = (exp.Query, exp.Subquery)
@@ -261,8 +262,8 @@ def factor_common_conjuncts(root: exp.Expression) -> None:
         rests = [[c for c in b if not _contains(common, c)] for b in branches]
         parts = list(common)
         if all(rests):  # else a branch is only the common part: the OR is TRUE there
-            parts.append(exp.or_(*(exp.and_(*rest, copy=False) for rest in rests), copy=False))
-        factored = exp.and_(*parts, copy=False)
+            parts.append(or_([and_(rest, copy=False) for rest in rests], copy=False))
+        factored = and_(parts, copy=False)
         node.replace(factored if isinstance(node.parent, (exp.Paren, exp.Where, exp.Having))
                      else exp.Paren(this=factored))
 

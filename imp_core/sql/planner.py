@@ -29,9 +29,16 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
-from imp_core.errors import SqlSyntaxError, UnsupportedSqlError
+from imp_core.errors import NestingLimitError, SqlSyntaxError, UnsupportedSqlError
 from imp_core.plan.nodes import PlanNode, QueryPlan
 from imp_core.plan.strict import strict_node
+from imp_core.sql.nesting import (
+    MAX_EXPRESSION_DEPTH_ENV,
+    check_depth,
+    max_expression_depth,
+    nesting_depth,
+    rebalance,
+)
 from imp_core.sql.normalize import normalize_statements
 from imp_core.sql.prune import prune_join_inputs
 from imp_core.sql.select_block import TYPE_ERRORS, SelectPlanner
@@ -65,19 +72,28 @@ def plan_sql(sql: str, catalog: Mapping[str, pa.Schema],
     tables = {name.lower(): schema for name, schema in catalog.items()}
     try:
         query = _only_query(normalize_statements(statements, text), text)
+        check_depth(query, text)  # inlined WITH bodies and views nest deeper than the text
         planned = plan_query(query, text,
                              lambda s, nested: SelectPlanner(s, text, tables, nested).plan(),
                              False)
     except SqlglotError as error:  # sqlglot's own failures must not escape raw
         raise SqlSyntaxError(strip_internals(str(error))) from None
-    except RecursionError:
-        raise UnsupportedSqlError("deeply nested expression") from None
+    except RecursionError:  # a net: check_depth's limit leaves the planner room
+        raise _too_deep_to_plan(text) from None
     root = prune_join_inputs(planned.node)
     _check_types(root)
     if session.ansi:
         root = strict_node(root)
     return QueryPlan(sql=sql, root=root, order_by=planned.order_by,
                      output_names=planned.shown)
+
+
+def _too_deep_to_plan(text: SqlText) -> NestingLimitError:
+    """The error for a query that ran the planner out of stack although it passed
+    ``check_depth`` (inlined WITH bodies nest deeper than the text)."""
+    depth = max(nesting_depth(s)[0] for s in _parse_statements(text))
+    return NestingLimitError(depth, max_expression_depth(), MAX_EXPRESSION_DEPTH_ENV,
+                             stage="planner")
 
 
 def parse_sketch_header(sql: str) -> list[tuple[str, str]]:
@@ -138,12 +154,36 @@ def _parse_statements(text: SqlText) -> list[exp.Expression]:
         raise SqlSyntaxError("cannot split the text into tokens (unterminated quote?)",
                              line, column) from None
     except RecursionError:
-        raise SqlSyntaxError("the query is nested too deeply") from None
+        raise _too_deep_to_parse(text) from None
     except Exception as error:  # noqa: BLE001 - never let a parser failure escape raw
         raise SqlSyntaxError(str(error) or type(error).__name__) from None
     if not statements:
         raise SqlSyntaxError("empty query: expected a SELECT statement", 1, 1)
+    # before anything else walks the trees: AND / OR chains balanced, the rest bounded
+    statements = [rebalance(s) for s in statements]
+    for statement in statements:
+        check_depth(statement, text)
     return statements
+
+
+def _too_deep_to_parse(text: SqlText) -> SqlSyntaxError:
+    """The error for text sqlglot's recursive parser cannot parse: it recurses about 20
+    frames per level of parentheses, function calls or CASE, and stops near 45 levels
+    (the position is the deepest '(' when parentheses are what nests)."""
+    depth, deepest, offset = 0, 0, None
+    for token in text.tokens:
+        if token.token_type == sqlglot.TokenType.L_PAREN:
+            depth += 1
+            if depth > deepest:
+                deepest, offset = depth, token.start
+        elif token.token_type == sqlglot.TokenType.R_PAREN:
+            depth -= 1
+    limit = "the parser takes about 40 levels of parentheses, function calls or CASE"
+    if offset is None or deepest < 16:
+        return SqlSyntaxError(f"the query is nested too deeply to parse ({limit})")
+    line, column = text.position(offset)
+    return SqlSyntaxError(f"the query is nested too deeply to parse: parentheses {deepest} "
+                          f"deep here ({limit})", line, column)
 
 
 def _token_error_position(text: SqlText, error: TokenError) -> tuple[int | None, int | None]:

@@ -50,6 +50,7 @@ from imp_core.plan.expr import (
     InList,
     Literal,
     UnaryOp,
+    disjoin,
     rename_columns,
 )
 from imp_core.plan.nodes import (
@@ -170,10 +171,7 @@ def _merge(members: list[_Member]) -> PlanNode:
     predicates = [m.predicate for m in members]
     if all(p is not None for p in predicates):
         distinct = list(dict.fromkeys(predicates))  # CASE buckets repeat theirs
-        either = distinct[0]
-        for p in distinct[1:]:
-            either = BinaryOp("or", either, p)
-        node = Select(node, either)
+        node = Select(node, disjoin(distinct))
     arguments: list[NamedExpr] = []
     calls: list[AggCall] = []
     outputs: list[NamedExpr] = []

@@ -60,6 +60,7 @@ from imp_core.sql.grouping_sets import (
 )
 from imp_core.sql.join_tree import FromTree
 from imp_core.sql.join_tree import Sourced as _Sourced
+from imp_core.sql.nesting import and_
 from imp_core.sql.pushdown import push_selection
 from imp_core.sql.scalar_merge import merge_scalar_subqueries
 from imp_core.sql.scope import Scope
@@ -94,8 +95,13 @@ class SelectPlanner(FromTree):
     output names, None for all) prunes SELECT items that the enclosing query never reads."""
 
     def __init__(self, select: exp.Select, text: SqlText, catalog: Mapping[str, pa.Schema],
-                 nested: bool = False, required: frozenset[str] | None = None):
+                 nested: bool = False, required: frozenset[str] | None = None,
+                 planned: dict | None = None):
         self.select = select
+        # the subqueries of the whole statement planned so far, by (node, required): a
+        # subquery in FROM is planned for its columns, then for those read, so without
+        # it n nested ones (or n chained WITH bodies) were planned 2^n times
+        self.planned: dict = {} if planned is None else planned
         self.text = text
         self.catalog = catalog
         self.nested = nested
@@ -205,12 +211,19 @@ class SelectPlanner(FromTree):
 
     def _plan_subquery(self, select: exp.Select | exp.SetOperation,
                        required: frozenset[str] | None) -> Planned:
-        if isinstance(select, exp.SetOperation):  # compares whole rows: all its columns
-            return plan_query(select, self.text, self._plan_operand, True)
-        return SelectPlanner(select, self.text, self.catalog, True, required).plan()
+        key = (id(select), required)  # the entry holds the node: its id stays its own
+        if key not in self.planned:
+            if isinstance(select, exp.SetOperation):  # compares whole rows: all columns
+                planned = plan_query(select, self.text, self._plan_operand, True)
+            else:
+                planned = SelectPlanner(select, self.text, self.catalog, True, required,
+                                        self.planned).plan()
+            self.planned[key] = (select, planned)
+        return self.planned[key][1]
 
     def _plan_operand(self, select: exp.Select, nested: bool) -> Planned:
-        return SelectPlanner(select, self.text, self.catalog, nested).plan()
+        return SelectPlanner(select, self.text, self.catalog, nested, None,
+                             self.planned).plan()
 
     plan_subquery = _plan_subquery
 
@@ -436,7 +449,7 @@ class SelectPlanner(FromTree):
         if not plain:
             return None
         condition = having.this if len(plain) == len(split_and(having.this)) else \
-            exp.and_(*plain, copy=False)
+            and_(plain, copy=False)
         return _Sourced(self._bind_output(condition, "HAVING", aliases=items), having)
 
     def _bind_order(self, order: exp.Order | None, items: list[_Item],

@@ -58,6 +58,7 @@ from imp_core.sql.from_clause import (
     bind_from_item,
     set_operation_name,
 )
+from imp_core.sql.nesting import and_
 from imp_core.sql.scope import Scope
 from imp_core.sql.text import SqlText
 
@@ -387,7 +388,7 @@ class SubqueryPlanner:
         for part in split_and(where.this) if where is not None else []:
             (correlated if self._outer_columns(part) else kept).append(part)
         if correlated:
-            sub.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
+            sub.set("where", exp.Where(this=and_(kept)) if kept else None)
         rest = [c for c in _columns(sub) if self._is_outer(c)]
         if rest:
             raise self.text.unsupported(
@@ -444,7 +445,7 @@ class SubqueryPlanner:
                   clause: str) -> Expr | None:
         if not conjuncts:
             return None
-        return self.owner.bind_with_scope(exp.and_(*conjuncts), derived.scope, clause,
+        return self.owner.bind_with_scope(and_(conjuncts), derived.scope, clause,
                                           {derived.alias})
 
 

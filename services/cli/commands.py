@@ -240,6 +240,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from imp_core.errors import StoreBusyError
     from imp_core.estimate.memory import memory_budget
+    from imp_core.spark.sql_text import spark_max_terms
+    from imp_core.sql.nesting import max_expression_depth
     from services.server import preflight, serve
     from services.server_config import ServerConfig
 
@@ -249,6 +251,8 @@ def _serve(args: argparse.Namespace) -> int:
         config = ServerConfig.from_args(args)
         config.runtime_config()  # the runtime's IMP_* settings are refused here, not later
         memory_budget()  # IMP_REGISTRATION_MEMORY_BYTES too (imp_core.estimate.memory)
+        max_expression_depth()  # IMP_MAX_EXPRESSION_DEPTH (imp_core.sql.nesting)
+        spark_max_terms()  # IMP_SPARK_MAX_TERMS (imp_core.spark.sql_text)
         preflight(config)  # token and TLS files, the address: before Ray or Spark start
         if supervised(config):
             from services.server import SHUTDOWN_SECONDS

@@ -9,12 +9,14 @@ every row where ``evaluate_predicate`` is TRUE must pass the Arrow expression th
 from __future__ import annotations
 
 import datetime as dt
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from imp_core.plan import arrow_filter
 from imp_core.plan.arrow_filter import _whole, scan_filter
 from imp_core.plan.evaluate import evaluate_predicate
 from imp_core.plan.expr import BinaryOp, ColumnRef, InList, Literal, UnaryOp
@@ -89,6 +91,15 @@ def test_scan_filter_keeps_every_true_row(table, predicate):
     assert not (keep & ~mask).any(), "the scan filter dropped a row the predicate keeps"
     if _whole(predicate, SCHEMA):
         assert (keep == mask).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_table(), _predicate(), st.integers(1, 4))
+def test_a_filter_cut_to_its_term_budget_keeps_every_true_row(table, predicate, budget):
+    """With a budget of a few tests (``MAX_FILTER_TERMS``, 256 in use), conjuncts and
+    parts beyond it are left out: still every TRUE row kept, and exact only when whole."""
+    with patch.object(arrow_filter, "MAX_FILTER_TERMS", budget):
+        test_scan_filter_keeps_every_true_row.hypothesis.inner_test(table, predicate)
 
 
 def test_translated_parts_and_left_out_parts():

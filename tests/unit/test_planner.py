@@ -14,6 +14,7 @@ from catalogs import tpch_catalog, workload_catalog, workload_queries
 import imp_core.sql.planner
 from imp_core.errors import (
     ImpError,
+    NestingLimitError,
     SqlSyntaxError,
     UnknownColumnError,
     UnknownTableError,
@@ -582,6 +583,7 @@ def test_push_down_goes_below_group_keys_and_joins_but_not_aggregates_or_topk():
 ])
 def test_hostile_depth_is_refused_with_a_clear_error(sql):
     """SQL nested beyond what the parser and planner recurse through (issue 13: every
-    request bounded) is refused as malformed or unsupported, never a crash."""
-    with pytest.raises((SqlSyntaxError, UnsupportedSqlError), match="nested"):
+    request bounded) is refused as malformed, or as beyond the depth limit (issue 50),
+    never a crash."""
+    with pytest.raises((SqlSyntaxError, NestingLimitError), match="nested"):
         plan_sql(sql, workload_catalog())

@@ -20,6 +20,7 @@ from test_sql_subqueries import _tables, maintain_and_compare
 
 from imp_core.embedded.api import Engine
 from imp_core.errors import UnsupportedSqlError
+from imp_core.plan.expr import conjuncts
 from imp_core.plan.nodes import Scan, Select, Window
 from imp_core.sql.planner import plan_sql
 
@@ -104,7 +105,7 @@ def test_a_window_sum_is_refused_under_ansi_mode_and_rank_is_not():
 def test_filters_over_windows_go_below_the_windows_partitioned_by_their_columns():
     """A filter on PARTITION BY columns keeps or drops whole partitions, so it runs
     below that window (``b = 1`` below the average over (a % 3, b), not below the rank
-    over a % 3); filters that stop at one place run in the order written."""
+    over a % 3); filters that stop at one place are one AND in the order written."""
     schema = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("c", pa.int64())])
     plan = plan_sql(dict(QUERIES)["filters_over_windows"], {"r": schema}).root
     chain = []
@@ -113,7 +114,8 @@ def test_filters_over_windows_go_below_the_windows_partitioned_by_their_columns(
         if isinstance(node, Window):
             chain.append(("window", node.frame, node.calls[0].name))
         elif isinstance(node, Select):
-            chain.append(("select", sorted(node.predicate.columns()), None))
+            chain += [("select", sorted(p.columns()), None)
+                      for p in reversed(conjuncts(node.predicate))]
         node = node.children()[0]
     kinds = [(kind, what) for kind, what, _ in chain]  # top first
     avg_at, rank_at = kinds.index(("window", "partition")), kinds.index(("window", "range"))

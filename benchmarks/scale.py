@@ -175,7 +175,7 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                 registered.append({
                     "query": q, "sketch": f"{table}.{column}", "bootstrap_s": round(boot_s, 2),
                     "wall_s": round(time.perf_counter() - t0, 2), "forced": note is not None,
-                    "state_mib": _mib(state.state_bytes),
+                    "state_mib": _mib(state.state_bytes), "state_bytes": state.state_bytes,
                     "probed_join_sides": list(state.probed_join_sides),
                     "tree_rss_mib_after": _mib(tree), "machine_used_mib_after": _mib(machine)})
                 log(progress, f"  {q}: registered in {boot_s:.1f} s, state "

@@ -108,9 +108,8 @@ def test_service_repartitions_skewed_tables_and_stays_exact(tmp_path):
     """The coordinator counts each maintained batch per fragment and gives the query new
     ranges when one overflows, in the background; every sketch version it publishes,
     before and after, equals a recapture on its own ranges."""
-    import time
-
     from runtime_support import make_config, reference_sketch
+    from waiting import wait_until
 
     from imp_actors.coordinator import Coordinator
     from imp_actors.types import QuerySpec
@@ -128,10 +127,8 @@ def test_service_repartitions_skewed_tables_and_stays_exact(tmp_path):
             start += 600
             sv = c.get_sketch("q")
             assert sv.sketch == reference_sketch(c, "q", sv)
-        deadline = time.time() + 60
-        while c.ctx.counters["repartitions"] < 1:
-            assert time.time() < deadline, "no re-partition"
-            time.sleep(0.1)
+        wait_until(lambda: c.ctx.counters["repartitions"] >= 1, timeout=60, interval=0.1,
+                   what="a re-partition")
         sv = c.get_sketch("q")
         assert sv.sketch.partitions != first and sv.sketch == reference_sketch(c, "q", sv)
         q = c.ctx.queries.get("q")

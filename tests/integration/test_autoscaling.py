@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from grpc_harness import reference, running_service
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
+from waiting import wait_until
 
 from imp_actors.coordinator import Coordinator
 from imp_actors.runtime_config import Autoscaling, Eager
@@ -26,7 +27,7 @@ SQL = load_query("q_having_2").sql  # t5000g grouped by a: its state splits by a
 
 
 @pytest.mark.grpc
-def test_shards_follow_the_load_and_the_sketch_stays_exact(tmp_path):
+def test_shards_follow_the_load_and_the_sketch_stays_exact(tmp_path, monkeypatch):
     # a tiny target: a few milliseconds of maintenance per second already ask for the
     # maximum, so the test does not depend on how fast this machine is
     policy = Autoscaling(min_shards=1, max_shards=3, target_load=0.001, upscale_delay_s=0.5,
@@ -51,36 +52,43 @@ def test_shards_follow_the_load_and_the_sketch_stays_exact(tmp_path):
             ins, dels = random_batch(svc.coordinator.ctx.store, "t5000g", rng, 12,
                                      salt=30_000_000 + 1000 * step)
             client.apply_update("t5000g", inserts=ins, deletes=dels)
+            assert svc.coordinator.wait_idle(["h"], timeout=60)  # maintained, eagerly
             step += 1
             shards = client.info("h").shards
             if shards != seen[-1] or step % 10 == 0:
                 exact()  # after every rescale, and every tenth batch
             if shards != seen[-1]:
                 seen.append(shards)
-            time.sleep(0.02)
         assert seen[-1] == policy.max_shards, seen
         assert seen == sorted(seen), f"shards fell while under load: {seen}"
         assert client.info("h").load > 0
         exact()
 
         # idle: no more updates; the load decays and the query shrinks to its minimum
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def at_the_minimum() -> bool:
             shards = client.info("h").shards
             if shards != seen[-1]:
                 seen.append(shards)
                 exact()
-            if shards == policy.min_shards:
-                break
-            time.sleep(0.1)
+            return shards == policy.min_shards
+
+        wait_until(at_the_minimum, timeout=60, interval=0.1,
+                   what="the idle query to shrink to its minimum")
         assert seen[-1] == policy.min_shards, seen
         assert min(seen) >= policy.min_shards and max(seen) <= policy.max_shards
         exact()
         counters = svc.coordinator.ctx.counters
         assert counters["autoscale_rescales"] >= 2 and counters["autoscale_errors"] == 0
-        # once idle at the minimum, it stays there (no flapping)
+        # once idle at the minimum, it stays there (no flapping): the autoscaler weighs
+        # the query again and again for four downscale delays and leaves it as it is
         rescales = counters["autoscale_rescales"]
-        time.sleep(4 * policy.downscale_delay_s)
+        loop, weighed = svc.coordinator.loop, []
+        autoscale = loop.autoscale
+        monkeypatch.setattr(loop, "autoscale",
+                            lambda: (weighed.append(time.monotonic()), autoscale())[1])
+        wait_until(lambda: len(weighed) > 10
+                   and weighed[-1] - weighed[0] >= 4 * policy.downscale_delay_s,
+                   timeout=60, what="the autoscaler to weigh the idle query")
         assert client.info("h").shards == policy.min_shards
         assert counters["autoscale_rescales"] == rescales
 

@@ -241,8 +241,12 @@ def test_scale_suite_tiny(spark, results, data_root):
     assert report["failed"] == []
     rows = report["results"]
     assert [r["query"] for r in rows] == queries
+    # each query holds operator state, reported in MiB as the coordinator measured it
+    state = {r["query"]: r["state_bytes"] for r in report["registered"]}
+    assert all(n > 0 for n in state.values()), state
     for r in rows:
-        assert r["sketch_ok"] is True and r["state_mib"] >= 0 and r["fm_s"] > 0
+        assert r["sketch_ok"] is True and r["fm_s"] > 0
+        assert r["state_mib"] == round(state[r["query"]] / 2**20, 1)
         assert r["imp_ms"] > 0 and r["commits_maintained"] > 0
     # each commit maintained exactly the queries reading its table, nation/region unchanged
     changed = {m["table"] for m in report["maintained"]}

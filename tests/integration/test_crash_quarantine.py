@@ -10,13 +10,13 @@ serving afterwards. No acknowledged update is lost or applied twice."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from runtime_support import fill_store
 from test_exactly_once import _serve, _stop
+from waiting import wait_until
 
 from benchmarks.faults import _wait_serving, free_port
 from imp_core.storage import DeltaStore
@@ -57,7 +57,7 @@ def test_a_crashing_request_is_recorded_quarantined_and_not_run_again(tmp_path):
                 else:
                     acked.extend(ids)
                 i += 1
-                time.sleep(0.05)
+                stop.wait(0.05)  # paced; ends as soon as the test says so
 
     writer = threading.Thread(target=stream)
     try:
@@ -65,7 +65,8 @@ def test_a_crashing_request_is_recorded_quarantined_and_not_run_again(tmp_path):
         with SketchClient(address, timeout=60, retry_seconds=120) as client:
             client.register("good", GOOD, partitions={"t1000g.a": 8})
             writer.start()
-            time.sleep(0.5)
+            # the crash comes while updates stream: some acknowledged before it
+            wait_until(lambda: len(acked) >= 3, timeout=60, what="updates acknowledged")
             with pytest.raises(RemoteError) as refused:
                 client.register("bad", BAD, partitions={"t1000g.a": 8},
                                 idempotency_key="crash-key-1")
@@ -80,7 +81,10 @@ def test_a_crashing_request_is_recorded_quarantined_and_not_run_again(tmp_path):
             assert again.value.code == "FAILED_PRECONDITION"
             status = client.update_status("crash-key-1")
             assert status["state"] == "quarantined", status
-            time.sleep(0.5)
+            # the stream goes on with the restarted server: more updates acknowledged
+            so_far = len(acked)
+            wait_until(lambda: len(acked) >= so_far + 3, timeout=60,
+                       what="updates acknowledged by the restarted server")
             stop.set()
             writer.join(120)
             # the same process answers: neither refusal crashed it

@@ -17,6 +17,7 @@ import pytest
 from grpc_harness import TOKEN, reference, running_service
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from runtime_support import random_batch
+from waiting import wait_until
 
 from imp_actors.runtime_config import Eager, Lazy
 from imp_core.errors import WorkerLostError
@@ -154,9 +155,8 @@ def test_eager_query_is_maintained_by_the_update(svc, client):
     before = client.sketch("having", fresh=False).seq
     result = _update(svc, client, "t5000g", seed=7)
     assert "having" in result.maintained
-    deadline = time.time() + 30
-    while client.sketch("having", fresh=False).seq == before and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: client.sketch("having", fresh=False).versions["t5000g"]
+               == result.version, what="the update's eager maintenance")
     latest = client.sketch("having", fresh=False, include_partitions=True)
     assert latest.seq > before and latest.versions["t5000g"] == result.version
     assert latest.sketch() == reference(svc.coordinator, _sql("having"), latest)
@@ -229,25 +229,20 @@ def test_watch_ends_at_its_deadline_and_frees_its_slot(svc, client):
     t0 = time.perf_counter()
     assert list(client.watch("selpd", after_seq=latest, timeout=0.5)) == []
     assert time.perf_counter() - t0 < 10
-    deadline = time.time() + 10
-    while client.stats()["service"]["open_watches"] and time.time() < deadline:
-        time.sleep(0.05)
-    assert client.stats()["service"]["open_watches"] == 0
+    wait_until(lambda: client.stats()["service"]["open_watches"] == 0, timeout=10,
+               what="the ended watch to free its slot")
 
 
 def test_cancelled_watch_stops_on_the_server(svc, client):
     latest = client.sketch("selpd", fresh=False).seq
     stream = client.stub.WatchSketch(pb.WatchSketchRequest(query="selpd", after_seq=latest),
                                      metadata=(("authorization", f"Bearer {TOKEN}"),))
-    deadline = time.time() + 10
-    while client.stats()["service"]["open_watches"] == 0 and time.time() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: client.stats()["service"]["open_watches"] > 0, timeout=10,
+               what="the watch to open")
     assert client.stats()["service"]["open_watches"] == 1
     stream.cancel()
-    deadline = time.time() + 10
-    while client.stats()["service"]["open_watches"] and time.time() < deadline:
-        time.sleep(0.05)
-    assert client.stats()["service"]["open_watches"] == 0
+    wait_until(lambda: client.stats()["service"]["open_watches"] == 0, timeout=10,
+               what="the cancelled watch to stop on the server")
 
 
 def test_maintain_by_table_and_by_name(svc, client):
@@ -607,10 +602,8 @@ def test_open_watches_do_not_starve_other_calls(svc, client):
     streams = [client.stub.WatchSketch(pb.WatchSketchRequest(query="selpd", after_seq=latest),
                                        metadata=metadata) for _ in range(LIMITS.max_watches)]
     try:
-        deadline = time.time() + 20
-        while client.stats()["service"]["open_watches"] < LIMITS.max_watches and \
-                time.time() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: client.stats()["service"]["open_watches"] >= LIMITS.max_watches,
+                   timeout=20, what="every watch to open")
         assert client.stats()["service"]["open_watches"] == LIMITS.max_watches
         with pytest.raises(RemoteError) as info:  # one watch more than allowed
             list(client.watch("selpd", after_seq=latest, timeout=10))

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from grpc_harness import TOKEN, running_service
 from runtime_support import random_batch
+from waiting import wait_until
 
 import services.convert as convert
 from imp_core.workloads.queries import load_query
@@ -31,7 +32,7 @@ from services.server_config import Limits
 pytestmark = [pytest.mark.grpc, pytest.mark.integration]
 
 WATCHERS = 16  # never read
-SLOW = 4  # read one message a second
+SLOW = 4  # read each message only once the next version's calls were measured
 VERSIONS = 3
 METADATA = (("authorization", f"Bearer {TOKEN}"),)
 
@@ -71,24 +72,26 @@ def test_watchers_of_a_large_sketch_do_not_starve_other_calls(tmp_path, monkeypa
                                         include_partitions=True)
         idle = [client.stub.WatchSketch(request, metadata=METADATA) for _ in range(WATCHERS)]
         slow_got: list[int] = []
+        measured: list[int] = []  # the steps whose calls were measured
 
         def slow_reader() -> None:
+            """Reads the message of version k only after the calls of step k were
+            measured: meanwhile that message waits for it, in flight."""
             got = 0
             for msg in client.stub.WatchSketch(request, metadata=METADATA, timeout=60):
                 slow_got.append(msg.sketch.seq)
                 got += 1
                 if got == VERSIONS:
                     return
-                time.sleep(1.0)
+                wait_until(lambda want=got: len(measured) > want, timeout=60,
+                           what="the next step's measurements")
 
         readers = [threading.Thread(target=slow_reader, daemon=True) for _ in range(SLOW)]
         for r in readers:
             r.start()
         try:
-            deadline = time.time() + 20
-            while client.stats()["service"]["open_watches"] < WATCHERS + SLOW and \
-                    time.time() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: client.stats()["service"]["open_watches"] >= WATCHERS + SLOW,
+                       timeout=20, what="every watch to open")
             rng = np.random.default_rng(8)
             published = []
             during_health: list[float] = []
@@ -102,6 +105,7 @@ def test_watchers_of_a_large_sketch_do_not_starve_other_calls(tmp_path, monkeypa
                 h, s = _latencies(client, 10)
                 during_health += h
                 during_sketch += s
+                measured.append(step)
             for r in readers:
                 r.join(60)
             assert not any(r.is_alive() for r in readers)
@@ -138,16 +142,12 @@ def test_a_watcher_that_stops_reading_is_dropped(tmp_path):
         try:
             idle = [stub.WatchSketch(request, metadata=METADATA, timeout=120)
                     for _ in range(limits.max_watches)]
-            deadline = time.time() + 30
-            while client.stats()["service"]["dropped_watches"] < len(idle) and \
-                    time.time() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: client.stats()["service"]["dropped_watches"] >= len(idle),
+                       timeout=30, interval=0.2, what="the unread watches to be dropped")
             service = client.stats()["service"]
             assert service["dropped_watches"] == len(idle)
-            deadline = time.time() + 10
-            while client.stats()["service"]["open_watches"] and time.time() < deadline:
-                time.sleep(0.1)
-            assert client.stats()["service"]["open_watches"] == 0  # the slots are free
+            wait_until(lambda: client.stats()["service"]["open_watches"] == 0, timeout=10,
+                       what="the dropped watches' slots to be freed")
             for call in idle:
                 with pytest.raises(grpc.RpcError) as err:
                     for _ in call:

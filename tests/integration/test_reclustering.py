@@ -7,7 +7,6 @@ by delta-rs as the other writer; the local backend (no Ray or Spark needed)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from runtime_support import make_config, reference_sketch
+from waiting import wait_until
 
 from imp_actors.coordinator import Coordinator
 from imp_actors.types import QuerySpec
@@ -42,13 +42,6 @@ def _decay(store: DeltaStore, table: str, rng: np.random.Generator) -> None:
         write_deltalake(store.entry(table).location, _rows(np.sort(part)), mode="append")
 
 
-def _wait_for(check, timeout: float = 60.0) -> None:
-    deadline = time.time() + timeout
-    while not check():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def test_decayed_tables_are_reclustered_and_sketches_stay_exact(tmp_path):
     store = DeltaStore(tmp_path, SMALL)
     for name in ("t", "u"):  # u: read by no query
@@ -70,7 +63,8 @@ def test_decayed_tables_are_reclustered_and_sketches_stay_exact(tmp_path):
         assert sv.sketch == reference_sketch(c, "q", sv)
         c.ctx.config = replace(c.config, recluster_every_s=0.2)
 
-        _wait_for(lambda: c.ctx.counters["reclustered_tables"] >= 1)
+        wait_until(lambda: c.ctx.counters["reclustered_tables"] >= 1, timeout=60,
+                   interval=0.1, what="a table to be reclustered")
         rewritten = c.ctx.store.version("t")
         assert rewritten == appended + 1
         assert c.ctx.store.version("u") == appended  # both had the same commits
@@ -135,7 +129,8 @@ def test_layout_policy_lays_sketched_tables_out_for_their_sketches(tmp_path):
         before = c.explain("q")["read_share_now"]["t"]
         advice = c.layout("t", dry_run=True)["advice"]
         assert advice["recommended"] == ["g"] and advice["current"] == ["k"]
-        _wait_for(lambda: c.ctx.counters["layout_rewrites"] >= 1)
+        wait_until(lambda: c.ctx.counters["layout_rewrites"] >= 1, timeout=60,
+                   interval=0.1, what="a layout rewrite")
         assert c.ctx.store.entry("t").sketch_columns == ("g",)
         sv = c.get_sketch("q")
         assert sv.sketch == reference_sketch(c, "q", sv)

@@ -5,11 +5,10 @@ eager and lazy strategies alike."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from runtime_support import assert_spark_exact, fill_store, make_config, random_batch, workload_spec
+from waiting import wait_until
 
 from imp_actors.coordinator import Coordinator
 from imp_actors.runtime_config import Eager, Lazy
@@ -47,16 +46,30 @@ def test_random_update_batches_stay_exact_under_both_strategies(coordinator):
     c = coordinator
     rng = np.random.default_rng(17)
     tables = ["t5000g", "tjoinhelp", "crimes", "lineitem", "orders"]
+    feed, batches = c.stats()["feed"], c.ctx.counters["eager_batches"]
+    triggered, committed, reads = [], 0, 0
     for step in range(6):
         t = tables[step % len(tables)]
         ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(5, 30)),
                                  2 * 10**7 + 1000 * step)
-        c.apply_update(t, inserts=ins, deletes=dels)
-        time.sleep(0.1)
+        done = c.apply_update(t, inserts=ins, deletes=dels)
+        triggered += done.maintained
+        committed += done.inserted + done.deleted
+        reads += sum(1 for q in QUERIES if t in c.ctx.queries.get(q).tables)
+        # the eager queries it set going are maintained in the background before the
+        # reads below
+        assert c.wait_idle(list(done.maintained), timeout=60)
         for q in QUERIES:
             assert_spark_exact(c, q)
-    assert c.ctx.counters["eager_batches"] > 0  # eager queries maintained in the background
-    assert c.stats()["feed"]["pulls"] + c.stats()["feed"]["hits"] >= 0
+    # eager queries maintained in the background, one job at least per triggering commit
+    assert triggered and c.ctx.counters["eager_batches"] - batches >= len(set(triggered))
+    # the service records its own commits in the feed as it makes them: every query
+    # reading a commit's table maintained from that record (a hit of the feed's cache),
+    # none read it back from storage
+    now = c.stats()["feed"]
+    assert now["pulls"] == feed["pulls"], (feed, now)
+    assert now["pulled_rows"] - feed["pulled_rows"] == committed, (feed, now, committed)
+    assert now["hits"] - feed["hits"] >= reads, (feed, now, reads)
 
 
 def test_killed_actor_is_restored_and_catches_up(coordinator):
@@ -84,10 +97,8 @@ def test_the_control_loop_recovers_a_killed_actor_of_an_idle_query(coordinator):
         found = c.ctx.counters["dead_shards_found"]
         victim, used = q.handles[1], q.last_used
         c.diagnostics.kill_shard("cq1", 1)  # ray.kill of the shard's actor
-        deadline = time.monotonic() + 60
-        while q.handles is None or q.handles[1] is victim or q.state.value != "live":
-            assert time.monotonic() < deadline, "the dead shard was not recovered"
-            time.sleep(0.05)
+        wait_until(lambda: q.handles is not None and q.handles[1] is not victim
+                   and q.state.value == "live", timeout=60, what="the dead shard's recovery")
         assert c.ctx.counters["dead_shards_found"] == found + 1 and q.last_used == used
         assert q.handles[1].ping().result() > 0
         assert_spark_exact(c, "cq1")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from grpc_harness import reference
 from runtime_support import fill_store, random_batch
+from waiting import wait_until
 
 from imp_core.storage import DeltaStore
 from imp_core.workloads.queries import load_query
@@ -155,14 +156,11 @@ def test_kill_9_leaves_no_ray_processes_behind(tmp_path):
         assert any("DashboardAgent" in n or "RuntimeEnvAgent" in n for n in names), names
         proc.kill()
         proc.wait(30)
-        deadline = time.monotonic() + 60
-        alive = started
-        while time.monotonic() < deadline:
-            alive = {p: t for p, t in started.items() if _started_at(p) == t}
-            if not alive:
-                break
-            time.sleep(0.5)
-        assert not alive, {p: Path(f"/proc/{p}/cmdline").read_text() for p in alive}
+        def alive() -> dict[int, int]:
+            return {p: t for p, t in started.items() if _started_at(p) == t}
+
+        wait_until(lambda: not alive(), timeout=60, interval=0.5,
+                   what=lambda: {p: Path(f"/proc/{p}/cmdline").read_text() for p in alive()})
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -32,9 +31,7 @@ def test_a_stopped_context_and_a_killed_jvm_are_replaced():
 
     proc = SparkContext._gateway.proc
     os.kill(proc.pid, signal.SIGKILL)  # the JVM dies
-    deadline = time.time() + 30
-    while proc.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
+    assert proc.wait(30) == -signal.SIGKILL
     fresh = get_spark(config)
     assert _count(fresh) == 5
     assert SparkContext._gateway.proc.pid != proc.pid

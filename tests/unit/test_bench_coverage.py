@@ -4,11 +4,12 @@ files by construct, through the embedded engine (no Spark, no Ray)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from workload_data import tpch_tables
 
-from benchmarks.coverage import STATUSES, UNSAFE, format_table, run_coverage
+from benchmarks.coverage import UNSAFE, format_table, run_coverage
 from imp_core.workloads.queries import list_queries
 from services.cli.main import main
 
@@ -33,7 +34,10 @@ def _folder(tmp_path: Path) -> Path:
 
 
 def test_coverage_counts_registered_and_refused_by_construct(tmp_path):
-    report = run_coverage(folder=_folder(tmp_path), tables=tpch_tables(), progress=False)
+    folder = _folder(tmp_path)
+    t0 = time.perf_counter()
+    report = run_coverage(folder=folder, tables=tpch_tables(), progress=False)
+    wall = time.perf_counter() - t0
     rows = {r["name"]: r for r in report["results"]}
     assert list(rows) == ["a_good", "b_window", "c_unsafe"]
     assert rows["a_good"]["status"] == "registered" and rows["a_good"]["error"] is None
@@ -45,7 +49,10 @@ def test_coverage_counts_registered_and_refused_by_construct(tmp_path):
     assert rows["c_unsafe"]["error"] == "UnsafeSketchError"
     assert rows["c_unsafe"]["construct"] == UNSAFE
     assert "HAVING" in rows["c_unsafe"]["reason"]
-    assert all(r["seconds"] >= 0 for r in rows.values())
+    # each file timed: a positive duration (a registration parses and plans SQL, far
+    # above the 0.1 ms the report rounds to), all of them within the run's wall time
+    assert all(r["seconds"] > 0 for r in rows.values()), rows
+    assert sum(r["seconds"] for r in rows.values()) <= wall
     assert report["summary"] == {"total": 3, "registered": 1, "refused": 2, "errors": 0,
                                  "refused_by_construct": {UNSAFE: 1,
                                                           "window function lag": 1},
@@ -58,11 +65,12 @@ def test_coverage_over_the_tpch22_suite_counts_22_files():
     report = run_coverage(tables=tpch_tables(), progress=False)
     rows = report["results"]
     assert [r["name"] for r in rows] == [q.name for q in list_queries("tpch22")]
-    summary = report["summary"]
-    assert summary["total"] == 22
-    assert summary["registered"] + summary["refused"] + summary["errors"] == 22
-    assert sum(summary["refused_by_construct"].values()) == summary["refused"]
-    assert all(r["status"] in STATUSES for r in rows)
+    # all 22 TPC-H queries register as written (README), counted row by row
+    assert [r["status"] for r in rows] == ["registered"] * 22, \
+        [(r["name"], r["status"], r["construct"]) for r in rows]
+    assert all(r["error"] is None and r["sketch"] for r in rows)
+    assert report["summary"] == {"total": 22, "registered": 22, "refused": 0, "errors": 0,
+                                 "refused_by_construct": {}, "errors_by_construct": {}}
     assert report["parameters"]["suite"] == "tpch22"
 
 

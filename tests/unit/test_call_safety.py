@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -104,24 +105,34 @@ def test_a_retry_waits_for_the_running_call():
     assert started.wait(10)
     known = ledger.known("k")
     assert known is not None and known.running
+    waiting = threading.Event()  # set by the retry between its waits for the first
     waiter = threading.Thread(target=lambda: out.append(
-        ledger.run("M", "k", "d", lambda: runs.append("second") or "second")))
+        ledger.run("M", "k", "d", lambda: runs.append("second") or "second",
+                   alive=waiting.set)))
     waiter.start()
-    time.sleep(0.3)
-    assert waiter.is_alive()  # waiting for the first, not running its own
+    assert waiting.wait(10)  # the retry is in its wait loop...
+    assert waiter.is_alive() and runs == ["slow"]  # ...waiting for the first, not running
     release.set()
     t.join(10)
     waiter.join(10)
     assert runs == ["slow"] and out == ["first", "first"]
 
 
-def test_the_ledger_forgets_old_and_surplus_entries():
+def test_the_ledger_forgets_old_and_surplus_entries(monkeypatch):
+    import services.idempotency as idempotency
+
+    now = [1_000.0]  # the ledger's clock, moved by the test
+    monkeypatch.setattr(idempotency, "time", SimpleNamespace(time=lambda: now[0]))
     ledger = CallLedger(retention_s=0.2, max_entries=3)
     for i in range(5):
         ledger.run("M", f"k{i}", "d", lambda i=i: i)
-    assert ledger.known("k0") is None and ledger.known("k4") is not None
-    time.sleep(0.3)
-    assert ledger.known("k4") is None
+    assert ledger.known("k0") is None and ledger.known("k4") is not None  # surplus gone
+    assert [k for k in ("k1", "k2", "k3", "k4") if ledger.known(k) is not None] == [
+        "k2", "k3", "k4"]
+    now[0] += 0.15
+    assert ledger.known("k4") is not None  # within its retention
+    now[0] += 0.1
+    assert ledger.known("k4") is None  # past it
 
 
 # -- what a crash leaves -------------------------------------------------------------------

@@ -19,7 +19,7 @@ import duck
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import parse_one
 from strategies import SEEDS
@@ -62,6 +62,9 @@ DIM = pa.table({"g": pa.array([0, 1, 2], pa.int64()), "cat": ["A", "B", "A"]})
 # the same queries in DuckDB's dialect where it differs (Spark's WITH ROLLUP form)
 WITH_ROLLUP = "SELECT g, h, sum(x) AS s FROM r GROUP BY g, h WITH ROLLUP"
 DUCK = {"with_rollup": "SELECT g, h, sum(x) AS s FROM r GROUP BY ROLLUP(g, h)"}
+# the rows a query groups, where they are not r's: a join that matches no row leaves
+# no input (and no group) though r holds rows
+INPUT = {"join_rollup": "SELECT * FROM r JOIN d ON r.g = d.g"}
 QUERIES["with_rollup"] = WITH_ROLLUP
 
 
@@ -88,7 +91,7 @@ def _check(eng: Engine, q, name: str) -> None:
     assert q.sketch == ref.sketch, name
     assert q.pipeline.result().to_counter() == ref.bag.items, name
     got = q.result()
-    if eng.table("r").num_rows == 0:
+    if _duckdb(INPUT.get(name, "SELECT * FROM r"), eng.table("r")).num_rows == 0:
         assert got.num_rows == 0, name  # Spark: no group over no rows, not even ()
         return
     want = _duckdb(DUCK.get(name, QUERIES[name]), eng.table("r"))
@@ -96,9 +99,10 @@ def _check(eng: Engine, q, name: str) -> None:
         f"{name}: engine {got.to_pylist()} duckdb {want.to_pylist()}"
 
 
+# 20 examples per query (each 0.04-0.16 s here, 0.06 s typical: about 10 s for the 8
+# queries); no health check suppressed: the draws are a seed and two choices
 @pytest.mark.parametrize("name", list(QUERIES))
-@settings(max_examples=5, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None)
 @given(seed=SEEDS, fragments=st.sampled_from([1, 3, 8]),
        attribute=st.sampled_from(["r.a", "r.x"]))
 def test_maintained_grouping_sets_match_recapture_and_duckdb(name, seed, fragments, attribute):

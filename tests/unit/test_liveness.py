@@ -17,6 +17,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
+from waiting import wait_until
 
 from imp_actors.coordinator import Coordinator
 from imp_actors.runtime_config import Eager
@@ -63,9 +64,8 @@ def test_the_watch_moves_between_up_and_down_and_tells_listeners_once():
         watch.check()
     backend.broken = None
     watch.start()  # the thread notices the return by itself
-    deadline = time.monotonic() + 5
-    while watch.state is not RuntimeState.UP and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: watch.state is RuntimeState.UP, timeout=5,
+               what="the watch's thread to find the runtime back")
     watch.stop()
     assert watch.state is RuntimeState.UP and backend.lost is None
     watch.check()
@@ -121,14 +121,13 @@ def test_restarted_queries_show_their_kept_version_and_eager_ones_are_restored(r
         stale = {m.name: m for m in c2.metrics().queries}["lazy"]
         assert stale.staleness_versions == 1 and stale.stale_since is not None
         # the eager one comes back by itself and catches up with the commit made meanwhile
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def caught_up():
             eager = c2.info("eager")
-            if eager.state == "live" and eager.versions["t5000g"] == \
-                    c2.ctx.probe.latest("t5000g"):
-                break
-            time.sleep(0.05)
-        assert eager.state == "live" and eager.sketch_seq > before["eager"].sketch_seq
+            return eager.state == "live" and eager.versions["t5000g"] == \
+                c2.ctx.probe.latest("t5000g") and eager
+
+        eager = wait_until(caught_up, timeout=60, what="the eager query to catch up")
+        assert eager.sketch_seq > before["eager"].sketch_seq
         latest = c2.get_sketch("eager", fresh=False)
         assert latest.sketch == reference_sketch(c2, "eager", latest)
 

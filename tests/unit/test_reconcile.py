@@ -6,13 +6,13 @@ alone, and room made for a query without holding its lock."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 from runtime_support import fill_store, make_config, reference_sketch, workload_spec
+from waiting import wait_until
 
 from imp_actors.coordinator import Coordinator
 from imp_actors.lifecycle import QueryLock, QueryState
@@ -246,15 +246,6 @@ def root(tmp_path, store_root):
     return tmp_path / "svc"
 
 
-def _until(check, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 @pytest.mark.integration
 def test_the_loop_recovers_a_dead_shard_of_an_idle_query(root):
     with Coordinator(make_config(root, poll_seconds=None)) as c:
@@ -265,8 +256,8 @@ def test_the_loop_recovers_a_dead_shard_of_an_idle_query(root):
         victim, used = q.handles[1], q.last_used
         c.diagnostics.kill_shard("h", 1)
         # no call on the query: the control loop finds the dead shard and replaces it
-        assert _until(lambda: q.handles is not None and q.handles[1] is not victim
-                      and q.state is QueryState.LIVE)
+        wait_until(lambda: q.handles is not None and q.handles[1] is not victim
+                   and q.state is QueryState.LIVE, what="the dead shard to be replaced")
         assert c.ctx.counters["dead_shards_found"] == 1
         assert c.ctx.counters["actor_recoveries"] == 1 and q.last_used == used
         assert c.ctx.targets.get("h").last.step == Step(Action.RECOVER, dead=(1,))
@@ -286,10 +277,10 @@ def test_the_loop_restores_only_what_its_target_still_wants(root):
         c.state.restore(q, only_if_wanted=True)  # a restore started before the eviction
         assert q.state is QueryState.EVICTED
         c.ctx.targets.set(q, want=Want.LIVE, by="test")
-        assert _until(lambda: q.state is QueryState.LIVE)  # the loop restores it
+        wait_until(lambda: q.state is QueryState.LIVE, what="the loop to restore it")
         assert c.ctx.targets.get("a").last.step == Step(Action.RESTORE)
         c.ctx.targets.set(q, want=Want.EVICTED, by="test")
-        assert _until(lambda: q.state is QueryState.EVICTED)  # and evicts it
+        wait_until(lambda: q.state is QueryState.EVICTED, what="the loop to evict it")
         assert c.info("a").state == "evicted"
 
 

@@ -16,12 +16,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
+from waiting import wait_until
 
 from imp_actors.checkpoints import CheckpointStore
 from imp_actors.coordinator import Coordinator
 from imp_actors.eviction import LiveQuery, choose_victims
 from imp_actors.feed import DeltaFeed
 from imp_actors.history import SketchHistory
+from imp_actors.lease import StoreLease
 from imp_actors.registry import Registry, partition_from_record, partition_to_record
 from imp_actors.runtime_config import Eager, EvictionPolicy, Lazy, RuntimeConfig
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
@@ -68,6 +70,16 @@ def root(tmp_path, store_root):
     return tmp_path / "svc"
 
 
+def _lease_free(cfg: RuntimeConfig) -> bool:
+    """Whether a coordinator starting now on ``cfg``'s store would get its lease (its
+    holder dead or silent for ``lease_seconds``); nothing is written."""
+    try:
+        StoreLease(BlobStore(cfg.registry_dir), cfg.lease_seconds).ensure_free()
+    except StoreBusyError:
+        return False
+    return True
+
+
 def _check(c: Coordinator, name: str) -> SketchVersion:
     sv = c.get_sketch(name)
     assert sv.sketch == reference_sketch(c, name, sv), name
@@ -96,13 +108,25 @@ def test_sketch_history_keeps_order_and_wakes_watchers():
     def version(seq):
         return SketchVersion("q", seq, {"t": seq}, Sketch(parts, [seq % 3]))
 
+    class Watched(threading.Condition):
+        """The history's condition, telling when a watcher waits on it."""
+
+        def __init__(self):
+            super().__init__()
+            self.waiting = threading.Event()
+
+        def wait(self, timeout=None):
+            self.waiting.set()
+            return super().wait(timeout)
+
+    h._cond = Watched()
     got = []
-    watcher = threading.Thread(target=lambda: got.append(h.next_after(0, timeout=5)))
+    watcher = threading.Thread(target=lambda: got.append(h.next_after(0, timeout=30)))
     watcher.start()
-    time.sleep(0.05)
-    h.append(version(1))
-    watcher.join()
-    assert got[0].seq == 1
+    assert h._cond.waiting.wait(10)  # the watcher waits for a version (none yet)...
+    h.append(version(1))  # ...and the append wakes it
+    watcher.join(10)
+    assert not watcher.is_alive() and got[0].seq == 1
     with pytest.raises(ValueError):
         h.append(version(3))  # no gaps
     h.append(version(2))
@@ -269,6 +293,7 @@ def test_random_updates_keep_every_sketch_exact(root, strategy):
             c.register(workload_spec(q, q, strategy=strategy))
             _check(c, q)
         tables = ["t5000g", "tjoinhelp", "crimes", "lineitem", "orders"]
+        external = c.ctx.counters["external_versions"]
         for step in range(8):
             t = tables[int(rng.integers(0, len(tables)))]
             ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(2, 20)),
@@ -285,7 +310,13 @@ def test_random_updates_keep_every_sketch_exact(root, strategy):
             else:
                 c.apply_update(t, inserts=ins, deletes=dels)
             if isinstance(strategy, Eager):
-                time.sleep(0.3)  # let the poller and eager flushes run
+                # the background maintenance runs before the reads below: the poller has
+                # accounted the other writer's two commits, the eager flushes are done
+                if step % 4 == 3:
+                    external += 2
+                    wait_until(lambda want=external: c.ctx.counters["external_versions"]
+                               >= want, what="the poller to find the other writer's commits")
+                assert c.wait_idle(QUERIES, timeout=60)
             for q in QUERIES:
                 _check(c, q)
         if isinstance(strategy, Eager):
@@ -693,9 +724,8 @@ def test_a_commit_during_eager_maintenance_is_maintained_in_turn(root):
         assert second.maintained == ("e",)  # triggered, though a job is running
         c.maintenance.advance = advance
         release.set()
-        deadline = time.time() + 30
-        while c.info("e").versions["t5000g"] != second.version and time.time() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: c.info("e").versions["t5000g"] == second.version,
+                   what="the second commit to be maintained in turn")
         assert c.wait_idle(["e"], timeout=30.0)
         assert c.info("e").versions["t5000g"] == second.version
         assert c.info("e").pending_tuples == 0
@@ -876,7 +906,7 @@ def test_one_coordinator_per_store(root):
         # the first stops heartbeating (cut off, not dead): after the lease's time a
         # successor takes over, and the first may no longer write the registry
         first.ctx.lease.stop_heartbeat()
-        time.sleep(cfg.lease_seconds + 0.2)
+        wait_until(lambda: _lease_free(cfg), what="the silent owner's lease to expire")
         with Coordinator(cfg) as successor:
             successor.register(workload_spec("b", "q_having_2"))
             with pytest.raises(StoreBusyError, match="no longer owns"):
@@ -943,8 +973,10 @@ def test_the_lease_heartbeat_does_not_depend_on_the_control_loop(root):
     with Coordinator(cfg) as c:
         c.loop.stop(wait=True)  # the loop is gone; the lease is still renewed
         first = c.ctx.lease.read().heartbeat_at
-        time.sleep(0.9)
-        assert c.ctx.lease.read().heartbeat_at > first
+        second = wait_until(lambda: (b := c.ctx.lease.read().heartbeat_at) > first and b,
+                            what="a heartbeat without the control loop")
+        wait_until(lambda: c.ctx.lease.read().heartbeat_at > second,
+                   what="the heartbeat after that")  # renewed again and again
         with pytest.raises(StoreBusyError, match="one coordinator per store"):
             Coordinator(cfg).start()
 
@@ -1014,7 +1046,9 @@ def test_current_sketches_see_other_writers_within_the_recheck_window(root):
         outside = c.ctx.store.version("t1000g")
         seen = c.get_sketch("g")
         assert seen.versions["t1000g"] in (own.version, outside)  # within the window
-        time.sleep(0.6)
+        # the window passes: the probe last looked at the log more than 0.5 s ago
+        wait_until(lambda: time.monotonic() - c.ctx.probe._checked["t1000g"] > 0.5,
+                   what="the recheck window to pass")
         current = c.get_sketch("g")
         assert current.versions["t1000g"] == outside > first.versions["t1000g"]
         assert current.sketch == reference_sketch(c, "g", current)

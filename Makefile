@@ -1,6 +1,7 @@
 # Entry points. Needs only Python 3.11+ and Java 17+ (and access to PyPI for `make venv`).
 #   make venv   create .venv and install the project with its dev tools
-#   make test   lint (ruff, import contracts) and run the test suite
+#   make test   lint (ruff, import contracts) and run the test suite (both cores)
+#   make test-fast  lint and the unit tier only (no Spark, no Ray): the inner loop
 #   make demo   run the demo
 #   make bench  run the engine benchmark, JSON on stdout
 
@@ -11,7 +12,15 @@ PYTHON ?=
 PYTHON_CANDIDATES := python3.11 python3.12 python3.13 python3
 STAMP := $(VENV)/.installed
 
-.PHONY: venv protos check-java test lint demo bench clean distclean
+.PHONY: venv protos check-java test test-fast lint demo bench clean distclean
+
+# pytest on both cores: each test module runs whole on one worker (its module-scoped
+# fixtures, a Spark session or a service, are built once), the longest modules first
+# (tests/conftest.py orders them by their measured times). The full suite uses three
+# workers on two cores: while one waits on a server start or a Ray recovery, the other
+# two compute (docs/testing.md has the profile); the unit tier never waits, so two.
+PYTEST_PARALLEL := -n 3 --dist loadfile
+PYTEST_UNIT_PARALLEL := -n 2 --dist loadfile
 
 venv: $(STAMP)
 
@@ -67,7 +76,10 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 test: venv check-java lint
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) --durations=15
+
+test-fast: venv lint
+	$(VENV)/bin/pytest -q $(PYTEST_UNIT_PARALLEL) tests/unit
 
 demo: venv check-java
 	$(VENV)/bin/imp demo

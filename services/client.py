@@ -15,7 +15,9 @@ Retries. Every call that changes state carries an idempotency key: one per logic
 retries, so the server applies it at most once and answers a retry with the first
 outcome (docs/api.md, Idempotency). Reads and keyed calls are retried on UNAVAILABLE (a
 server restarting, a dropped connection, a fail-over) for up to ``retry_seconds``, with
-back-off; a call whose outcome stays unknown can be looked up with ``update_status``. A
+back-off (a client that never reached any server gives up after a few seconds: more
+likely a wrong address); a call whose outcome stays unknown can be looked up with
+``update_status``. A
 watch resumes after the last version it delivered.
 
 Several targets (``"host1:50051,host2:50051"``: an active server and its standbys on the
@@ -55,6 +57,8 @@ KEYED = ("RegisterQuery", "DropQuery", "ApplyUpdate", "LayoutTable", "Checkpoint
          "Restore", "ScaleQuery")
 # back-off between retries of one call (seconds): doubling from the first to the last
 _BACKOFF = (0.05, 1.0)
+# how long a client that never reached a server keeps trying to connect
+_FIRST_CONTACT_S = 3.0
 
 
 def new_key() -> str:
@@ -153,6 +157,7 @@ class SketchClient:
         self.retry_seconds = retry_seconds
         self.failovers = 0
         self.retried = 0  # attempts sent again after UNAVAILABLE
+        self._reached = False  # a call of this client reached a server
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
@@ -206,21 +211,28 @@ class SketchClient:
         attempt = 0
         while True:
             try:
-                return getattr(self.stub, method)(
+                out = getattr(self.stub, method)(
                     request, timeout=self.timeout if timeout is None else timeout,
                     metadata=self._metadata)
+                self._reached = True
+                return out
             except grpc.RpcError as rpc_error:
                 error = RemoteError.from_rpc(rpc_error)
             safe = method in IDEMPOTENT or method in KEYED or _not_connected(error)
             if error.code != "UNAVAILABLE" or not safe:
                 raise error
+            self._reached |= not _not_connected(error)
+            # no server ever answered this client: a wrong address more likely than a
+            # server restarting, so it is said after a few seconds, not a minute
+            budget = self.retry_seconds if self._reached else \
+                min(self.retry_seconds, _FIRST_CONTACT_S)
             attempt += 1
             if self.retries <= 0:  # no retries: only the other targets, once each
                 if attempt >= len(self.targets) or not self._fail_over():
                     raise error
                 continue
             pause = min(_BACKOFF[0] * 2 ** (attempt - 1), _BACKOFF[1])
-            if time.monotonic() - started + pause > self.retry_seconds:
+            if time.monotonic() - started + pause > budget:
                 raise error
             if not self._fail_over() or attempt >= len(self.targets):
                 time.sleep(pause)  # every target tried once: wait before the next round

@@ -8,6 +8,7 @@ another, and none is autouse: a test pays only for what it asks for.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,32 @@ import pytest
 
 SPARK_MASTER = "local[2]"  # two cores: the machine the suite is sized for
 SPARK_DRIVER_MEMORY = "2g"
+# a session asked for with the environment's settings (``get_spark()``, a coordinator's)
+# is the same as the fixture's: no module restarts a session another one left running
+# (each restart of a SparkContext costs seconds), in this process or a server it starts
+os.environ.setdefault("IMP_SPARK_DRIVER_MEMORY", SPARK_DRIVER_MEMORY)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-module-seconds", metavar="PATH", default=None,
+                     help="write each test module's seconds in this run to PATH (JSON), "
+                          "as tests/support/module_seconds.json holds them")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from module_order import Recorder
+
+    path = config.getoption("--record-module-seconds")
+    if path and not hasattr(config, "workerinput"):  # the controller sees every report
+        config.pluginmanager.register(Recorder(Path(path)), "module-seconds-recorder")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> None:
+    """The longest modules first (``tests/support/module_order.py``): both workers of
+    ``make test`` stay busy to the end."""
+    from module_order import load, order
+
+    items[:] = order(items, load())
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ another, and none is autouse: a test pays only for what it asks for.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     from module_order import Recorder
+
+    # The suite is CPU-bound on two cores (docs/testing.md), and CPython's cyclic collector
+    # at its default threshold (a collection every 700 allocations, over every object the
+    # imports made) took a fifth of the CPU of the property tests: the imported objects are
+    # frozen out of the collector and it runs every 50,000 allocations. Each xdist worker
+    # runs this hook. The code under test is unchanged, and servers the tests start keep
+    # the interpreter's defaults.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
     path = config.getoption("--record-module-seconds")
     if path and not hasattr(config, "workerinput"):  # the controller sees every report

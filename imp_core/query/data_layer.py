@@ -62,6 +62,8 @@ from imp_core.storage.file_side import (
     key_pushdown,
     scan_counts,
 )
+from imp_core.storage.indexed_files import IndexedTableFiles
+from imp_core.storage.table_index import catalog_for, shared_indexes_enabled
 
 # the sides probed in the data layer: a join input's path names the join and "left" or
 # "right", an aggregation's groups' path the aggregation and "groups" (``OperatorPath``)
@@ -316,12 +318,17 @@ class DataLayer:
     ``spark``: a Spark session, a zero-argument callable returning one (started on first
     use), or None (the files are read directly; no JVM in this process).
     ``row_filter``: what every read of a table keeps (a shard's routing), or None.
+    ``shared_indexes``: whether probed sides read the tables through the process's
+    shared in-memory indexes (``imp_core.storage.indexed_files``; default:
+    ``IMP_SHARED_INDEXES``), else from the files.
     """
 
-    def __init__(self, store: Any, spark: Any = None, row_filter: RowFilter | None = None):
+    def __init__(self, store: Any, spark: Any = None, row_filter: RowFilter | None = None,
+                 shared_indexes: bool | None = None):
         self.store = store
         self._spark = spark
-        self.files = TableFiles(store, row_filter)
+        self.files = IndexedTableFiles(store, catalog_for(store), row_filter) \
+            if shared_indexes_enabled(shared_indexes) else TableFiles(store, row_filter)
         self._footer_bytes: dict[tuple[str, int, tuple[str, ...]], int] = {}
         self._row_counts: dict[tuple[str, int], int] = {}
 

@@ -106,12 +106,20 @@ class TableFiles:
                              (filters or {}).get(t))
                 for t in sorted(node.tables())}
 
+    def reader_for(self, owner: object) -> str | None:
+        """A name for the reads of ``owner`` (a pipeline's version context), where the
+        reads are served by something that keeps per-reader versions (shared indexes:
+        ``IndexedTableFiles``); None here: files keep nothing per reader."""
+        return None
+
     def read(self, table: str, version: int, columns: list[str],
              where: pc.Expression | None = None,
-             keys: dict[str, pa.Array] | None = None) -> pa.Table:
+             keys: dict[str, pa.Array] | None = None, reader: str | None = None
+             ) -> pa.Table:
         """``columns`` of ``table`` at ``version``, the rows passing ``where`` and, for
         each column of ``keys``, holding one of its values (values already cast to the
-        column's type). Row groups whose statistics exclude every value of an integer
+        column's type); ``reader``: who reads (``reader_for``), ignored here. Row groups
+        whose statistics exclude every value of an integer
         key column are not read: a scan filter on ``isin`` alone decodes them all."""
         data = self._dataset(table, version)
         for col, values in (keys or {}).items():
@@ -315,6 +323,7 @@ class FileJoinSide(ProbedSide):
         self.partitions = partitions
         self.files = files
         self._scans = [n for n in node.walk() if isinstance(n, Scan)]
+        self.reader = files.reader_for(context)
         self._pushdown = key_pushdown(node, key_columns)
         self._links = filter_links(node)
 
@@ -340,7 +349,7 @@ class FileJoinSide(ProbedSide):
                         continue  # no filter on this column: more rows, never fewer
                 read[t] = self.files.read(t, self.versions[t],
                                           self.files.columns_for(self.node, self.partitions, t),
-                                          keys=keys)
+                                          keys=keys, reader=self.reader)
             passed = False
             for (ta, ca), (tb, cb) in self._links:
                 if ta in read and tb not in read and cb not in pending.get(tb, {}):

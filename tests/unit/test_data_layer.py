@@ -11,107 +11,28 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from probed_runs import (
+    CHAIN_SQL,
+    DIMS,
+    FACTS,
+    JOIN_SQL,
+    TOPK_SQL,
+    ProbedRun,
+    random_change,
+    store_of,
+    tables_for,
+)
 
-from imp_core.engine.operators.base import TableDelta
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.engine.probed_side import is_probed
 from imp_core.engine.subtree import evaluate_subtree
-from imp_core.oracle.reference import reference_capture
 from imp_core.plan.lineage import trace_column
 from imp_core.query.data_layer import DataLayer, join_sides, place_join_sides
 from imp_core.query.driver import QueryDriver
 from imp_core.query.prepare import StoreTables, prepare_query
 from imp_core.sql import plan_sql
-from imp_core.storage import ChangeReader, DeltaStore
+from imp_core.storage import DeltaStore
 from imp_core.storage.file_side import FileJoinSide, TableFiles
-
-FACTS = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
-DIMS = pa.schema([("dk", pa.int64()), ("w", pa.int64()), ("label", pa.string())])
-JOIN_SQL = ("SELECT k, sum(v) AS s, max(w) AS mw FROM facts JOIN dims ON k = dk "
-            "WHERE w > 1 GROUP BY k HAVING sum(v) > 20")
-TAGS = pa.schema([("tk", pa.int64()), ("z", pa.int64())])
-CHAIN_SQL = ("SELECT k, sum(v) AS s, min(z) AS mz FROM facts JOIN dims ON k = dk "
-             "JOIN tags ON w = tk GROUP BY k")
-TOPK_SQL = ("SELECT k, v, w, label FROM facts JOIN dims ON k = dk "
-            "ORDER BY v DESC, k LIMIT 3")
-
-
-def _tables(rng: np.random.Generator, n: int = 60) -> dict[str, pa.Table]:
-    facts = pa.table({"id": np.arange(n), "k": rng.integers(0, 12, n),
-                      "v": rng.integers(0, 20, n)}, schema=FACTS)
-    dims = pa.table({"dk": rng.integers(0, 14, 20), "w": rng.integers(0, 6, 20),
-                     "label": [f"l{i % 5}" for i in range(20)]}, schema=DIMS)
-    tags = pa.table({"tk": rng.integers(0, 8, 10), "z": rng.integers(0, 50, 10)}, schema=TAGS)
-    return {"facts": facts, "dims": dims, "tags": tags}
-
-
-def _store(path, tables: dict[str, pa.Table]) -> DeltaStore:
-    store = DeltaStore(path)
-    store.create_table("facts", tables["facts"], key=["id"])
-    store.create_table("dims", tables["dims"])  # keyless: duplicate rows allowed
-    store.create_table("tags", tables["tags"])
-    return store
-
-
-class _Run:
-    """One query maintained through the data layer from the store's change feed."""
-
-    def __init__(self, store: DeltaStore, sql: str, options: EngineOptions,
-                 probe_all: bool = True, place=None):
-        self.store = store
-        self.prepared = prepare_query(sql, StoreTables(store), {"facts.k": 4})
-        plan = self.prepared.plan
-        # ``place``: plan root -> the placement (else every join side, or none)
-        self.placement = place(plan.root) if place is not None else frozenset(
-            s for s, *_ in join_sides(plan.root)) if probe_all else frozenset()
-        self.layer = DataLayer(store)
-        self.driver = QueryDriver.start(plan, self.prepared.partitions, options, self.layer,
-                                        self.placement)
-        self.reader = ChangeReader(store)
-        versions = dict(self.prepared.versions)
-        self.driver.step(None, versions, {t: TableDelta.inserts(store.read(t, v))
-                                          for t, v in versions.items()})
-
-    @property
-    def wiring(self):
-        return self.driver.wiring
-
-    @property
-    def versions(self) -> dict[str, int]:
-        return self.driver.versions
-
-    def maintain(self) -> None:
-        target = {t: self.store.version(t) for t in self.versions}
-        changes = {t: self.reader.changes(t, self.versions[t], v,
-                                          self.prepared.scan_specs.get(t))
-                   for t, v in target.items() if v > self.versions[t]}
-        self.driver.step(self.versions, target, changes)
-
-    def check(self) -> None:
-        tables = {t: self.store.read(t, v) for t, v in self.versions.items()}
-        ref = reference_capture(self.prepared.plan, tables, self.prepared.partitions)
-        assert self.driver.sketch() == ref.sketch
-        assert self.wiring.pipeline.result().to_counter() == ref.bag.items
-
-
-def _random_change(store: DeltaStore, rng: np.random.Generator, salt: int) -> None:
-    if rng.random() < 0.6:
-        data = store.read("facts")
-        dels = data.take(pa.array(rng.choice(data.num_rows, size=min(4, data.num_rows),
-                                             replace=False)))
-        ins = pa.table({"id": np.arange(salt, salt + 5), "k": rng.integers(0, 12, 5),
-                        "v": rng.integers(0, 20, 5)}, schema=FACTS)
-        store.apply("facts", inserts=ins, deletes=dels)
-    else:
-        data = store.read("dims")
-        dels = data.take(pa.array(rng.choice(data.num_rows, size=min(3, data.num_rows),
-                                             replace=False)))
-        # strings as another writer's batch may carry them (e.g. read from a change
-        # feed): the files of such a commit store string_view
-        ins = pa.table({"dk": pa.array(rng.integers(0, 14, 3)),
-                        "w": pa.array(rng.integers(0, 6, 3)),
-                        "label": pa.array(["new", "l1", "x"], pa.string_view())})
-        store.apply("dims", inserts=ins, deletes=dels)
 
 
 @settings(max_examples=12, deadline=None,
@@ -120,25 +41,25 @@ def _random_change(store: DeltaStore, rng: np.random.Generator, salt: int) -> No
        query=st.sampled_from(["join", "topk", "chain"]))
 def test_probed_sides_and_refills_equal_the_reference(tmp_path_factory, seed, steps, query):
     rng = np.random.default_rng(seed)
-    store = _store(tmp_path_factory.mktemp("dl"), _tables(rng))
+    store = store_of(tmp_path_factory.mktemp("dl"), tables_for(rng))
     sql, options = {"join": (JOIN_SQL, EngineOptions(minmax_buffer=1)),
                     "topk": (TOPK_SQL, EngineOptions(topk_buffer=3)),
                     "chain": (CHAIN_SQL, EngineOptions(minmax_buffer=1))}[query]
-    run = _Run(store, sql, options)
+    run = ProbedRun(store, sql, options)
     sides = [s for op in run.wiring.pipeline.operators if op.kind == "join"
              for s in (op.left, op.right)]
     assert sides and all(isinstance(s, FileJoinSide) for s in sides)
     run.check()
     for step in range(steps):
-        _random_change(store, rng, 10_000 + 100 * step)
+        random_change(store, rng, 10_000 + 100 * step)
         run.maintain()
         run.check()
 
 
 def test_a_side_of_several_tables_reads_only_rows_that_can_join(tmp_path):
     rng = np.random.default_rng(9)
-    store = _store(tmp_path, _tables(rng, 300))
-    run = _Run(store, CHAIN_SQL, EngineOptions())
+    store = store_of(tmp_path, tables_for(rng, 300))
+    run = ProbedRun(store, CHAIN_SQL, EngineOptions())
     top = next(op for op in run.wiring.pipeline.operators
                if op.kind == "join" and len(op.node.left.tables()) == 2)
     side = top.left  # facts ⋈ dims, probed by w: dims.w, then facts.k via k = dk
@@ -155,15 +76,15 @@ def test_a_side_of_several_tables_reads_only_rows_that_can_join(tmp_path):
                                       keys.column(0)).to_numpy(zero_copy_only=False))
     assert found.to_counter() == want.to_counter()
     for step in range(3):
-        _random_change(store, rng, 20_000 + 100 * step)
+        random_change(store, rng, 20_000 + 100 * step)
         run.maintain()
         run.check()
 
 
 def test_deletes_that_empty_bounded_buffers_are_refilled_from_the_files(tmp_path):
     rng = np.random.default_rng(5)
-    store = _store(tmp_path, _tables(rng, 200))
-    run = _Run(store, TOPK_SQL, EngineOptions(topk_buffer=3))
+    store = store_of(tmp_path, tables_for(rng, 200))
+    run = ProbedRun(store, TOPK_SQL, EngineOptions(topk_buffer=3))
     for _ in range(4):  # delete the current top rows: more than the buffer holds
         data = store.read("facts")
         top = data.take(pa.array(np.argsort(-data.column("v").to_numpy())[:4]))
@@ -174,9 +95,9 @@ def test_deletes_that_empty_bounded_buffers_are_refilled_from_the_files(tmp_path
 
 def test_a_probed_side_keeps_no_rows_and_reads_only_matching_keys(tmp_path):
     rng = np.random.default_rng(7)
-    store = _store(tmp_path, _tables(rng, 500))
-    probed = _Run(store, JOIN_SQL, EngineOptions())
-    held = _Run(store, JOIN_SQL, EngineOptions(), probe_all=False)
+    store = store_of(tmp_path, tables_for(rng, 500))
+    probed = ProbedRun(store, JOIN_SQL, EngineOptions())
+    held = ProbedRun(store, JOIN_SQL, EngineOptions(), probe_all=False)
     join = next(op for op in probed.wiring.pipeline.operators if op.kind == "join")
     kept = next(op for op in held.wiring.pipeline.operators if op.kind == "join")
     assert is_probed(join.left) and is_probed(join.right)
@@ -187,7 +108,7 @@ def test_a_probed_side_keeps_no_rows_and_reads_only_matching_keys(tmp_path):
     # in memory: no side was read back from the files
     assert join.left.lookups == join.right.lookups == 0
     before = join.left.lookups
-    _random_change(store, rng, 50_000)
+    random_change(store, rng, 50_000)
     probed.maintain()
     probed.check()
     assert join.left.lookups + join.right.lookups > before
@@ -233,7 +154,7 @@ def test_key_columns_trace_through_joins():
 
 def test_row_filter_cuts_every_read(tmp_path):
     rng = np.random.default_rng(3)
-    store = _store(tmp_path, _tables(rng))
+    store = store_of(tmp_path, tables_for(rng))
     files = TableFiles(store, row_filter=lambda t, rows: rows.slice(0, 2) if t == "facts"
                        else rows)
     assert files.read("facts", store.version("facts"), ["id", "k"]).num_rows == 2
@@ -243,7 +164,7 @@ def test_row_filter_cuts_every_read(tmp_path):
 @pytest.mark.parametrize("budget", [None, 0])
 def test_store_estimates_place_sides(tmp_path, budget):
     rng = np.random.default_rng(1)
-    store = _store(tmp_path, _tables(rng))
+    store = store_of(tmp_path, tables_for(rng))
     prepared = prepare_query(JOIN_SQL, StoreTables(store), {"facts.k": 4})
     placement = DataLayer(store).place(prepared.plan, prepared.partitions,
                                        prepared.versions, budget)
@@ -252,9 +173,9 @@ def test_store_estimates_place_sides(tmp_path, budget):
 
 def test_probed_sides_snapshot_to_their_declared_layout_and_restore(tmp_path):
     rng = np.random.default_rng(13)
-    store = _store(tmp_path, _tables(rng, 120))
-    run = _Run(store, CHAIN_SQL, EngineOptions())
-    _random_change(store, rng, 30_000)
+    store = store_of(tmp_path, tables_for(rng, 120))
+    run = ProbedRun(store, CHAIN_SQL, EngineOptions())
+    random_change(store, rng, 30_000)
     run.maintain()
     joins = [op for op in run.wiring.pipeline.operators if op.kind == "join"]
     for op in joins:
@@ -268,7 +189,7 @@ def test_probed_sides_snapshot_to_their_declared_layout_and_restore(tmp_path):
     assert fresh.versions == run.versions
     run.driver = fresh  # continue from the restored state
     for step in range(2):
-        _random_change(store, rng, 31_000 + 100 * step)
+        random_change(store, rng, 31_000 + 100 * step)
         run.maintain()
         run.check()
 
@@ -292,17 +213,17 @@ def test_a_rebuilt_filter_reads_only_the_key_columns_and_keeps_every_key(tmp_pat
     copies one table's column, from that column alone (a superset of the side's keys),
     so that the rebuild never evaluates the subtree over whole tables."""
     rng = np.random.default_rng(11)
-    store = _store(tmp_path, _tables(rng, 400))
-    run = _Run(store, JOIN_SQL, EngineOptions())
+    store = store_of(tmp_path, tables_for(rng, 400))
+    run = ProbedRun(store, JOIN_SQL, EngineOptions())
     join = next(op for op in run.wiring.pipeline.operators if op.kind == "join")
     side = join.left
     assert list(side._pushdown.values()) == [("facts", "k")]
     reads: list[tuple[str, list[str]]] = []
     real = side.files.read
 
-    def spy(table, version, columns, where=None, keys=None):
+    def spy(table, version, columns, where=None, keys=None, reader=None):
         reads.append((table, list(columns)))
-        return real(table, version, columns, where, keys)
+        return real(table, version, columns, where, keys, reader)
 
     side.files.read = spy
     keys = side.distinct_keys()
@@ -315,6 +236,6 @@ def test_a_rebuilt_filter_reads_only_the_key_columns_and_keeps_every_key(tmp_pat
     side.rebuild_bloom()
     hashes = np.asarray(sorted(want - {None}), dtype=np.int64)
     assert side.bloom.might_contain(hashes).all()
-    _random_change(store, rng, 70_000)
+    random_change(store, rng, 70_000)
     run.maintain()
     run.check()

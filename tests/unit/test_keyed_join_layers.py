@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from diff_harness import RandChooser, col, gen_row, lit, op, qplan, scan, to_arrow
+from probed_runs import FACTS, random_change, store_of, tables_for
 from state_canon import canonical_state
-from test_data_layer import FACTS, _random_change, _store, _tables
 
 from imp_actors.resharding import reshard
 from imp_actors.sharding import ShardKey, route_rows, shard_key, shard_of
@@ -279,7 +279,7 @@ def test_probed_sides_around_keyed_joins_stay_exact(tmp_path, build, probe_keyed
     joins held in memory or probed as well (but never a NOT IN's): after every change the
     sketch and the annotated result equal a recapture."""
     rng = np.random.default_rng(17)
-    store = _store(tmp_path, _tables(rng))
+    store = store_of(tmp_path, tables_for(rng))
     run = _PlanRun(store, build(), probe_keyed)
     joins = [op for op in run.wiring.pipeline.operators if op.kind == "join"]
     keyed = [op for op in run.wiring.pipeline.operators
@@ -293,7 +293,7 @@ def test_probed_sides_around_keyed_joins_stay_exact(tmp_path, build, probe_keyed
         assert joins[0].right._pushdown == {"dims.dk": ("dims", "dk")}
     run.check()
     for step in range(4):
-        _random_change(store, rng, 40_000 + 100 * step)
+        random_change(store, rng, 40_000 + 100 * step)
         run.maintain()
         run.check()
     stats = {row["kind"]: row for row in run.wiring.pipeline.stats()}

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_data_layer import _random_change, _store, _tables
-from test_data_layer import _Run as _DataLayerRun
+from probed_runs import ProbedRun as _DataLayerRun
+from probed_runs import random_change, store_of, tables_for
 
 from imp_core.engine.operators.probed_aggregate import ProbedAggregateOp
 from imp_core.engine.pipeline import EngineOptions
@@ -68,13 +68,13 @@ class _Run(_DataLayerRun):
        query=st.sampled_from(sorted(QUERIES)), joins=st.booleans())
 def test_probed_groups_equal_the_reference(tmp_path_factory, seed, steps, query, joins):
     rng = np.random.default_rng(seed)
-    store = _store(tmp_path_factory.mktemp("pa"), _tables(rng))
+    store = store_of(tmp_path_factory.mktemp("pa"), tables_for(rng))
     run = _Run(store, QUERIES[query], joins)
     aggs = run.aggregates()
     assert aggs and all(isinstance(op, ProbedAggregateOp) for op in aggs)
     run.check()
     for step in range(steps):
-        _random_change(store, rng, 50_000 + 100 * step)
+        random_change(store, rng, 50_000 + 100 * step)
         run.maintain()
         run.check()
         assert all(op.state_bytes() == 0 and len(op.groups) == 0 for op in run.aggregates())
@@ -91,7 +91,7 @@ def test_probed_groups_equal_the_reference(tmp_path_factory, seed, steps, query,
 
 def test_a_null_group_key_is_refused_not_missed(tmp_path):
     rng = np.random.default_rng(3)
-    store = _store(tmp_path, _tables(rng))
+    store = store_of(tmp_path, tables_for(rng))
     run = _Run(store, QUERIES["having"])
     (op,) = run.aggregates()
     schema = pa.schema([(f.name, f.dtype) for f in op.agg.input.schema])

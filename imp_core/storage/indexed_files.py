@@ -1,0 +1,80 @@
+"""Reads of a store's tables served by shared in-memory indexes where one covers them.
+
+``IndexedTableFiles`` is a ``TableFiles`` (what ``FileJoinSide`` reads a probed join side
+through) bound to an ``IndexCatalog``: a read of a table by the values of one column,
+with no other filter, is answered by the catalog's index of that table on that column
+(built on the first such read, then shared by every query of the catalog and kept up
+with the table's commits once); any other read, or one at a version an index no longer
+holds, goes to the Parquet files as before. Both answer the same rows, so a query's
+results do not depend on which one served it.
+
+Invariants: every reader (one per query pipeline: its ``VersionContext``) is pinned at
+the version it read last and unpinned when its pipeline is gone, so an index keeps the
+versions its readers still read and nothing older; ``row_filter`` (a shard's routing)
+applies to index reads as to file reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp_core.storage.file_side import RowFilter, TableFiles
+from imp_core.storage.table_index import IndexCatalog, IndexVersionError
+
+_readers = itertools.count(1)
+
+
+class IndexedTableFiles(TableFiles):
+    """``TableFiles`` whose keyed reads go to the shared indexes of ``catalog``."""
+
+    def __init__(self, store: Any, catalog: IndexCatalog,
+                 row_filter: RowFilter | None = None, keep: int = 32):
+        super().__init__(store, row_filter, keep)
+        self.catalog = catalog
+        self.index_reads = 0
+        self.file_reads = 0
+
+    def reader_for(self, owner: object) -> str:
+        """A reader name for ``owner`` (a pipeline's version context), released from
+        every index when ``owner`` is collected."""
+        name = f"reader-{next(_readers)}"
+        weakref.finalize(owner, self.catalog.release, name)
+        return name
+
+    def read(self, table: str, version: int, columns: list[str],
+             where: pc.Expression | None = None,
+             keys: dict[str, pa.Array] | None = None, reader: str | None = None
+             ) -> pa.Table:
+        found = None
+        if where is None and keys and reader is not None:
+            found = self._from_index(table, version, columns, keys, reader)
+        if found is None:
+            self.file_reads += 1
+            return super().read(table, version, columns, where, keys)
+        self.index_reads += 1
+        return self.row_filter(table, found) if self.row_filter is not None else found
+
+    def _from_index(self, table: str, version: int, columns: list[str],
+                    keys: dict[str, pa.Array], reader: str) -> pa.Table | None:
+        key = next(iter(keys))  # the first probe column: the others filter its rows
+        try:
+            index = self.catalog.acquire(reader, table, key, columns, version)
+            rows = index.read(version, keys[key], columns=list(
+                dict.fromkeys([*columns, *keys])), reader=reader)
+        except IndexVersionError:
+            return None
+        for col, values in list(keys.items())[1:]:
+            rows = rows.filter(pc.is_in(rows.column(col), value_set=values))
+        return rows.select(columns)
+
+    def index_report(self) -> dict[str, Any]:
+        """The catalog's indexes and how reads were served."""
+        return {"indexes": self.catalog.describe(), "bytes": self.catalog.nbytes(),
+                "index_reads": self.index_reads, "file_reads": self.file_reads,
+                "builds": self.catalog.builds}
+

@@ -1,0 +1,369 @@
+"""Covering indexes of Delta tables in memory, versioned, shared by the queries that probe them.
+
+A ``TableIndex`` holds some columns of one table keyed on one of them: what a join side
+probed in the data layer (``FileJoinSide``) reads of that table, served from memory
+instead of the Parquet files (which a probe by a key the table is not clustered on reads
+nearly whole). Every query that reads the table by that key shares the index
+(``IndexCatalog``: one index per table and key column, reference-counted by the queries
+that use it), and each commit of the table is applied to it once (``advance``: the
+table's change feed), whatever number of queries read it.
+
+Each reader reads at its own version: a lagging (lazy) query sees the table as of its
+version. The index keeps a *base* (the rows at version ``floor``, as counted rows) and a
+*log* of the weighted changes of each later version up to ``current``; a read at ``v``
+(``floor <= v``) sums the base and the log's versions ``<= v``. ``compact`` folds the
+log into the base up to the oldest version a reader still reads (its *pin*).
+
+Invariants:
+- ``read(v, keys)`` returns exactly the multiset of the table's rows at version ``v``,
+  restricted to the index's columns, whose key column equals one of ``keys`` (NULL keys
+  never match), or every row when ``keys`` is None. It holds for every
+  ``floor <= v``; a read below ``floor`` raises ``IndexVersionError`` (the caller reads
+  the files instead), one above ``current`` advances the index first.
+- The base's rows are sorted by their key hash (``key_hashes``), with counts > 0; the
+  log's versions increase strictly and lie in ``(floor, current]``.
+- ``floor`` never passes a pinned reader's version, so a reader keeps every version from
+  its pin on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp_core.engine.join_index import key_hashes
+from imp_core.errors import ImpError
+from imp_core.storage.changes import COMMIT_VERSION, to_weighted
+
+COUNT = "__imp_n"  # a base row's multiplicity, a log row's signed weight
+# the log is folded into the base when it holds this share of the base's rows (a read
+# scans the log's hashes, the base is searched: folding too rarely makes reads slow, too
+# often makes every commit re-sort the base)
+_FOLD_SHARE = 0.125
+_FOLD_MIN_ROWS = 4096
+
+
+class IndexVersionError(ImpError):
+    """A read asked for a version the index no longer holds (below its floor)."""
+
+
+@dataclass
+class _Part:
+    """Rows with their counts or weights (``COUNT``) and their key hashes."""
+
+    rows: pa.Table
+    hashes: np.ndarray
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.rows.column(COUNT).to_numpy()
+
+
+def _hashes(rows: pa.Table, key: str) -> np.ndarray:
+    found, _, _ = key_hashes(rows, (key,))
+    return np.asarray(found, dtype=np.int64)
+
+
+class TableIndex:
+    """Columns ``columns`` of ``table`` (which holds ``key``), keyed on ``key``."""
+
+    def __init__(self, store: Any, table: str, key: str, columns: Iterable[str],
+                 version: int):
+        schema = store.schema(table)
+        wanted = set(columns) | {key}
+        self.store = store
+        self.table = table
+        self.key = key
+        self.columns = [c for c in schema.names if c in wanted]
+        self.schema = pa.schema([schema.field(c) for c in self.columns])
+        self._lock = threading.RLock()
+        self.pins: dict[str, int] = {}
+        self.reads = 0
+        self.commits_applied = 0
+        rows = store.read(table, version, columns=self.columns)
+        self.floor = self.current = version
+        self._base = self._sorted(self._counted(rows, np.ones(rows.num_rows, np.int64)))
+        self._log: list[tuple[int, _Part]] = []
+
+    # -- building ---------------------------------------------------------------------
+    def _counted(self, rows: pa.Table, weights: np.ndarray) -> pa.Table:
+        rows = rows.select(self.columns).cast(self.schema)
+        return rows.append_column(COUNT, pa.array(weights, pa.int64()))
+
+    def _sorted(self, rows: pa.Table) -> _Part:
+        hashes = _hashes(rows, self.key)
+        order = np.argsort(hashes, kind="stable")
+        return _Part(rows.take(pa.array(order)), hashes[order])
+
+    # -- keeping up -------------------------------------------------------------------
+    def advance(self, version: int | None = None) -> int:
+        """Apply the table's commits up to ``version`` (default: the latest); returns
+        the index's current version. Each commit is read from the change feed once."""
+        with self._lock:
+            target = self.store.version(self.table) if version is None else version
+            if target <= self.current:
+                return self.current
+            changes = self.store.changes(self.table, self.current, target)
+            if changes.num_rows:
+                commits = changes.column(COMMIT_VERSION).to_numpy()
+                for v in np.unique(commits):
+                    mask = pa.array(commits == v)
+                    rows, weights = to_weighted(changes.filter(mask))
+                    part = self._counted(rows, weights)
+                    self._log.append((int(v), _Part(part, _hashes(part, self.key))))
+                    self.commits_applied += 1
+            self.current = target
+            self._fold_if_due()
+            return self.current
+
+    def pin(self, reader: str, version: int) -> None:
+        """``reader`` reads at ``version`` from now on (the index keeps it)."""
+        with self._lock:
+            if version < self.floor:
+                raise IndexVersionError(
+                    f"index of {self.table} on {self.key}: version {version} is below the "
+                    f"oldest one held ({self.floor})")
+            self.pins[reader] = version
+
+    def unpin(self, reader: str) -> None:
+        with self._lock:
+            self.pins.pop(reader, None)
+            self._fold_if_due()
+
+    def _log_rows(self) -> int:
+        return sum(p.rows.num_rows for _, p in self._log)
+
+    def _fold_if_due(self) -> None:
+        rows = self._log_rows()
+        if rows and rows >= max(_FOLD_MIN_ROWS, _FOLD_SHARE * self._base.rows.num_rows):
+            self.compact()
+
+    def compact(self) -> None:
+        """Fold the log into the base up to the oldest pinned version (``current``
+        when no reader is pinned)."""
+        with self._lock:
+            upto = min(self.pins.values(), default=self.current)
+            folded = [p for v, p in self._log if v <= upto]
+            if not folded:
+                return
+            self._log = [(v, p) for v, p in self._log if v > upto]
+            merged = _consolidate(pa.concat_tables([self._base.rows]
+                                                   + [p.rows for p in folded]), self.columns)
+            self._base = self._sorted(merged)
+            self.floor = upto
+
+    # -- reading ----------------------------------------------------------------------
+    def covers(self, columns: Iterable[str]) -> bool:
+        return set(columns) <= set(self.columns)
+
+    def read(self, version: int, keys: pa.Array | None = None,
+             columns: list[str] | None = None, reader: str | None = None) -> pa.Table:
+        """The table's rows at ``version`` whose key is among ``keys`` (all rows when
+        None), as ``columns`` (default: all the index holds), each row as often as the
+        table holds it. ``reader``: pin that reader at ``version``."""
+        with self._lock:
+            if version > self.current:
+                self.advance(version)
+            if version < self.floor:
+                raise IndexVersionError(
+                    f"index of {self.table} on {self.key}: version {version} is below the "
+                    f"oldest one held ({self.floor}); read the table's files instead")
+            if reader is not None:
+                self.pins[reader] = version
+            self.reads += 1
+            wanted = None if keys is None else _probe_hashes(keys, self)
+            parts = [self._base_rows(wanted)]
+            for v, part in self._log:
+                if v > version:
+                    break
+                parts.append(part.rows if wanted is None
+                             else part.rows.filter(pa.array(np.isin(part.hashes, wanted))))
+            found = pa.concat_tables(parts)
+        if keys is not None:
+            # NULL keys match no probe, and hashes may collide: compare the values
+            exact = pc.is_in(found.column(self.key), value_set=keys.cast(
+                self.schema.field(self.key).type).drop_null())
+            found = found.filter(exact)
+        if len(parts) > 1:  # deletions in the log cancel rows of the base
+            found = _consolidate(found, self.columns)
+        out = _expand(found)
+        return out.select(columns) if columns is not None else out
+
+    def _base_rows(self, wanted: np.ndarray | None) -> pa.Table:
+        base = self._base
+        if wanted is None:
+            return base.rows
+        lo = np.searchsorted(base.hashes, wanted, "left")
+        hi = np.searchsorted(base.hashes, wanted, "right")
+        take = _ranges(lo, hi)
+        return base.rows.take(pa.array(take))
+
+    # -- accounting -------------------------------------------------------------------
+    def nbytes(self) -> int:
+        with self._lock:
+            return (self._base.rows.nbytes + self._base.hashes.nbytes
+                    + sum(p.rows.nbytes + p.hashes.nbytes for _, p in self._log))
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            return {"table": self.table, "key": self.key, "columns": list(self.columns),
+                    "floor": self.floor, "current": self.current,
+                    "rows": int(self._base.weights.sum()) if self._base.rows.num_rows else 0,
+                    "log_versions": len(self._log), "bytes": self.nbytes(),
+                    "readers": sorted(self.pins), "reads": self.reads,
+                    "commits_applied": self.commits_applied}
+
+
+def _probe_hashes(keys: pa.Array, index: TableIndex) -> np.ndarray:
+    typed = keys.cast(index.schema.field(index.key).type).drop_null()
+    return np.unique(_hashes(pa.table({index.key: typed}), index.key))
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` over i, vectorized."""
+    lengths = hi - lo
+    keep = lengths > 0
+    lo, lengths = lo[keep], lengths[keep]
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return starts + np.arange(total, dtype=np.int64)
+
+
+def _consolidate(rows: pa.Table, columns: list[str]) -> pa.Table:
+    """Equal rows summed into one with their total count; rows counting 0 or less
+    dropped (a reader's version never nets a row below zero)."""
+    if rows.num_rows == 0:
+        return rows
+    summed = rows.group_by(columns, use_threads=False).aggregate([(COUNT, "sum")])
+    summed = summed.rename_columns([COUNT if n == f"{COUNT}_sum" else n
+                                    for n in summed.column_names]).select([*columns, COUNT])
+    return summed.filter(pc.greater(summed.column(COUNT), 0))
+
+
+def _expand(rows: pa.Table) -> pa.Table:
+    """Each row repeated by its count, without the count column."""
+    counts = rows.column(COUNT).to_numpy()
+    data = rows.drop_columns([COUNT])
+    if len(counts) == 0 or np.all(counts == 1):
+        return data
+    return data.take(pa.array(np.repeat(np.arange(len(counts)), counts)))
+
+
+@dataclass
+class _Entry:
+    index: TableIndex
+    users: set[str] = field(default_factory=set)
+
+
+class IndexCatalog:
+    """The shared indexes of one store: one per (table, key column), with the queries
+    that use it. ``acquire`` reuses an index (widened to more columns when a user needs
+    them) instead of building another; ``release`` drops an index nobody uses."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self._lock = threading.RLock()
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self.builds = 0
+
+    def acquire(self, user: str, table: str, key: str, columns: Iterable[str],
+                version: int) -> TableIndex:
+        """The index of ``table`` on ``key`` holding ``columns``, for ``user``, able to
+        serve ``version``: the existing one when it can, else one built (or rebuilt
+        wider, at the oldest version its users read) from the table's snapshot."""
+        cols = set(columns) | {key}
+        with self._lock:
+            entry = self._entries.get((table, key))
+            if entry is not None and entry.index.covers(cols) \
+                    and entry.index.floor <= version:
+                entry.users.add(user)
+                return entry.index
+            build_at = version
+            if entry is not None:
+                cols |= set(entry.index.columns)
+                build_at = min(version, entry.index.floor)
+            index = TableIndex(self.store, table, key, cols, build_at)
+            self.builds += 1
+            if entry is not None:
+                index.pins.update(entry.index.pins)
+                index.advance(entry.index.current)
+                entry.index = index
+            else:
+                entry = self._entries[(table, key)] = _Entry(index)
+            entry.users.add(user)
+            return index
+
+    def release(self, user: str) -> None:
+        """``user`` no longer reads any index; indexes left without users are dropped."""
+        with self._lock:
+            for k, entry in list(self._entries.items()):
+                entry.users.discard(user)
+                entry.index.unpin(user)
+                if not entry.users:
+                    del self._entries[k]
+
+    def find(self, table: str, key: str) -> TableIndex | None:
+        with self._lock:
+            entry = self._entries.get((table, key))
+            return entry.index if entry is not None else None
+
+    def for_table(self, table: str) -> list[TableIndex]:
+        with self._lock:
+            return [e.index for (t, _), e in self._entries.items() if t == table]
+
+    def used_by(self, user: str) -> list[TableIndex]:
+        with self._lock:
+            return [e.index for e in self._entries.values() if user in e.users]
+
+    def advance(self, table: str, version: int | None = None) -> None:
+        """Apply ``table``'s commits up to ``version`` to each of its indexes (once)."""
+        for index in self.for_table(table):
+            index.advance(version)
+
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(e.index.nbytes() for e in self._entries.values())
+
+    def describe(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{**e.index.describe(), "users": sorted(e.users)}
+                    for e in self._entries.values()]
+
+
+ENV_SHARED_INDEXES = "IMP_SHARED_INDEXES"
+_catalogs: dict[str, IndexCatalog] = {}
+_catalogs_lock = threading.Lock()
+
+
+def shared_indexes_enabled(value: bool | None = None) -> bool:
+    """``value``, else ``IMP_SHARED_INDEXES`` (``on``/``off``; default off)."""
+    if value is not None:
+        return value
+    raw = os.environ.get(ENV_SHARED_INDEXES, "off").strip().lower()
+    if raw not in ("on", "off", "1", "0", "true", "false", ""):
+        raise ValueError(f"{ENV_SHARED_INDEXES}={raw!r}: expected on or off")
+    return raw in ("on", "1", "true")
+
+
+def catalog_for(store: Any) -> IndexCatalog:
+    """The process's index catalog of ``store`` (by its root): every pipeline of this
+    process over that store shares its indexes."""
+    root = str(getattr(store, "root", id(store)))
+    with _catalogs_lock:
+        found = _catalogs.get(root)
+        if found is None or found.store is not store and not _same_root(found.store, store):
+            found = _catalogs[root] = IndexCatalog(store)
+        return found
+
+
+def _same_root(a: Any, b: Any) -> bool:
+    return getattr(a, "root", None) is not None and getattr(a, "root", None) == \
+        getattr(b, "root", None)

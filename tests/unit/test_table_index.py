@@ -1,0 +1,142 @@
+"""Shared covering indexes (``imp_core.storage.table_index``): under random commits to a
+keyed and a keyless Delta table, every read by random keys at any version a reader holds
+equals the table's snapshot at that version filtered by those keys (as a multiset); and
+queries maintained through indexes shared between them, one of them lagging, equal the
+reference evaluator after every batch."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from probed_runs import CHAIN_SQL, JOIN_SQL, ProbedRun, random_change, store_of, tables_for
+
+from imp_core.engine.pipeline import EngineOptions
+from imp_core.query.data_layer import DataLayer
+from imp_core.storage import DeltaStore
+from imp_core.storage.file_side import FileJoinSide
+from imp_core.storage.indexed_files import IndexedTableFiles
+from imp_core.storage.table_index import (
+    IndexCatalog,
+    IndexVersionError,
+    TableIndex,
+    shared_indexes_enabled,
+)
+
+
+def _rows(table: pa.Table, columns: list[str]) -> Counter:
+    return Counter(tuple(r[c] for c in columns) for r in table.to_pylist())
+
+
+def _expected(store: DeltaStore, table: str, version: int, key: str, keys: list | None,
+              columns: list[str]) -> Counter:
+    data = store.read(table, version, columns=columns)
+    if keys is not None:
+        data = data.filter(pc.is_in(data.column(key), value_set=pa.array(
+            [k for k in keys if k is not None], data.schema.field(key).type)))
+    return _rows(data, columns)
+
+
+# 30 examples (each 0.2-0.6 s here: a few Delta commits and reads); no health check
+# suppressed: the draws are a seed, a step count and two choices
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 6),
+       index=st.sampled_from([("facts", "k"), ("dims", "dk"), ("dims", "label")]),
+       fold=st.booleans())
+def test_reads_at_every_held_version_equal_the_snapshot(tmp_path_factory, seed, steps, index,
+                                                        fold):
+    rng = np.random.default_rng(seed)
+    store = store_of(tmp_path_factory.mktemp("ti"), tables_for(rng))
+    table, key = index
+    columns = store.schema(table).names
+    idx = TableIndex(store, table, key, columns, store.version(table))
+    first = store.version(table)
+    idx.pin("lagging", first)  # a lazy reader that stays at the first version
+    versions = [first]
+    for step in range(steps):
+        random_change(store, rng, 10_000 + 100 * step)
+        versions.append(store.version(table))
+        if fold:
+            idx.advance()
+            idx.compact()  # folds only up to the lagging reader's version
+    domain = store.read(table, columns=[key]).column(key).to_pylist() + [None, "zz", 99]
+    for v in sorted(set(versions)):
+        for _ in range(3):
+            keys = [x for x in rng.choice(np.array(domain, dtype=object),
+                                          size=int(rng.integers(1, 6)))
+                    if x is None or isinstance(x, type(domain[0]))]
+            got = idx.read(v, pa.array(keys, store.schema(table).field(key).type))
+            assert _rows(got, columns) == _expected(store, table, v, key, keys, columns), v
+        assert _rows(idx.read(v), columns) == _expected(store, table, v, key, None, columns)
+    assert idx.floor == first  # the pinned reader kept its version
+    idx.unpin("lagging")
+    idx.compact()
+    assert idx.floor == idx.current == versions[-1]
+    if versions[-1] > first:
+        with pytest.raises(IndexVersionError, match="below the oldest"):
+            idx.read(first, pa.array([1]))
+
+
+def test_the_catalog_shares_widens_and_drops(tmp_path):
+    store = store_of(tmp_path, tables_for(np.random.default_rng(3)))
+    catalog = IndexCatalog(store)
+    v = store.version("dims")
+    a = catalog.acquire("q1", "dims", "dk", ["dk", "w"], v)
+    assert catalog.acquire("q2", "dims", "dk", ["w"], v) is a and catalog.builds == 1
+    wide = catalog.acquire("q3", "dims", "dk", ["dk", "label"], v)  # more columns
+    assert wide is not a and catalog.builds == 2 and wide.covers(["dk", "w", "label"])
+    assert catalog.find("dims", "dk") is wide
+    assert [d["users"] for d in catalog.describe()] == [["q1", "q2", "q3"]]
+    random_change(store, np.random.default_rng(4), 500)
+    catalog.advance("dims")
+    assert wide.current == store.version("dims") and wide.commits_applied >= 1
+    for user in ("q1", "q2"):
+        catalog.release(user)
+    assert catalog.find("dims", "dk") is wide
+    catalog.release("q3")
+    assert catalog.find("dims", "dk") is None and catalog.nbytes() == 0
+
+
+def test_the_setting(monkeypatch):
+    monkeypatch.delenv("IMP_SHARED_INDEXES", raising=False)
+    assert shared_indexes_enabled() is False
+    monkeypatch.setenv("IMP_SHARED_INDEXES", "on")
+    assert shared_indexes_enabled() is True
+    assert shared_indexes_enabled(False) is False
+    monkeypatch.setenv("IMP_SHARED_INDEXES", "maybe")
+    with pytest.raises(ValueError, match="expected on or off"):
+        shared_indexes_enabled()
+
+
+# 10 examples (each 1-3 s here: two queries registered and maintained over several commits)
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10**6), steps=st.integers(2, 5))
+def test_queries_sharing_indexes_equal_the_reference_at_their_own_versions(
+        tmp_path_factory, seed, steps):
+    rng = np.random.default_rng(seed)
+    store = store_of(tmp_path_factory.mktemp("shared"), tables_for(rng, 120))
+    catalog = IndexCatalog(store)
+    layer = DataLayer(store)
+    layer.files = IndexedTableFiles(store, catalog)
+    eager = ProbedRun(store, JOIN_SQL, EngineOptions(minmax_buffer=1), layer=layer)
+    lazy = ProbedRun(store, CHAIN_SQL, EngineOptions(minmax_buffer=1), layer=layer)
+    sides = [s for run in (eager, lazy) for op in run.wiring.pipeline.operators
+             if op.kind == "join" for s in (op.left, op.right)]
+    assert sides and all(isinstance(s, FileJoinSide) for s in sides)
+    for step in range(steps):
+        random_change(store, rng, 40_000 + 100 * step)
+        eager.maintain()
+        eager.check()
+        if step % 2 == 1 or step == steps - 1:  # the lazy query catches up now and then
+            lazy.maintain()
+            lazy.check()
+    report = layer.files.index_report()
+    assert report["index_reads"] > 0
+    shared = [d for d in report["indexes"] if len(d["users"]) > 1]
+    assert shared, report  # both queries probe dims by its key: one index serves both
+    assert report["builds"] <= 2 * len(report["indexes"])

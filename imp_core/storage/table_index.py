@@ -367,3 +367,13 @@ def catalog_for(store: Any) -> IndexCatalog:
 def _same_root(a: Any, b: Any) -> bool:
     return getattr(a, "root", None) is not None and getattr(a, "root", None) == \
         getattr(b, "root", None)
+
+
+def process_indexes() -> dict[str, Any]:
+    """Every shared index of this process (all stores): their total bytes and each
+    one's ``describe()``, for reports."""
+    with _catalogs_lock:
+        catalogs = list(_catalogs.values())
+    indexes = [d for c in catalogs for d in c.describe()]
+    return {"enabled": shared_indexes_enabled(), "count": len(indexes),
+            "bytes": sum(d["bytes"] for d in indexes), "indexes": indexes}

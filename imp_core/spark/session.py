@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -179,6 +180,9 @@ def _quiet_python_loggers() -> None:
     logging.getLogger("py4j").setLevel(logging.ERROR)
 
 
+_LAUNCH_ATTEMPTS = 3  # launches of a local JVM before a start is reported as failed
+
+
 def _build(config: SparkConfig) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -194,10 +198,22 @@ def _build(config: SparkConfig) -> SparkSession:
         builder = builder.master(config.master)
     for key, value in config.conf().items():
         builder = builder.config(key, value)
-    try:
-        spark = builder.getOrCreate()
-    except Exception as exc:  # JAVA_GATEWAY_EXITED, connection refused, ...
-        raise SparkUnavailableError(f"could not start Spark ({_where(config)}): {exc}") from exc
+    for attempt in range(1, _LAUNCH_ATTEMPTS + 1):
+        try:
+            spark = builder.getOrCreate()
+            break
+        except Exception as exc:  # JAVA_GATEWAY_EXITED, connection refused, ...
+            # a JVM launched from a busy process (a server's gRPC threads running while it
+            # forks) has exited before reporting its port, once in a few hundred starts
+            # on a loaded machine; another launch works
+            if config.is_connect or "JAVA_GATEWAY_EXITED" not in str(exc) \
+                    or attempt == _LAUNCH_ATTEMPTS:
+                raise SparkUnavailableError(
+                    f"could not start Spark ({_where(config)}): {exc}") from exc
+            logging.getLogger(__name__).warning(
+                "the Spark JVM exited before it reported its port (launch %d of %d); "
+                "launching it again", attempt, _LAUNCH_ATTEMPTS)
+            time.sleep(0.5 * attempt)
     if config.quiet:
         _quiet_python_loggers()
         if not config.is_connect:

@@ -9,10 +9,10 @@ from the environment (``IMP_MAX_FRAGMENTS``) or the defaults here.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
 from imp_core.errors import RequestLimitError
+from imp_core.settings import int_setting
 from imp_core.sketch.partition import RangePartition
 
 DEFAULT_MAX_FRAGMENTS = 65536  # fragments of one query, over all its partitions
@@ -21,16 +21,7 @@ MAX_FRAGMENTS_ENV = "IMP_MAX_FRAGMENTS"
 
 def max_fragments(env: Mapping[str, str] | None = None) -> int:
     """``IMP_MAX_FRAGMENTS`` (an integer >= 1), else ``DEFAULT_MAX_FRAGMENTS``."""
-    raw = (os.environ if env is None else env).get(MAX_FRAGMENTS_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_FRAGMENTS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{MAX_FRAGMENTS_ENV} must be an integer >= 1, not {raw!r}")
-    return value
+    return int_setting(MAX_FRAGMENTS_ENV, DEFAULT_MAX_FRAGMENTS, 1, env)
 
 
 def requested_fragments(spec: Any) -> int:

@@ -29,13 +29,13 @@ Python's default recursion limit with room to spare (``DEFAULT_MAX_EXPRESSION_DE
 from __future__ import annotations
 
 import math
-import os
 from typing import Mapping, Sequence
 
 from sqlglot import exp
 
 from imp_core.errors import NestingLimitError
 from imp_core.plan.expr import balance
+from imp_core.settings import int_setting
 from imp_core.sql.text import SqlText
 
 # The deepest syntax tree (sqlglot nodes, root to leaf) a query may have. Measured at
@@ -58,16 +58,8 @@ _CHAINS = (exp.And, exp.Or)
 def max_expression_depth(env: Mapping[str, str] | None = None) -> int:
     """``IMP_MAX_EXPRESSION_DEPTH`` (an integer >= 16), else
     ``DEFAULT_MAX_EXPRESSION_DEPTH`` (``ValueError`` for another value)."""
-    raw = (os.environ if env is None else env).get(MAX_EXPRESSION_DEPTH_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_EXPRESSION_DEPTH
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 16:  # below it, ordinary queries (a few subqueries deep) no longer plan
-        raise ValueError(f"{MAX_EXPRESSION_DEPTH_ENV} must be an integer >= 16, not {raw!r}")
-    return value
+    # below 16, ordinary queries (a few subqueries deep) no longer plan
+    return int_setting(MAX_EXPRESSION_DEPTH_ENV, DEFAULT_MAX_EXPRESSION_DEPTH, 16, env)
 
 
 # -- AND / OR chains -------------------------------------------------------------------------

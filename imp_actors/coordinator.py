@@ -323,7 +323,7 @@ class Coordinator:
             total_fragments=q.partitions.size, state_bytes=q.state_bytes,
             pending_tuples=q.pending_tuples, last_used=q.last_used,
             probed_join_sides=tuple(q.record.placement), autoscaling=q.autoscaling,
-            load=query_load(q))
+            load=query_load(q), indexes=q.indexes)
 
     def get_sketch(self, name: str, fresh: bool = True,
                    before_work: Callable[[], None] | None = None) -> SketchVersion:

@@ -23,6 +23,7 @@ its catalog entry as they were.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any
 
 from imp_actors.context import RuntimeContext
@@ -60,7 +61,9 @@ class Layouts:
         cut = self.ctx.config.sketch_max_read_share
         out.update(query=q.name, sketch_seq=sv.seq, read_share_now=fit.shares,
                    max_read_share=cut,
-                   sketch_unused=sorted(t for t, s in fit.shares.items() if s > cut))
+                   sketch_unused=sorted(t for t, s in fit.shares.items() if s > cut),
+                   probed_join_sides=sorted(q.record.placement),
+                   indexes=[asdict(i) for i in q.indexes])
         return out
 
     def advise(self, table: str, columns: tuple[str, ...] = ()) -> LayoutAdvice:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from imp_actors.registry import QueryRecord
 from imp_actors.runtime_config import Autoscaling, Strategy, strategy_from_json
 from imp_actors.sharding import ShardKey
 from imp_actors.telemetry import QueryTelemetry
+from imp_actors.types import IndexUse
 from imp_actors.worker import ApplyResult, WorkerStatus
 from imp_core.errors import LifecycleError
 from imp_core.plan.ansi import ErrorTally
@@ -160,6 +162,7 @@ class QueryRuntime:
     shard_sketches: list[BitMap] = field(default_factory=list)
     shard_bytes: list[int] = field(default_factory=list)
     shard_errors: list[str] = field(default_factory=list)  # ANSI mode (ErrorTally JSON)
+    shard_indexes: list[str] = field(default_factory=list)  # WorkerStatus.indexes
     last_used: float = field(default_factory=time.time)
     batches_since_checkpoint: int = 0
     pending_tuples: int = 0
@@ -231,12 +234,14 @@ class QueryRuntime:
         self.shard_sketches = [BitMap.deserialize(s.sketch) for s in statuses]
         self.shard_bytes = [s.state_bytes for s in statuses]
         self.shard_errors = [s.errors for s in statuses]
+        self.shard_indexes = [s.indexes for s in statuses]
 
     def detach(self) -> list[WorkerHandle]:
         """Forget the handles (the caller stops them) and their shards' state."""
         handles, self.handles = self.handles or [], None
         self.shard_versions, self.shard_sketches, self.shard_bytes = [], [], []
         self.shard_errors = []
+        self.shard_indexes = []
         return handles
 
     def set_shard(self, shard: int, handle: WorkerHandle | None,
@@ -249,6 +254,7 @@ class QueryRuntime:
         self.shard_sketches[shard] = BitMap.deserialize(status.sketch)
         self.shard_bytes[shard] = status.state_bytes
         self.shard_errors[shard] = status.errors
+        self.shard_indexes[shard] = status.indexes
 
     # -- derived ----------------------------------------------------------------------------
     @property
@@ -267,6 +273,19 @@ class QueryRuntime:
     @property
     def state_bytes(self) -> int:
         return sum(self.shard_bytes)
+
+    @property
+    def indexes(self) -> tuple[IndexUse, ...]:
+        """The shared indexes the query's shards read (one per table and key; shards
+        in one process share one, so the largest report of each is kept)."""
+        found: dict[tuple[str, str], IndexUse] = {}
+        for text in self.shard_indexes:
+            for entry in json.loads(text or "[]"):
+                use = IndexUse.from_json(entry)
+                seen = found.get((use.table, use.key))
+                if seen is None or use.bytes + use.disk_bytes > seen.bytes + seen.disk_bytes:
+                    found[(use.table, use.key)] = use
+        return tuple(found[k] for k in sorted(found))
 
     def check_errors(self) -> None:
         """ANSI mode: raise ``SqlRuntimeError`` while rows of some shard raise (the

@@ -74,6 +74,26 @@ class SketchVersion:
 
 
 @dataclass(frozen=True)
+class IndexUse:
+    """A shared index a query reads: ``table`` keyed on ``key`` with ``columns``, its
+    base in memory or on disk (``where``), its bytes in memory and on disk, and how many
+    readers (query pipelines of the process) share it."""
+
+    table: str
+    key: str
+    columns: tuple[str, ...]
+    where: str
+    bytes: int
+    disk_bytes: int
+    users: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> IndexUse:
+        return cls(str(d["table"]), str(d["key"]), tuple(d["columns"]), str(d["where"]),
+                   int(d["bytes"]), int(d["disk_bytes"]), int(d["users"]))
+
+
+@dataclass(frozen=True)
 class QueryInfo:
     name: str
     sql: str
@@ -94,6 +114,8 @@ class QueryInfo:
     autoscaling: Autoscaling | None = None
     # maintenance shard-seconds per second over the autoscaling window (default 30 s)
     load: float = 0.0
+    # the shared indexes its probed join sides read (``imp_core.storage.table_index``)
+    indexes: tuple[IndexUse, ...] = ()
 
 
 @dataclass(frozen=True)

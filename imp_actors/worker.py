@@ -16,6 +16,7 @@ batch's versions and cut to this shard's rows. Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -33,7 +34,7 @@ from imp_core.engine.pipeline import EngineOptions, IncrementalQuery
 from imp_core.errors import SnapshotError, VersionError
 from imp_core.plan.nodes import QueryPlan
 from imp_core.process.memory_release import release_free_memory
-from imp_core.query.data_layer import DataLayer, JoinPlacement
+from imp_core.query.data_layer import DataLayer, JoinPlacement, indexes_used
 from imp_core.query.driver import QueryDriver
 from imp_core.sketch.partition import PartitionSet
 
@@ -89,6 +90,7 @@ class ApplyResult:
     state_bytes: int
     applied: bool  # False: the batch had been applied before (acknowledged only)
     errors: str = "{}"  # ANSI mode: the shard's counts of rows that raise (ErrorTally)
+    indexes: str = "[]"  # JSON: the shared indexes its probes read (``indexes_used``)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class WorkerStatus:
     host: str
     sketch: bytes
     errors: str = "{}"  # as ApplyResult.errors
+    indexes: str = "[]"  # as ApplyResult.indexes
 
 
 class QueryWorker:
@@ -178,7 +181,7 @@ class QueryWorker:
         pipeline = self._hosted().pipeline
         return ApplyResult(dict(self.versions), pipeline.merge.sketch().serialize(), added,
                            removed, time.perf_counter() - t0, pipeline.state_bytes(), applied,
-                           pipeline.errors.snapshot())
+                           pipeline.errors.snapshot(), json.dumps(indexes_used(pipeline)))
 
     def sketch(self) -> bytes:
         return self._hosted().pipeline.merge.sketch().serialize()
@@ -203,7 +206,8 @@ class QueryWorker:
             spec.shards if spec else 0, spec.generation if spec else 0, dict(self.versions),
             p.state_bytes() if p else 0, p.batches if p else 0, os.getpid(),
             socket.gethostname(), p.merge.sketch().serialize() if p else BitMap().serialize(),
-            p.errors.snapshot() if p else "{}")
+            p.errors.snapshot() if p else "{}",
+            json.dumps(indexes_used(p)) if p else "[]")
 
     def ping(self) -> int:
         return os.getpid()

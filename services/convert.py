@@ -23,6 +23,7 @@ import pyarrow as pa
 from imp_actors.runtime_config import Autoscaling, Eager, Lazy, Strategy
 from imp_actors.types import (
     CheckpointInfo,
+    IndexUse,
     QueryInfo,
     QueryResult,
     QuerySpec,
@@ -290,7 +291,10 @@ def query_info_to_proto(info: QueryInfo) -> pb.QueryInfo:
         sketch_fragments=info.sketch_fragments, total_fragments=info.total_fragments,
         state_bytes=info.state_bytes, pending_tuples=info.pending_tuples,
         last_used=info.last_used, probed_join_sides=list(info.probed_join_sides),
-        autoscaling=autoscaling_to_proto(info.autoscaling), load=info.load)
+        autoscaling=autoscaling_to_proto(info.autoscaling), load=info.load,
+        indexes=[pb.SharedIndex(table=i.table, key=i.key, columns=list(i.columns),
+                                where=i.where, bytes=i.bytes, disk_bytes=i.disk_bytes,
+                                users=i.users) for i in info.indexes])
 
 
 _CANDIDATE_NUMBERS = ("fragments", "size", "provenance_share", "read_share", "read_rows",
@@ -305,6 +309,9 @@ def explanation_to_proto(doc: Mapping[str, Any]) -> pb.SketchExplanation:
     out = pb.SketchExplanation(query=doc.get("query", ""), chosen=list(doc.get("chosen", ())),
                                read_share_now=dict(doc.get("read_share_now", {})),
                                sketch_unused=list(doc.get("sketch_unused", ())),
+                               probed_join_sides=list(doc.get("probed_join_sides", ())),
+                               indexes=[pb.SharedIndex(**{**i, "columns": list(i["columns"])})
+                                        for i in doc.get("indexes", ())],
                                **{k: doc[k] for k in _EXPLANATION_FIELDS if k in doc})
     for c in doc.get("candidates", ()):
         out.candidates.add(attribute=c["attribute"], roles=list(c.get("roles", ())),
@@ -319,7 +326,12 @@ def explanation_from_proto(msg: pb.SketchExplanation) -> dict[str, Any]:
     left out)."""
     out: dict[str, Any] = {"query": msg.query, "chosen": list(msg.chosen),
                            "read_share_now": dict(msg.read_share_now),
-                           "sketch_unused": list(msg.sketch_unused)}
+                           "sketch_unused": list(msg.sketch_unused),
+                           "probed_join_sides": list(msg.probed_join_sides),
+                           "indexes": [{"table": i.table, "key": i.key,
+                                        "columns": list(i.columns), "where": i.where,
+                                        "bytes": i.bytes, "disk_bytes": i.disk_bytes,
+                                        "users": i.users} for i in msg.indexes]}
     out.update({k: getattr(msg, k) for k in _EXPLANATION_FIELDS})
     cands = []
     for c in msg.candidates:
@@ -537,7 +549,9 @@ def query_info_from_proto(msg: pb.QueryInfo) -> QueryInfo:
         state_bytes=msg.state_bytes, pending_tuples=msg.pending_tuples,
         last_used=msg.last_used, probed_join_sides=tuple(msg.probed_join_sides),
         autoscaling=autoscaling_from_proto(msg.autoscaling)
-        if msg.HasField("autoscaling") else None, load=msg.load)
+        if msg.HasField("autoscaling") else None, load=msg.load,
+        indexes=tuple(IndexUse(i.table, i.key, tuple(i.columns), i.where, i.bytes,
+                               i.disk_bytes, i.users) for i in msg.indexes))
 
 
 def sketch_from_proto(msg: pb.SketchVersion) -> SketchRecord:

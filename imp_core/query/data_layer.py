@@ -449,6 +449,18 @@ class DataLayer:
         return evaluate_subtree(node, partitions, tables)
 
 
+def indexes_used(pipeline: IncrementalQuery) -> list[dict[str, Any]]:
+    """The shared indexes the probed sides of ``pipeline`` read, one entry per table and
+    key (``IndexedTableFiles.indexes_of``)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for op in pipeline.operators:
+        for side in (getattr(op, "left", None), getattr(op, "right", None),
+                     getattr(op, "side", None)):
+            for entry in getattr(side, "indexes", list)():
+                found[(entry["table"], entry["key"])] = entry
+    return [found[k] for k in sorted(found)]
+
+
 def row_bound(node: PlanNode, rows: Mapping[str, int]) -> int:
     """An upper bound of ``node``'s row count from its tables' row counts."""
     if isinstance(node, Scan):

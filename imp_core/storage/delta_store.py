@@ -200,6 +200,10 @@ class DeltaStore:
     def version(self, name: str) -> int:
         return self._delta(self.catalog.get(name)).version()
 
+    def table_id(self, name: str) -> str:
+        """The Delta table's id (a table dropped and created again has another)."""
+        return self._delta(self.catalog.get(name)).metadata().id
+
     def schema(self, name: str, version: int | None = None) -> pa.Schema:
         """The table's columns (without ``__rid``), strings as ``string``."""
         entry = self.catalog.get(name)

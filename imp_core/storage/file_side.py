@@ -112,6 +112,11 @@ class TableFiles:
         ``IndexedTableFiles``); None here: files keep nothing per reader."""
         return None
 
+    def indexes_of(self, reader: str | None) -> list[dict[str, Any]]:
+        """The shared indexes ``reader`` reads through (``IndexedTableFiles``): none
+        here."""
+        return []
+
     def read(self, table: str, version: int, columns: list[str],
              where: pc.Expression | None = None,
              keys: dict[str, pa.Array] | None = None, reader: str | None = None
@@ -326,6 +331,10 @@ class FileJoinSide(ProbedSide):
         self.reader = files.reader_for(context)
         self._pushdown = key_pushdown(node, key_columns)
         self._links = filter_links(node)
+
+    def indexes(self) -> list[dict[str, Any]]:
+        """The shared indexes this side's probes read (``TableFiles.indexes_of``)."""
+        return self.files.indexes_of(self.reader)
 
     def _read(self, conditions: dict[str, dict[str, pa.Array]]) -> dict[str, pa.Table]:
         """The side's tables at its versions, reduced by semi-joins: a table with

@@ -24,7 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.storage.file_side import RowFilter, TableFiles
-from imp_core.storage.table_index import IndexCatalog, IndexVersionError
+from imp_core.storage.table_index import (
+    IndexCatalog,
+    IndexUnreadableError,
+    IndexVersionError,
+)
 
 _readers = itertools.count(1)
 
@@ -66,11 +70,24 @@ class IndexedTableFiles(TableFiles):
             index = self.catalog.acquire(reader, table, key, columns, version)
             rows = index.read(version, keys[key], columns=list(
                 dict.fromkeys([*columns, *keys])), reader=reader)
+        except IndexUnreadableError:
+            self.catalog.discard(table, key)
+            return None
         except IndexVersionError:
             return None
         for col, values in list(keys.items())[1:]:
             rows = rows.filter(pc.is_in(rows.column(col), value_set=values))
         return rows.select(columns)
+
+    def indexes_of(self, reader: str | None) -> list[dict[str, Any]]:
+        """Per index ``reader`` reads: table, key, columns, where its base is ("memory"
+        or "disk"), bytes in memory and on disk, and how many readers share it."""
+        if reader is None:
+            return []
+        return [{"table": d["table"], "key": d["key"], "columns": d["columns"],
+                 "where": d["where"], "bytes": d["bytes"], "disk_bytes": d["disk_bytes"],
+                 "users": len(d["users"])}
+                for d in self.catalog.describe() if reader in d["users"]]
 
     def index_report(self) -> dict[str, Any]:
         """The catalog's indexes and how reads were served."""

@@ -14,6 +14,13 @@ version. The index keeps a *base* (the rows at version ``floor``, as counted row
 (``floor <= v``) sums the base and the log's versions ``<= v``. ``compact`` folds the
 log into the base up to the oldest version a reader still reads (its *pin*).
 
+The base is in memory while the store's indexes fit ``IMP_INDEX_MEMORY_MIB`` in this
+process, else on disk: a Parquet file under the store's root clustered by the key's
+hash, of which a probe reads only the row groups that may hold its keys
+(``index_bases``). Disk bases are immutable and found by table id, key, floor and
+columns, so the processes of one store (the query actors) share them, and a restarted
+process reuses them instead of reading the table again.
+
 Invariants:
 - ``read(v, keys)`` returns exactly the multiset of the table's rows at version ``v``,
   restricted to the index's columns, whose key column equals one of ``keys`` (NULL keys
@@ -31,6 +38,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -39,30 +47,37 @@ import pyarrow.compute as pc
 
 from imp_core.engine.join_index import key_hashes
 from imp_core.errors import ImpError
+from imp_core.settings import int_setting
 from imp_core.storage.changes import COMMIT_VERSION, to_weighted
+from imp_core.storage.index_bases import (
+    COUNT,
+    DiskBase,
+    IndexBase,
+    MemoryBase,
+    Part,
+    consolidate,
+    folded,
+    index_directory,
+    member,
+    prune,
+    sorted_part,
+)
 
-COUNT = "__imp_n"  # a base row's multiplicity, a log row's signed weight
-# the log is folded into the base when it holds this share of the base's rows (a read
-# scans the log's hashes, the base is searched: folding too rarely makes reads slow, too
-# often makes every commit re-sort the base)
+# the log is folded into the base when it holds this share of the base's rows, or
+# _FOLD_MAX_ROWS (a read scans the log's hashes and the base is searched: folding too
+# rarely makes reads slow and the log large, too often makes commits rewrite the base)
 _FOLD_SHARE = 0.125
 _FOLD_MIN_ROWS = 4096
+_FOLD_MAX_ROWS = 1 << 17
 
 
 class IndexVersionError(ImpError):
     """A read asked for a version the index no longer holds (below its floor)."""
 
 
-@dataclass
-class _Part:
-    """Rows with their counts or weights (``COUNT``) and their key hashes."""
-
-    rows: pa.Table
-    hashes: np.ndarray
-
-    @property
-    def weights(self) -> np.ndarray:
-        return self.rows.column(COUNT).to_numpy()
+class IndexUnreadableError(IndexVersionError):
+    """The index's disk base could not be read (a damaged or removed file): the caller
+    reads the table's files instead, and the index is dropped."""
 
 
 def _hashes(rows: pa.Table, key: str) -> np.ndarray:
@@ -71,10 +86,17 @@ def _hashes(rows: pa.Table, key: str) -> np.ndarray:
 
 
 class TableIndex:
-    """Columns ``columns`` of ``table`` (which holds ``key``), keyed on ``key``."""
+    """Columns ``columns`` of ``table`` (which holds ``key``), keyed on ``key``.
+
+    ``directory``: where disk bases of this table and key live (None: memory only);
+    ``memory_bytes``: the most bytes the base may hold in memory, a larger one is kept on
+    disk (when ``directory`` is set). A disk base another process left in ``directory``
+    at a floor <= ``version`` holding the columns is used instead of building one.
+    """
 
     def __init__(self, store: Any, table: str, key: str, columns: Iterable[str],
-                 version: int):
+                 version: int, directory: Path | None = None,
+                 memory_bytes: int | None = None):
         schema = store.schema(table)
         wanted = set(columns) | {key}
         self.store = store
@@ -82,24 +104,45 @@ class TableIndex:
         self.key = key
         self.columns = [c for c in schema.names if c in wanted]
         self.schema = pa.schema([schema.field(c) for c in self.columns])
+        self.directory = directory
         self._lock = threading.RLock()
         self.pins: dict[str, int] = {}
         self.reads = 0
         self.commits_applied = 0
+        self._log: list[tuple[int, Part]] = []
+        self._log_view: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
+        found = DiskBase.find(directory, self.columns, version) \
+            if directory is not None else None
+        if found is not None:
+            # a base small enough for memory is loaded (sorted already: no table read)
+            fits = memory_bytes is not None and found.memory_bytes() <= memory_bytes
+            self._base: IndexBase = MemoryBase(found.part()) if fits else found
+            self.floor = self.current = DiskBase.floor_of(found.path)
+            self.reused = True
+            self.advance(version)
+            return
+        self.reused = False
         rows = store.read(table, version, columns=self.columns)
+        counted = self._counted(rows, np.ones(rows.num_rows, np.int64))
+        part = sorted_part(counted, _hashes(counted, key))
         self.floor = self.current = version
-        self._base = self._sorted(self._counted(rows, np.ones(rows.num_rows, np.int64)))
-        self._log: list[tuple[int, _Part]] = []
+        self._base = self._placed(part, memory_bytes)
+
+    def _placed(self, part: Part, memory_bytes: int | None) -> IndexBase:
+        if self.directory is None or memory_bytes is None \
+                or part.rows.nbytes + part.hashes.nbytes <= memory_bytes:
+            return MemoryBase(part)
+        base = DiskBase.write(self.directory, self.floor, part, self.columns)
+        prune(self.directory)
+        return base
 
     # -- building ---------------------------------------------------------------------
     def _counted(self, rows: pa.Table, weights: np.ndarray) -> pa.Table:
         rows = rows.select(self.columns).cast(self.schema)
         return rows.append_column(COUNT, pa.array(weights, pa.int64()))
 
-    def _sorted(self, rows: pa.Table) -> _Part:
-        hashes = _hashes(rows, self.key)
-        order = np.argsort(hashes, kind="stable")
-        return _Part(rows.take(pa.array(order)), hashes[order])
+    def _hash(self, rows: pa.Table) -> np.ndarray:
+        return _hashes(rows, self.key)
 
     # -- keeping up -------------------------------------------------------------------
     def advance(self, version: int | None = None) -> int:
@@ -116,8 +159,9 @@ class TableIndex:
                     mask = pa.array(commits == v)
                     rows, weights = to_weighted(changes.filter(mask))
                     part = self._counted(rows, weights)
-                    self._log.append((int(v), _Part(part, _hashes(part, self.key))))
+                    self._log.append((int(v), Part(part, self._hash(part))))
                     self.commits_applied += 1
+                self._log_view = None
             self.current = target
             self._fold_if_due()
             return self.current
@@ -141,26 +185,46 @@ class TableIndex:
 
     def _fold_if_due(self) -> None:
         rows = self._log_rows()
-        if rows and rows >= max(_FOLD_MIN_ROWS, _FOLD_SHARE * self._base.rows.num_rows):
+        if rows and rows >= min(_FOLD_MAX_ROWS,
+                                max(_FOLD_MIN_ROWS, _FOLD_SHARE * self._base.num_rows)):
             self.compact()
 
     def compact(self) -> None:
         """Fold the log into the base up to the oldest pinned version (``current``
-        when no reader is pinned)."""
+        when no reader is pinned); a disk base is written anew at that floor."""
         with self._lock:
             upto = min(self.pins.values(), default=self.current)
-            folded = [p for v, p in self._log if v <= upto]
-            if not folded:
+            done = [p for v, p in self._log if v <= upto]
+            if not done:
                 return
+            part = folded(self._base.part(), done, self.columns, self._hash)
             self._log = [(v, p) for v, p in self._log if v > upto]
-            merged = _consolidate(pa.concat_tables([self._base.rows]
-                                                   + [p.rows for p in folded]), self.columns)
-            self._base = self._sorted(merged)
+            self._log_view = None
             self.floor = upto
+            if isinstance(self._base, DiskBase):
+                self._base = DiskBase.write(self._base.path.parent, upto, part, self.columns)
+                prune(self._base.path.parent)
+            else:
+                self._base = MemoryBase(part)
 
     # -- reading ----------------------------------------------------------------------
     def covers(self, columns: Iterable[str]) -> bool:
         return set(columns) <= set(self.columns)
+
+    def _logged(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """The log as one table with each row's hash and version (built once per
+        change of the log: a read filters it with two vector operations)."""
+        if self._log_view is None:
+            parts = [p for _, p in self._log]
+            rows = pa.concat_tables([p.rows for p in parts]).combine_chunks() if parts \
+                else self._counted(self.schema.empty_table(), np.zeros(0, np.int64))
+            hashes = np.concatenate([p.hashes for p in parts]) if parts \
+                else np.zeros(0, np.int64)
+            versions = np.concatenate([np.full(p.rows.num_rows, v, np.int64)
+                                       for v, p in self._log]) if parts \
+                else np.zeros(0, np.int64)
+            self._log_view = (rows, hashes, versions)
+        return self._log_view
 
     def read(self, version: int, keys: pa.Array | None = None,
              columns: list[str] | None = None, reader: str | None = None) -> pa.Table:
@@ -178,12 +242,19 @@ class TableIndex:
                 self.pins[reader] = version
             self.reads += 1
             wanted = None if keys is None else _probe_hashes(keys, self)
-            parts = [self._base_rows(wanted)]
-            for v, part in self._log:
-                if v > version:
-                    break
-                parts.append(part.rows if wanted is None
-                             else part.rows.filter(pa.array(np.isin(part.hashes, wanted))))
+            try:
+                parts = [self._base.rows_for(wanted)]
+            except (OSError, pa.ArrowException) as exc:
+                raise IndexUnreadableError(
+                    f"index of {self.table} on {self.key}: its file cannot be read "
+                    f"({exc}); read the table's files instead") from exc
+            if self._log:
+                rows, hashes, versions = self._logged()
+                mask = versions <= version
+                if wanted is not None:
+                    mask &= member(hashes, wanted)
+                if mask.any():
+                    parts.append(rows.filter(pa.array(mask)))
             found = pa.concat_tables(parts)
         if keys is not None:
             # NULL keys match no probe, and hashes may collide: compare the values
@@ -191,31 +262,25 @@ class TableIndex:
                 self.schema.field(self.key).type).drop_null())
             found = found.filter(exact)
         if len(parts) > 1:  # deletions in the log cancel rows of the base
-            found = _consolidate(found, self.columns)
+            found = consolidate(found, self.columns)
         out = _expand(found)
         return out.select(columns) if columns is not None else out
 
-    def _base_rows(self, wanted: np.ndarray | None) -> pa.Table:
-        base = self._base
-        if wanted is None:
-            return base.rows
-        lo = np.searchsorted(base.hashes, wanted, "left")
-        hi = np.searchsorted(base.hashes, wanted, "right")
-        take = _ranges(lo, hi)
-        return base.rows.take(pa.array(take))
-
     # -- accounting -------------------------------------------------------------------
     def nbytes(self) -> int:
+        """Bytes held in memory (a disk base counts its footer's ranges only)."""
         with self._lock:
-            return (self._base.rows.nbytes + self._base.hashes.nbytes
-                    + sum(p.rows.nbytes + p.hashes.nbytes for _, p in self._log))
+            return self._base.nbytes() + sum(p.rows.nbytes + p.hashes.nbytes
+                                              for _, p in self._log)
 
     def describe(self) -> dict[str, Any]:
         with self._lock:
+            base = self._base
             return {"table": self.table, "key": self.key, "columns": list(self.columns),
-                    "floor": self.floor, "current": self.current,
-                    "rows": int(self._base.weights.sum()) if self._base.rows.num_rows else 0,
-                    "log_versions": len(self._log), "bytes": self.nbytes(),
+                    "where": base.kind, "floor": self.floor, "current": self.current,
+                    "base_rows": base.num_rows, "log_versions": len(self._log),
+                    "log_rows": self._log_rows(), "bytes": self.nbytes(),
+                    "disk_bytes": base.disk_bytes(), "reused": self.reused,
                     "readers": sorted(self.pins), "reads": self.reads,
                     "commits_applied": self.commits_applied}
 
@@ -223,29 +288,6 @@ class TableIndex:
 def _probe_hashes(keys: pa.Array, index: TableIndex) -> np.ndarray:
     typed = keys.cast(index.schema.field(index.key).type).drop_null()
     return np.unique(_hashes(pa.table({index.key: typed}), index.key))
-
-
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(lo[i], hi[i])`` over i, vectorized."""
-    lengths = hi - lo
-    keep = lengths > 0
-    lo, lengths = lo[keep], lengths[keep]
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return starts + np.arange(total, dtype=np.int64)
-
-
-def _consolidate(rows: pa.Table, columns: list[str]) -> pa.Table:
-    """Equal rows summed into one with their total count; rows counting 0 or less
-    dropped (a reader's version never nets a row below zero)."""
-    if rows.num_rows == 0:
-        return rows
-    summed = rows.group_by(columns, use_threads=False).aggregate([(COUNT, "sum")])
-    summed = summed.rename_columns([COUNT if n == f"{COUNT}_sum" else n
-                                    for n in summed.column_names]).select([*columns, COUNT])
-    return summed.filter(pc.greater(summed.column(COUNT), 0))
 
 
 def _expand(rows: pa.Table) -> pa.Table:
@@ -290,7 +332,11 @@ class IndexCatalog:
             if entry is not None:
                 cols |= set(entry.index.columns)
                 build_at = min(version, entry.index.floor)
-            index = TableIndex(self.store, table, key, cols, build_at)
+            others = sum(e.index.nbytes() for k, e in self._entries.items()
+                         if k != (table, key))
+            index = TableIndex(self.store, table, key, cols, build_at,
+                               directory=self._directory(table, key),
+                               memory_bytes=max(0, index_memory_bytes() - others))
             self.builds += 1
             if entry is not None:
                 index.pins.update(entry.index.pins)
@@ -301,6 +347,15 @@ class IndexCatalog:
             entry.users.add(user)
             return index
 
+    def _directory(self, table: str, key: str) -> Path | None:
+        """Where disk bases of ``table`` on ``key`` go: under the store's root (None for
+        a store without one: its indexes stay in memory)."""
+        root = getattr(self.store, "root", None)
+        table_id = getattr(self.store, "table_id", None)
+        if root is None or table_id is None:
+            return None
+        return index_directory(Path(root), table, table_id(table), key)
+
     def release(self, user: str) -> None:
         """``user`` no longer reads any index; indexes left without users are dropped."""
         with self._lock:
@@ -309,6 +364,12 @@ class IndexCatalog:
                 entry.index.unpin(user)
                 if not entry.users:
                     del self._entries[k]
+
+    def discard(self, table: str, key: str) -> None:
+        """Forget the index of ``table`` on ``key`` (unreadable): the next read that
+        needs it builds another."""
+        with self._lock:
+            self._entries.pop((table, key), None)
 
     def find(self, table: str, key: str) -> TableIndex | None:
         with self._lock:
@@ -339,6 +400,16 @@ class IndexCatalog:
 
 
 ENV_SHARED_INDEXES = "IMP_SHARED_INDEXES"
+ENV_INDEX_MEMORY = "IMP_INDEX_MEMORY_MIB"
+DEFAULT_INDEX_MEMORY_MIB = 512
+
+
+def index_memory_bytes() -> int:
+    """The bytes a store's shared indexes may hold in memory in one process
+    (``IMP_INDEX_MEMORY_MIB``, default 512): an index whose base would pass it is kept
+    on disk, clustered by its key (0: every index on disk)."""
+    return int_setting(ENV_INDEX_MEMORY, DEFAULT_INDEX_MEMORY_MIB, 0) << 20
+
 _catalogs: dict[str, IndexCatalog] = {}
 _catalogs_lock = threading.Lock()
 

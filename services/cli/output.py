@@ -17,6 +17,7 @@ import decimal
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from imp_core.process.stdout import json_out
@@ -121,6 +122,11 @@ def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
         lines.append(f"  warning: the sketch is unused on {t}: its filter would read {reads} "
                      f"of the rows under the current layout, past the {100 * cut:.0f}% "
                      f"cut-off, so the query reads {t} plain (see: imp layout {t} --dry-run)")
+    if e.get("probed_join_sides"):
+        lines.append(f"  join sides probed in the data layer: "
+                     f"{', '.join(e['probed_join_sides'])}")
+    for i in e.get("indexes", ()):
+        lines.append(f"  shared index: {describe_index(SimpleNamespace(**i))}")
     if brief:
         return lines
     lines.append(f"  {'candidate':32s} {'roles':24s} {'safe':5s} {'sketch':>7s} "
@@ -241,8 +247,19 @@ def describe_info(q: Any) -> str:
     auto = q.autoscaling
     shards = f"shards {q.shards}" if auto is None else \
         f"shards {q.shards} (auto {auto.min_shards}-{auto.max_shards}, load {q.load:.2f})"
-    return (f"{q.name:16s} {q.state:8s} {how:22s} {shards}  seq {q.sketch_seq:<4d} "
+    line = (f"{q.name:16s} {q.state:8s} {how:22s} {shards}  seq {q.sketch_seq:<4d} "
             f"{q.sketch_fragments}/{q.total_fragments} fragments on {attrs}  [{versions}]")
+    indexes = getattr(q, "indexes", ())
+    if indexes:
+        line += "\n" + " " * 18 + "indexes: " + "; ".join(describe_index(i) for i in indexes)
+    return line
+
+
+def describe_index(i: Any) -> str:
+    """``table.key`` with where it is held, its size and how many queries share it."""
+    size = i.disk_bytes if i.where == "disk" else i.bytes
+    return (f"{i.table}.{i.key} ({i.where} {size / 2**20:.1f} MiB, {len(i.columns)} "
+            f"columns, shared by {i.users})")
 
 
 def read_table_file(path: str, schema: Any) -> Any:

@@ -18,11 +18,12 @@ from probed_runs import CHAIN_SQL, JOIN_SQL, ProbedRun, random_change, store_of,
 
 from imp_core.engine.pipeline import EngineOptions
 from imp_core.query.data_layer import DataLayer
-from imp_core.storage import DeltaStore
+from imp_core.storage import DeltaStore, index_bases
 from imp_core.storage.file_side import FileJoinSide
 from imp_core.storage.indexed_files import IndexedTableFiles
 from imp_core.storage.table_index import (
     IndexCatalog,
+    IndexUnreadableError,
     IndexVersionError,
     TableIndex,
     shared_indexes_enabled,
@@ -47,14 +48,25 @@ def _expected(store: DeltaStore, table: str, version: int, key: str, keys: list 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), steps=st.integers(1, 6),
        index=st.sampled_from([("facts", "k"), ("dims", "dk"), ("dims", "label")]),
-       fold=st.booleans())
+       fold=st.booleans(), on_disk=st.booleans())
 def test_reads_at_every_held_version_equal_the_snapshot(tmp_path_factory, seed, steps, index,
-                                                        fold):
+                                                        fold, on_disk):
     rng = np.random.default_rng(seed)
-    store = store_of(tmp_path_factory.mktemp("ti"), tables_for(rng))
+    root = tmp_path_factory.mktemp("ti")
+    store = store_of(root, tables_for(rng))
     table, key = index
     columns = store.schema(table).names
-    idx = TableIndex(store, table, key, columns, store.version(table))
+    with pytest.MonkeyPatch.context() as patch:
+        # small row groups, so that probes choose among many
+        patch.setattr(index_bases, "GROUP_ROWS", 7)
+        _check_reads(store, table, key, columns, rng, steps, fold,
+                     directory=root / "idx" if on_disk else None)
+
+
+def _check_reads(store, table, key, columns, rng, steps, fold, directory):
+    idx = TableIndex(store, table, key, columns, store.version(table),
+                     directory=directory, memory_bytes=0)
+    assert idx.describe()["where"] == ("disk" if directory is not None else "memory")
     first = store.version(table)
     idx.pin("lagging", first)  # a lazy reader that stays at the first version
     versions = [first]
@@ -102,6 +114,60 @@ def test_the_catalog_shares_widens_and_drops(tmp_path):
     assert catalog.find("dims", "dk") is None and catalog.nbytes() == 0
 
 
+def test_a_disk_base_reads_only_the_groups_of_the_asked_keys_and_is_reused(tmp_path,
+                                                                          monkeypatch):
+    store = store_of(tmp_path, tables_for(np.random.default_rng(5), 400))
+    monkeypatch.setattr(index_bases, "GROUP_ROWS", 16)
+    directory = tmp_path / "idx"
+    v = store.version("facts")
+    idx = TableIndex(store, "facts", "k", ["k", "v"], v, directory=directory,
+                     memory_bytes=0)
+    base = idx._base
+    assert isinstance(base, index_bases.DiskBase) and base.group_count() > 4
+    keys = store.read("facts", v, columns=["k"]).column("k").unique()[:2]
+    got = idx.read(v, keys, columns=["k", "v"])
+    assert _rows(got, ["k", "v"]) == _expected(store, "facts", v, "k", keys.to_pylist(),
+                                               ["k", "v"])
+    # each asked key lies in at most a couple of groups (one key may straddle two)
+    assert 1 <= base.groups_read <= 2 * len(keys) + 2 < base.group_count()
+    assert idx.nbytes() < 64 * base.group_count()  # memory: the groups' hash ranges
+    # another process of the store (here: another index object) finds the file
+    random_change(store, np.random.default_rng(6), 900)
+    later = store.version("facts")
+    again = TableIndex(store, "facts", "k", ["v"], later, directory=directory,
+                       memory_bytes=0)
+    assert again.reused and again.floor == v and again.current == later
+    assert _rows(again.read(later), ["k", "v"]) == _expected(store, "facts", later, "k",
+                                                             None, ["k", "v"])
+    # a damaged file: its readers get an error that sends them to the table's files,
+    # and a new index passes it over and is built from the table
+    for path in directory.glob("v*.parquet"):
+        path.write_bytes(b"not parquet")
+    with pytest.raises(IndexUnreadableError, match="read the table's files instead"):
+        again.read(later, keys)
+    rebuilt = TableIndex(store, "facts", "k", ["v"], later, directory=directory,
+                         memory_bytes=0)
+    assert not rebuilt.reused
+    assert _rows(rebuilt.read(later), ["k", "v"]) == _expected(store, "facts", later, "k",
+                                                               None, ["k", "v"])
+
+
+def test_the_catalog_keeps_indexes_in_memory_up_to_its_budget(tmp_path, monkeypatch):
+    store = store_of(tmp_path, tables_for(np.random.default_rng(7)))
+    v = store.version("dims")
+    monkeypatch.setenv("IMP_INDEX_MEMORY_MIB", "0")
+    on_disk = IndexCatalog(store).acquire("q", "dims", "dk", ["w"], v)
+    assert on_disk.describe()["where"] == "disk" and on_disk.describe()["disk_bytes"] > 0
+    monkeypatch.setenv("IMP_INDEX_MEMORY_MIB", "64")
+    in_memory = IndexCatalog(store).acquire("q", "dims", "dk", ["w"], v)
+    # the file the first catalog wrote is reused, loaded into memory as it fits
+    assert in_memory.describe()["where"] == "memory" and in_memory.reused
+    assert _rows(in_memory.read(v), ["dk", "w"]) == _rows(on_disk.read(v), ["dk", "w"])
+    monkeypatch.setenv("IMP_INDEX_MEMORY_MIB", "-1")
+    with pytest.raises(ValueError, match="IMP_INDEX_MEMORY_MIB"):
+        IndexCatalog(store).acquire("q", "dims", "w", ["dk"], v)
+
+
 def test_the_setting(monkeypatch):
     monkeypatch.delenv("IMP_SHARED_INDEXES", raising=False)
     assert shared_indexes_enabled() is False
@@ -115,9 +181,17 @@ def test_the_setting(monkeypatch):
 
 # 10 examples (each 1-3 s here: two queries registered and maintained over several commits)
 @settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 10**6), steps=st.integers(2, 5))
+@given(seed=st.integers(0, 10**6), steps=st.integers(2, 5), on_disk=st.booleans())
 def test_queries_sharing_indexes_equal_the_reference_at_their_own_versions(
-        tmp_path_factory, seed, steps):
+        tmp_path_factory, seed, steps, on_disk):
+    with pytest.MonkeyPatch.context() as patch:
+        if on_disk:  # every index on disk, in row groups small enough to choose among
+            patch.setenv("IMP_INDEX_MEMORY_MIB", "0")
+            patch.setattr(index_bases, "GROUP_ROWS", 5)
+        _check_shared(tmp_path_factory, seed, steps, on_disk)
+
+
+def _check_shared(tmp_path_factory, seed, steps, on_disk):
     rng = np.random.default_rng(seed)
     store = store_of(tmp_path_factory.mktemp("shared"), tables_for(rng, 120))
     catalog = IndexCatalog(store)
@@ -137,6 +211,23 @@ def test_queries_sharing_indexes_equal_the_reference_at_their_own_versions(
             lazy.check()
     report = layer.files.index_report()
     assert report["index_reads"] > 0
+    assert {d["where"] for d in report["indexes"]} == {"disk" if on_disk else "memory"}
     shared = [d for d in report["indexes"] if len(d["users"]) > 1]
     assert shared, report  # both queries probe dims by its key: one index serves both
     assert report["builds"] <= 2 * len(report["indexes"])
+
+
+def test_a_damaged_index_file_sends_reads_to_the_table_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMP_INDEX_MEMORY_MIB", "0")
+    store = store_of(tmp_path, tables_for(np.random.default_rng(8)))
+    files = IndexedTableFiles(store, IndexCatalog(store))
+    v = store.version("dims")
+    keys = {"dk": store.read("dims", v, columns=["dk"]).column("dk").unique()[:3]}
+    first = files.read("dims", v, ["dk", "w"], keys=keys, reader="r1")
+    assert files.index_reads == 1 and files.catalog.find("dims", "dk") is not None
+    for path in (tmp_path / "_imp_indexes").rglob("v*.parquet"):
+        path.write_bytes(b"damaged")
+    again = files.read("dims", v, ["dk", "w"], keys=keys, reader="r1")
+    assert _rows(again, ["dk", "w"]) == _rows(first, ["dk", "w"]) == _expected(
+        store, "dims", v, "dk", keys["dk"].to_pylist(), ["dk", "w"])
+    assert files.file_reads == 1 and files.catalog.find("dims", "dk") is None

@@ -447,4 +447,5 @@ def process_indexes() -> dict[str, Any]:
         catalogs = list(_catalogs.values())
     indexes = [d for c in catalogs for d in c.describe()]
     return {"enabled": shared_indexes_enabled(), "count": len(indexes),
-            "bytes": sum(d["bytes"] for d in indexes), "indexes": indexes}
+            "bytes": sum(d["bytes"] for d in indexes),
+            "disk_bytes": sum(d["disk_bytes"] for d in indexes), "indexes": indexes}

@@ -8,17 +8,21 @@ question, ``rows_for(hashes)``: every row whose key hash is one of ``hashes``.
 
 - ``MemoryBase`` keeps the rows as Arrow columns with their hashes beside them; a probe is
   two binary searches per asked hash.
-- ``DiskBase`` keeps them in one Parquet file written in that order, with the hash as a
-  column (``HASH``) and small row groups, so the file is clustered by the probe key: a
-  probe reads only the row groups whose [min, max] hash range holds an asked hash (the
-  ranges come from the footer and stay in memory, a few bytes per group), never the
-  whole table. Its files are immutable and named by table id, key, floor version and
-  columns, so any process on the store may open one another wrote (``find``) instead of
-  building its own; a file is written under a temporary name and renamed into place.
+- ``DiskBase`` keeps them in files written in that order (an Arrow IPC file of the rows
+  and a raw array of their hashes), memory-mapped, so the copy is clustered by the probe
+  key: a probe binary-searches the mapped hashes and takes the rows it finds, touching
+  only the pages of the asked keys, never the whole table. Mapped pages belong to the
+  OS page cache: one copy for every process of the machine, dropped under memory
+  pressure and read again on the next touch. (Parquet row groups were measured first:
+  a probe decodes whole groups, and groups small enough to hold few unasked rows make
+  the footer large; see docs/architecture.md.) Its files are immutable and named by
+  table id, key, floor version and columns, so any process on the store may map one
+  another wrote (``find``) instead of building its own; files are written under
+  temporary names and renamed into place, and are never changed in place.
 
-Invariant (both): the rows are exactly the consolidated rows (equal rows summed, counts
-> 0) of the table at the floor version, restricted to the index's columns, ordered by
-``hashes`` (non-decreasing).
+Invariant (both): the rows, each repeated by its count (> 0), are exactly the table's
+rows at the floor version restricted to the index's columns (equal rows may be one row
+or several), ordered by ``hashes`` (non-decreasing).
 """
 
 from __future__ import annotations
@@ -33,14 +37,11 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 COUNT = "__imp_n"  # a base row's multiplicity, a log row's signed weight
-HASH = "__imp_h"  # a disk base's key hash column (what its row groups are clustered by)
-# rows per row group of a disk base: a probe of k keys reads at most k groups of this
-# many rows (8192 rows of a few numeric columns is ~100 KB; smaller groups make the
-# footer, held in memory, and the per-group read overhead grow)
-GROUP_ROWS = 8192
+# rows per record batch of a disk base's Arrow file (a string column's offsets are
+# 32-bit: a batch must hold under 2 GiB of its text)
+CHUNK_ROWS = 1 << 22
 _FORMAT = "h1"  # the hash and file layout; a change names new files
 
 
@@ -155,41 +156,47 @@ def _columns_tag(columns: list[str]) -> str:
 
 
 class DiskBase:
-    """A base in one immutable Parquet file clustered by key hash (module docstring)."""
+    """A base in two immutable files clustered by key hash (see the module docstring):
+    ``<name>.arrow``, the counted rows as an Arrow IPC file in hash order, and
+    ``<name>.hash``, their hashes as raw int64. Both are memory-mapped: a probe
+    binary-searches the hashes and takes the rows it finds, so it touches only the
+    pages of the asked keys, and the pages stay in the OS page cache, one copy for
+    every process of the machine, given back under memory pressure."""
 
     kind = "disk"
 
     def __init__(self, path: Path, columns: list[str]):
         self.path = path
         self.columns = columns
-        self._file = pq.ParquetFile(path)
-        meta = self._file.metadata
-        self.num_rows = meta.num_rows
-        at = meta.schema.to_arrow_schema().get_field_index(HASH)
-        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-        stats = [g.column(at).statistics for g in groups]
-        # a group without statistics is read by every probe (its range is everything)
-        self._lo = np.array([s.min if s is not None and s.has_min_max else -2**63
-                             for s in stats], dtype=np.int64)
-        self._hi = np.array([s.max if s is not None and s.has_min_max else 2**63 - 1
-                             for s in stats], dtype=np.int64)
-        self.groups_read = 0
+        # a file shorter than its footer says, or hashes not one per row, are damaged
+        self._rows = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        hash_path = path.with_suffix(".hash")
+        size = hash_path.stat().st_size
+        if size != 8 * self._rows.num_rows:
+            raise pa.ArrowInvalid(f"{hash_path}: {size} bytes for {self._rows.num_rows} rows")
+        self._hashes = np.memmap(hash_path, dtype=np.int64, mode="r") if size \
+            else np.zeros(0, np.int64)
+        self.num_rows = self._rows.num_rows
+        self.rows_read = 0
 
     @classmethod
-    def write(cls, directory: Path, floor: int, part: Part, columns: list[str],
-              group_rows: int | None = None) -> DiskBase:
-        """``part`` (sorted) written as the base at ``floor`` in ``directory``, in row
-        groups of ``group_rows`` rows (default ``GROUP_ROWS``)."""
+    def write(cls, directory: Path, floor: int, part: Part, columns: list[str]) -> DiskBase:
+        """``part`` (sorted) written as the base at ``floor`` in ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"v{floor:012d}-{_columns_tag(columns)}.parquet"
-        tmp = directory / f".{path.name}.{uuid.uuid4().hex}.tmp"
-        data = part.rows.append_column(HASH, pa.array(part.hashes, pa.int64()))
+        path = directory / f"v{floor:012d}-{_columns_tag(columns)}.arrow"
+        tmp = uuid.uuid4().hex
+        rows_tmp, hash_tmp = directory / f".{tmp}.arrow", directory / f".{tmp}.hash"
         try:
-            pq.write_table(data, tmp, row_group_size=max(1, group_rows or GROUP_ROWS),
-                           compression="lz4", write_statistics=[HASH])
-            os.replace(tmp, path)
+            with pa.OSFile(str(rows_tmp), "wb") as sink, \
+                    pa.ipc.new_file(sink, part.rows.schema) as writer:
+                writer.write_table(part.rows, max_chunksize=CHUNK_ROWS)
+            np.ascontiguousarray(part.hashes, dtype=np.int64).tofile(hash_tmp)
+            # the hashes first: a ``.arrow`` file in place always has its ``.hash``
+            os.replace(hash_tmp, path.with_suffix(".hash"))
+            os.replace(rows_tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)
+            rows_tmp.unlink(missing_ok=True)
+            hash_tmp.unlink(missing_ok=True)
         return cls(path, columns)
 
     @classmethod
@@ -199,70 +206,60 @@ class DiskBase:
         if not directory.is_dir():
             return None
         found: list[tuple[int, Path]] = []
-        for path in directory.glob("v*.parquet"):
+        for path in directory.glob("v*.arrow"):
             try:
-                floor = int(path.name[1:13])
+                found.append((cls.floor_of(path), path))
             except ValueError:
                 continue
-            if floor <= version:
-                found.append((floor, path))
-        for _, path in sorted(found, reverse=True):
+        for floor, path in sorted(found, reverse=True):
+            if floor > version:
+                continue
             try:
-                names = pq.read_schema(path).names
-                if set(columns) <= set(names) and COUNT in names and HASH in names:
-                    return cls(path, [n for n in names if n not in (COUNT, HASH)])
+                base = cls(path, [])
             except (OSError, pa.ArrowException):
                 continue
+            names = base._rows.column_names
+            if set(columns) <= set(names) and COUNT in names:
+                base.columns = [n for n in names if n != COUNT]
+                return base
         return None
 
     @staticmethod
     def floor_of(path: Path) -> int:
         return int(path.name[1:13])
 
-    def _groups(self, wanted: np.ndarray) -> np.ndarray:
-        """The row groups whose hash range holds one of ``wanted`` (sorted)."""
-        first = np.searchsorted(wanted, self._lo, "left")
-        last = np.searchsorted(wanted, self._hi, "right")
-        return np.flatnonzero(last > first)
-
     def rows_for(self, wanted: np.ndarray | None) -> pa.Table:
         names = [*self.columns, COUNT]
         if wanted is None:
-            return self._file.read(columns=names, use_threads=False)
-        groups = self._groups(wanted)
-        if len(groups) == 0:
-            return self._file.schema_arrow.empty_table().select(names)
-        self.groups_read += len(groups)
-        data = self._file.read_row_groups(groups.tolist(), columns=[*names, HASH],
-                                          use_threads=False)
-        hashes = data.column(HASH).to_numpy()
-        return data.filter(pa.array(member(hashes, wanted))).select(names)
+            return self._rows.select(names)
+        lo = np.searchsorted(self._hashes, wanted, "left")
+        hi = np.searchsorted(self._hashes, wanted, "right")
+        take = ranges(lo, hi)
+        self.rows_read += len(take)
+        return self._rows.select(names).take(pa.array(take))
 
     def part(self) -> Part:
-        data = self._file.read(columns=[*self.columns, COUNT, HASH], use_threads=False)
-        return Part(data.drop_columns([HASH]), data.column(HASH).to_numpy())
+        return Part(self._rows.select([*self.columns, COUNT]), np.asarray(self._hashes))
 
     def nbytes(self) -> int:
-        return self._lo.nbytes + self._hi.nbytes
+        """Bytes of the process's own memory: none (the mapped pages are the OS's)."""
+        return 0
 
     def memory_bytes(self) -> int:
-        """About what the base would take in memory (its columns uncompressed)."""
-        meta = self._file.metadata
-        return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        """What the base would take in memory."""
+        return self._rows.nbytes + 8 * self.num_rows
 
     def disk_bytes(self) -> int:
         try:
-            return self.path.stat().st_size
+            return self.path.stat().st_size + self.path.with_suffix(".hash").stat().st_size
         except OSError:
             return 0
-
-    def group_count(self) -> int:
-        return len(self._lo)
 
 
 def prune(directory: Path, keep: int = 2) -> None:
     """Delete all but the ``keep`` newest bases in ``directory`` (a process that still
     reads a deleted one keeps its open file; a new reader builds or finds another)."""
-    paths = sorted(directory.glob("v*.parquet"), reverse=True)
+    paths = sorted(directory.glob("v*.arrow"), reverse=True)
     for path in paths[keep:]:
         path.unlink(missing_ok=True)
+        path.with_suffix(".hash").unlink(missing_ok=True)

@@ -35,6 +35,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -63,6 +64,8 @@ from imp_core.storage.index_bases import (
     sorted_part,
 )
 
+log = logging.getLogger(__name__)
+
 # the log is folded into the base when it holds this share of the base's rows, or
 # _FOLD_MAX_ROWS (a read scans the log's hashes and the base is searched: folding too
 # rarely makes reads slow and the log large, too often makes commits rewrite the base)
@@ -76,8 +79,8 @@ class IndexVersionError(ImpError):
 
 
 class IndexUnreadableError(IndexVersionError):
-    """The index's disk base could not be read (a damaged or removed file): the caller
-    reads the table's files instead, and the index is dropped."""
+    """The index's disk base could not be written or read (a full disk, a damaged
+    file): the caller reads the table's files instead, and the index is dropped."""
 
 
 def _hashes(rows: pa.Table, key: str) -> np.ndarray:
@@ -111,6 +114,7 @@ class TableIndex:
         self.commits_applied = 0
         self._log: list[tuple[int, Part]] = []
         self._log_view: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
+        self._failed_fold_rows = 0
         found = DiskBase.find(directory, self.columns, version) \
             if directory is not None else None
         if found is not None:
@@ -132,7 +136,12 @@ class TableIndex:
         if self.directory is None or memory_bytes is None \
                 or part.rows.nbytes + part.hashes.nbytes <= memory_bytes:
             return MemoryBase(part)
-        base = DiskBase.write(self.directory, self.floor, part, self.columns)
+        try:
+            base = DiskBase.write(self.directory, self.floor, part, self.columns)
+        except OSError as exc:
+            raise IndexUnreadableError(
+                f"index of {self.table} on {self.key}: cannot write its file in "
+                f"{self.directory} ({exc}); read the table's files instead") from exc
         prune(self.directory)
         return base
 
@@ -185,8 +194,9 @@ class TableIndex:
 
     def _fold_if_due(self) -> None:
         rows = self._log_rows()
-        if rows and rows >= min(_FOLD_MAX_ROWS,
-                                max(_FOLD_MIN_ROWS, _FOLD_SHARE * self._base.num_rows)):
+        due = min(_FOLD_MAX_ROWS, max(_FOLD_MIN_ROWS, _FOLD_SHARE * self._base.num_rows))
+        # after a fold that could not write its file, wait for the log to double
+        if rows and rows >= max(due, 2 * self._failed_fold_rows):
             self.compact()
 
     def compact(self) -> None:
@@ -198,14 +208,23 @@ class TableIndex:
             if not done:
                 return
             part = folded(self._base.part(), done, self.columns, self._hash)
+            if isinstance(self._base, DiskBase):
+                directory = self._base.path.parent
+                try:
+                    base: IndexBase = DiskBase.write(directory, upto, part, self.columns)
+                except OSError as exc:  # the base and log stay as they were: exact
+                    self._failed_fold_rows = self._log_rows()
+                    log.warning("index of %s on %s: cannot fold its log into a new file "
+                                "(%s); the log is kept", self.table, self.key, exc)
+                    return
+                prune(directory)
+            else:
+                base = MemoryBase(part)
+            self._base = base
             self._log = [(v, p) for v, p in self._log if v > upto]
             self._log_view = None
             self.floor = upto
-            if isinstance(self._base, DiskBase):
-                self._base = DiskBase.write(self._base.path.parent, upto, part, self.columns)
-                prune(self._base.path.parent)
-            else:
-                self._base = MemoryBase(part)
+            self._failed_fold_rows = 0
 
     # -- reading ----------------------------------------------------------------------
     def covers(self, columns: Iterable[str]) -> bool:

@@ -177,6 +177,11 @@ class DiskBase:
         self._hashes = np.memmap(hash_path, dtype=np.int64, mode="r") if size \
             else np.zeros(0, np.int64)
         self.num_rows = self._rows.num_rows
+        # each record batch with the position of its first row: a take goes to the
+        # batches holding the positions (a take over the whole chunked table would
+        # concatenate the chunks first, touching every page)
+        self._batches = self._rows.to_batches()
+        self._starts = np.cumsum([0] + [b.num_rows for b in self._batches])
         self.rows_read = 0
 
     @classmethod
@@ -234,9 +239,14 @@ class DiskBase:
             return self._rows.select(names)
         lo = np.searchsorted(self._hashes, wanted, "left")
         hi = np.searchsorted(self._hashes, wanted, "right")
-        take = ranges(lo, hi)
+        take = ranges(lo, hi)  # increasing: the hashes and ``wanted`` are sorted
         self.rows_read += len(take)
-        return self._rows.select(names).take(pa.array(take))
+        cuts = np.searchsorted(take, self._starts)
+        pieces = [pa.Table.from_batches([batch.select(names).take(
+            pa.array(take[cuts[i]:cuts[i + 1]] - self._starts[i]))])
+            for i, batch in enumerate(self._batches) if cuts[i + 1] > cuts[i]]
+        return pa.concat_tables(pieces) if pieces \
+            else self._rows.schema.empty_table().select(names)
 
     def part(self) -> Part:
         return Part(self._rows.select([*self.columns, COUNT]), np.asarray(self._hashes))

@@ -55,8 +55,11 @@ def test_reads_at_every_held_version_equal_the_snapshot(tmp_path_factory, seed, 
     store = store_of(root, tables_for(rng))
     table, key = index
     columns = store.schema(table).names
-    _check_reads(store, table, key, columns, rng, steps, fold,
-                 directory=root / "idx" if on_disk else None)
+    with pytest.MonkeyPatch.context() as patch:
+        # small record batches, so that probes take rows from several
+        patch.setattr(index_bases, "CHUNK_ROWS", 7)
+        _check_reads(store, table, key, columns, rng, steps, fold,
+                     directory=root / "idx" if on_disk else None)
 
 
 def _check_reads(store, table, key, columns, rng, steps, fold, directory):
@@ -182,8 +185,9 @@ def test_the_setting(monkeypatch):
 def test_queries_sharing_indexes_equal_the_reference_at_their_own_versions(
         tmp_path_factory, seed, steps, on_disk):
     with pytest.MonkeyPatch.context() as patch:
-        if on_disk:  # every index on disk
+        if on_disk:  # every index on disk, in record batches of a few rows
             patch.setenv("IMP_INDEX_MEMORY_MIB", "0")
+            patch.setattr(index_bases, "CHUNK_ROWS", 5)
         _check_shared(tmp_path_factory, seed, steps, on_disk)
 
 

@@ -118,6 +118,11 @@ class TableIndex:
         found = DiskBase.find(directory, self.columns, version) \
             if directory is not None else None
         if found is not None:
+            # the index holds what the file holds (perhaps more than asked for), in the
+            # table's column order, as its log will
+            held = set(found.columns)
+            self.columns = found.columns = [c for c in schema.names if c in held]
+            self.schema = pa.schema([schema.field(c) for c in self.columns])
             # a base small enough for memory is loaded (sorted already: no table read)
             fits = memory_bytes is not None and found.memory_bytes() <= memory_bytes
             self._base: IndexBase = MemoryBase(found.part()) if fits else found

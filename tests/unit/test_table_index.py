@@ -138,11 +138,14 @@ def test_a_disk_base_touches_only_the_rows_of_the_asked_keys_and_is_reused(tmp_p
     # another process of the store (here: another index object) finds the files
     random_change(store, np.random.default_rng(6), 900)
     later = store.version("facts")
-    again = TableIndex(store, "facts", "k", ["v"], later, directory=directory,
-                       memory_bytes=0)
+    again = TableIndex(store, "facts", "k", ["k"], later, directory=directory,
+                       memory_bytes=0)  # fewer columns than the file: it holds them all
     assert again.reused and again.floor == v and again.current == later
+    assert again.columns == ["k", "v"]
     assert _rows(again.read(later), ["k", "v"]) == _expected(store, "facts", later, "k",
                                                              None, ["k", "v"])
+    assert _rows(again.read(later, keys, columns=["k"]), ["k"]) == _expected(
+        store, "facts", later, "k", keys.to_pylist(), ["k"])
     # a damaged file is passed over: the index is built from the table
     _damage(directory)
     rebuilt = TableIndex(store, "facts", "k", ["v"], later, directory=directory,

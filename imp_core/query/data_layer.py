@@ -319,8 +319,8 @@ class DataLayer:
     use), or None (the files are read directly; no JVM in this process).
     ``row_filter``: what every read of a table keeps (a shard's routing), or None.
     ``shared_indexes``: whether probed sides read the tables through the process's
-    shared in-memory indexes (``imp_core.storage.indexed_files``; default:
-    ``IMP_SHARED_INDEXES``), else from the files.
+    shared covering indexes (``imp_core.storage.indexed_files``; default:
+    ``IMP_SHARED_INDEXES``, on), else from the files.
     """
 
     def __init__(self, store: Any, spark: Any = None, row_filter: RowFilter | None = None,

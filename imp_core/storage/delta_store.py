@@ -191,6 +191,9 @@ class DeltaStore:
         self._snapshots.forget(entry.location)
         if delete_files and not is_uri(entry.location):
             shutil.rmtree(entry.location, ignore_errors=True)
+        # the shared indexes' files of the table (``index_bases.index_directory``)
+        for folder in (self.root / "_imp_indexes").glob(f"{normalize_name(name)}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
 
     # --- reading -----------------------------------------------------------------------
 

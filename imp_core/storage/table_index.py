@@ -425,13 +425,15 @@ class IndexCatalog:
 
 ENV_SHARED_INDEXES = "IMP_SHARED_INDEXES"
 ENV_INDEX_MEMORY = "IMP_INDEX_MEMORY_MIB"
-DEFAULT_INDEX_MEMORY_MIB = 512
+DEFAULT_INDEX_MEMORY_MIB = 128
 
 
 def index_memory_bytes() -> int:
     """The bytes a store's shared indexes may hold in memory in one process
-    (``IMP_INDEX_MEMORY_MIB``, default 512): an index whose base would pass it is kept
-    on disk, clustered by its key (0: every index on disk)."""
+    (``IMP_INDEX_MEMORY_MIB``, default 128): an index whose base would pass it is kept
+    on disk, clustered by its key (0: every index on disk). Small indexes stay in memory
+    (a probe is a binary search); large ones are mapped files whose pages the OS shares
+    between the processes of a machine, measured nearly as fast (docs/benchmarks.md)."""
     return int_setting(ENV_INDEX_MEMORY, DEFAULT_INDEX_MEMORY_MIB, 0) << 20
 
 _catalogs: dict[str, IndexCatalog] = {}
@@ -439,13 +441,13 @@ _catalogs_lock = threading.Lock()
 
 
 def shared_indexes_enabled(value: bool | None = None) -> bool:
-    """``value``, else ``IMP_SHARED_INDEXES`` (``on``/``off``; default off)."""
+    """``value``, else ``IMP_SHARED_INDEXES`` (``on``/``off``; default on)."""
     if value is not None:
         return value
-    raw = os.environ.get(ENV_SHARED_INDEXES, "off").strip().lower()
+    raw = os.environ.get(ENV_SHARED_INDEXES, "on").strip().lower()
     if raw not in ("on", "off", "1", "0", "true", "false", ""):
         raise ValueError(f"{ENV_SHARED_INDEXES}={raw!r}: expected on or off")
-    return raw in ("on", "1", "true")
+    return raw in ("on", "1", "true", "")
 
 
 def catalog_for(store: Any) -> IndexCatalog:

@@ -173,9 +173,10 @@ def test_the_catalog_keeps_indexes_in_memory_up_to_its_budget(tmp_path, monkeypa
 
 def test_the_setting(monkeypatch):
     monkeypatch.delenv("IMP_SHARED_INDEXES", raising=False)
-    assert shared_indexes_enabled() is False
-    monkeypatch.setenv("IMP_SHARED_INDEXES", "on")
     assert shared_indexes_enabled() is True
+    monkeypatch.setenv("IMP_SHARED_INDEXES", "off")
+    assert shared_indexes_enabled() is False
+    assert shared_indexes_enabled(True) is True
     assert shared_indexes_enabled(False) is False
     monkeypatch.setenv("IMP_SHARED_INDEXES", "maybe")
     with pytest.raises(ValueError, match="expected on or off"):

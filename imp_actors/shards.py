@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Callable, Mapping
 
@@ -30,6 +31,12 @@ from imp_core.query.driver import bootstrap_mode, first_changes
 from imp_core.query.driver import read_columns as spec_columns
 
 log = logging.getLogger(__name__)
+
+# a shard's replacement that dies is replaced again (``recover_shard``): pauses 0.5, 1, 2,
+# 4, 8, 8, 8 s, 31.5 s in all, beyond the ~15 s Ray takes to declare a silent node dead
+RECOVER_ATTEMPTS = 8
+RECOVER_PAUSE_S = 0.5
+RECOVER_PAUSE_MAX_S = 8.0
 
 Prepare = Callable[[int, WorkerHandle], WorkerStatus]
 
@@ -149,14 +156,34 @@ class ShardManager:
         return st or self.rebuild_shard(q, shard, h, "it has no usable checkpoint")
 
     def recover_shard(self, q: QueryRuntime, shard: int) -> None:
-        """Replace a dead shard worker: newest checkpoint, else rebuild."""
+        """Replace a dead shard worker: newest checkpoint, else rebuild.
+
+        A replacement that dies too is replaced again, after a pause doubling from
+        ``RECOVER_PAUSE_S`` (``RECOVER_ATTEMPTS`` in all, about 30 s): when a node is
+        lost without a word (a machine gone, not a drained node), the cluster keeps
+        placing actors on it until its missed heartbeats mark it dead, some seconds
+        later."""
         assert q.handles is not None
         q.handles[shard].kill()
-        h = self.spawn()
-        st = self.load_newest_checkpoint(q, shard, h)
-        if st is None:
-            st = self.rebuild_shard(q, shard, h, "its actor died and no checkpoint is usable")
-            q.capture = None
+        for attempt in range(1, RECOVER_ATTEMPTS + 1):
+            h = self.spawn()
+            try:
+                st = self.load_newest_checkpoint(q, shard, h)
+                if st is None:
+                    st = self.rebuild_shard(q, shard, h,
+                                            "its actor died and no checkpoint is usable")
+                    q.capture = None
+                break
+            except WorkerLostError as exc:
+                h.kill()
+                if attempt == RECOVER_ATTEMPTS:
+                    raise
+                pause = min(RECOVER_PAUSE_MAX_S, RECOVER_PAUSE_S * 2 ** (attempt - 1))
+                log.warning("%s shard %d: its replacement died too (%s), perhaps on a "
+                            "node lost but not yet known dead; again in %.1f s", q.name,
+                            shard, exc, pause)
+                self.ctx.counters["actor_failures"] += 1
+                time.sleep(pause)  # a backoff: the cluster needs time to notice the loss
         q.set_shard(shard, h, st)
         self.ctx.counters["actor_recoveries"] += 1
         q.telemetry.restarted()

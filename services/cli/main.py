@@ -23,6 +23,7 @@ import sys
 from imp_core.errors import ImpError
 from imp_core.process.stdout import json_only_stdout
 from services.cli.catalog_commands import add_catalog_commands
+from services.cli.cluster_commands import add_cluster_commands
 from services.cli.commands import add_client_commands
 
 # The benchmark suites sit above the service (they drive the coordinator and the gRPC
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     add_catalog_commands(sub)
+    add_cluster_commands(sub)
 
     demo = sub.add_parser("demo", help="the whole service on the embedded defaults: TPC-H, "
                           "queries registered and maintained through gRPC, updates streamed")

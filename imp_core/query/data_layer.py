@@ -62,8 +62,8 @@ from imp_core.storage.file_side import (
     key_pushdown,
     scan_counts,
 )
+from imp_core.storage.index_catalog import catalog_for, shared_indexes_enabled
 from imp_core.storage.indexed_files import IndexedTableFiles
-from imp_core.storage.table_index import catalog_for, shared_indexes_enabled
 
 # the sides probed in the data layer: a join input's path names the join and "left" or
 # "right", an aggregation's groups' path the aggregation and "groups" (``OperatorPath``)

@@ -112,6 +112,10 @@ class TableFiles:
         ``IndexedTableFiles``); None here: files keep nothing per reader."""
         return None
 
+    def prepare(self, reader: str | None, table: str, key: str, columns: list[str]) -> None:
+        """A keyed read of ``table`` by ``key`` is to come: nothing to ready here
+        (``IndexedTableFiles`` asks for its index)."""
+
     def indexes_of(self, reader: str | None) -> list[dict[str, Any]]:
         """The shared indexes ``reader`` reads through (``IndexedTableFiles``): none
         here."""
@@ -331,6 +335,16 @@ class FileJoinSide(ProbedSide):
         self.reader = files.reader_for(context)
         self._pushdown = key_pushdown(node, key_columns)
         self._links = filter_links(node)
+        # the first probe column of each table (what a keyed read is served by): its
+        # index is asked for now, so it is built while the query settles
+        first: dict[str, str] = {}
+        for key in key_columns if self.reader is not None else ():
+            if key in self._pushdown:
+                table, source = self._pushdown[key]
+                first.setdefault(table, source)
+        for table, source in first.items():
+            files.prepare(self.reader, table, source,
+                          [*files.columns_for(node, partitions, table), source])
 
     def indexes(self) -> list[dict[str, Any]]:
         """The shared indexes this side's probes read (``TableFiles.indexes_of``)."""

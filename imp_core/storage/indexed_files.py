@@ -24,11 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imp_core.storage.file_side import RowFilter, TableFiles
-from imp_core.storage.table_index import (
-    IndexCatalog,
-    IndexUnreadableError,
-    IndexVersionError,
-)
+from imp_core.storage.index_catalog import IndexCatalog
+from imp_core.storage.table_index import IndexUnreadableError, IndexVersionError
 
 _readers = itertools.count(1)
 
@@ -68,6 +65,8 @@ class IndexedTableFiles(TableFiles):
         key = next(iter(keys))  # the first probe column: the others filter its rows
         try:
             index = self.catalog.acquire(reader, table, key, columns, version)
+            if index is None:  # being built
+                return None
             rows = index.read(version, keys[key], columns=list(
                 dict.fromkeys([*columns, *keys])), reader=reader)
         except IndexUnreadableError:
@@ -78,6 +77,11 @@ class IndexedTableFiles(TableFiles):
         for col, values in list(keys.items())[1:]:
             rows = rows.filter(pc.is_in(rows.column(col), value_set=values))
         return rows.select(columns)
+
+    def prepare(self, reader: str | None, table: str, key: str, columns: list[str]) -> None:
+        """Ask for the index a keyed read of ``table`` by ``key`` will want."""
+        if reader is not None:
+            self.catalog.prepare(reader, table, key, columns)
 
     def indexes_of(self, reader: str | None) -> list[dict[str, Any]]:
         """Per index ``reader`` reads: table, key, columns, where its base is ("memory"

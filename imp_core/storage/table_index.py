@@ -36,9 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -48,7 +46,6 @@ import pyarrow.compute as pc
 
 from imp_core.engine.join_index import key_hashes
 from imp_core.errors import ImpError
-from imp_core.settings import int_setting
 from imp_core.storage.changes import COMMIT_VERSION, to_weighted
 from imp_core.storage.index_bases import (
     COUNT,
@@ -58,7 +55,6 @@ from imp_core.storage.index_bases import (
     Part,
     consolidate,
     folded,
-    index_directory,
     member,
     prune,
     sorted_part,
@@ -321,157 +317,3 @@ def _expand(rows: pa.Table) -> pa.Table:
     if len(counts) == 0 or np.all(counts == 1):
         return data
     return data.take(pa.array(np.repeat(np.arange(len(counts)), counts)))
-
-
-@dataclass
-class _Entry:
-    index: TableIndex
-    users: set[str] = field(default_factory=set)
-
-
-class IndexCatalog:
-    """The shared indexes of one store: one per (table, key column), with the queries
-    that use it. ``acquire`` reuses an index (widened to more columns when a user needs
-    them) instead of building another; ``release`` drops an index nobody uses."""
-
-    def __init__(self, store: Any):
-        self.store = store
-        self._lock = threading.RLock()
-        self._entries: dict[tuple[str, str], _Entry] = {}
-        self.builds = 0
-
-    def acquire(self, user: str, table: str, key: str, columns: Iterable[str],
-                version: int) -> TableIndex:
-        """The index of ``table`` on ``key`` holding ``columns``, for ``user``, able to
-        serve ``version``: the existing one when it can, else one built (or rebuilt
-        wider, at the oldest version its users read) from the table's snapshot."""
-        cols = set(columns) | {key}
-        with self._lock:
-            entry = self._entries.get((table, key))
-            if entry is not None and entry.index.covers(cols) \
-                    and entry.index.floor <= version:
-                entry.users.add(user)
-                return entry.index
-            build_at = version
-            if entry is not None:
-                cols |= set(entry.index.columns)
-                build_at = min(version, entry.index.floor)
-            others = sum(e.index.nbytes() for k, e in self._entries.items()
-                         if k != (table, key))
-            index = TableIndex(self.store, table, key, cols, build_at,
-                               directory=self._directory(table, key),
-                               memory_bytes=max(0, index_memory_bytes() - others))
-            self.builds += 1
-            if entry is not None:
-                index.pins.update(entry.index.pins)
-                index.advance(entry.index.current)
-                entry.index = index
-            else:
-                entry = self._entries[(table, key)] = _Entry(index)
-            entry.users.add(user)
-            return index
-
-    def _directory(self, table: str, key: str) -> Path | None:
-        """Where disk bases of ``table`` on ``key`` go: under the store's root (None for
-        a store without one: its indexes stay in memory)."""
-        root = getattr(self.store, "root", None)
-        table_id = getattr(self.store, "table_id", None)
-        if root is None or table_id is None:
-            return None
-        return index_directory(Path(root), table, table_id(table), key)
-
-    def release(self, user: str) -> None:
-        """``user`` no longer reads any index; indexes left without users are dropped."""
-        with self._lock:
-            for k, entry in list(self._entries.items()):
-                entry.users.discard(user)
-                entry.index.unpin(user)
-                if not entry.users:
-                    del self._entries[k]
-
-    def discard(self, table: str, key: str) -> None:
-        """Forget the index of ``table`` on ``key`` (unreadable): the next read that
-        needs it builds another."""
-        with self._lock:
-            self._entries.pop((table, key), None)
-
-    def find(self, table: str, key: str) -> TableIndex | None:
-        with self._lock:
-            entry = self._entries.get((table, key))
-            return entry.index if entry is not None else None
-
-    def for_table(self, table: str) -> list[TableIndex]:
-        with self._lock:
-            return [e.index for (t, _), e in self._entries.items() if t == table]
-
-    def used_by(self, user: str) -> list[TableIndex]:
-        with self._lock:
-            return [e.index for e in self._entries.values() if user in e.users]
-
-    def advance(self, table: str, version: int | None = None) -> None:
-        """Apply ``table``'s commits up to ``version`` to each of its indexes (once)."""
-        for index in self.for_table(table):
-            index.advance(version)
-
-    def nbytes(self) -> int:
-        with self._lock:
-            return sum(e.index.nbytes() for e in self._entries.values())
-
-    def describe(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [{**e.index.describe(), "users": sorted(e.users)}
-                    for e in self._entries.values()]
-
-
-ENV_SHARED_INDEXES = "IMP_SHARED_INDEXES"
-ENV_INDEX_MEMORY = "IMP_INDEX_MEMORY_MIB"
-DEFAULT_INDEX_MEMORY_MIB = 128
-
-
-def index_memory_bytes() -> int:
-    """The bytes a store's shared indexes may hold in memory in one process
-    (``IMP_INDEX_MEMORY_MIB``, default 128): an index whose base would pass it is kept
-    on disk, clustered by its key (0: every index on disk). Small indexes stay in memory
-    (a probe is a binary search); large ones are mapped files whose pages the OS shares
-    between the processes of a machine, measured nearly as fast (docs/benchmarks.md)."""
-    return int_setting(ENV_INDEX_MEMORY, DEFAULT_INDEX_MEMORY_MIB, 0) << 20
-
-_catalogs: dict[str, IndexCatalog] = {}
-_catalogs_lock = threading.Lock()
-
-
-def shared_indexes_enabled(value: bool | None = None) -> bool:
-    """``value``, else ``IMP_SHARED_INDEXES`` (``on``/``off``; default on)."""
-    if value is not None:
-        return value
-    raw = os.environ.get(ENV_SHARED_INDEXES, "on").strip().lower()
-    if raw not in ("on", "off", "1", "0", "true", "false", ""):
-        raise ValueError(f"{ENV_SHARED_INDEXES}={raw!r}: expected on or off")
-    return raw in ("on", "1", "true", "")
-
-
-def catalog_for(store: Any) -> IndexCatalog:
-    """The process's index catalog of ``store`` (by its root): every pipeline of this
-    process over that store shares its indexes."""
-    root = str(getattr(store, "root", id(store)))
-    with _catalogs_lock:
-        found = _catalogs.get(root)
-        if found is None or found.store is not store and not _same_root(found.store, store):
-            found = _catalogs[root] = IndexCatalog(store)
-        return found
-
-
-def _same_root(a: Any, b: Any) -> bool:
-    return getattr(a, "root", None) is not None and getattr(a, "root", None) == \
-        getattr(b, "root", None)
-
-
-def process_indexes() -> dict[str, Any]:
-    """Every shared index of this process (all stores): their total bytes and each
-    one's ``describe()``, for reports."""
-    with _catalogs_lock:
-        catalogs = list(_catalogs.values())
-    indexes = [d for c in catalogs for d in c.describe()]
-    return {"enabled": shared_indexes_enabled(), "count": len(indexes),
-            "bytes": sum(d["bytes"] for d in indexes),
-            "disk_bytes": sum(d["disk_bytes"] for d in indexes), "indexes": indexes}

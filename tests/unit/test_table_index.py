@@ -20,13 +20,13 @@ from imp_core.engine.pipeline import EngineOptions
 from imp_core.query.data_layer import DataLayer
 from imp_core.storage import DeltaStore, index_bases
 from imp_core.storage.file_side import FileJoinSide
-from imp_core.storage.indexed_files import IndexedTableFiles
-from imp_core.storage.table_index import (
+from imp_core.storage.index_catalog import (
     IndexCatalog,
-    IndexVersionError,
-    TableIndex,
+    builds_in_background,
     shared_indexes_enabled,
 )
+from imp_core.storage.indexed_files import IndexedTableFiles
+from imp_core.storage.table_index import IndexVersionError, TableIndex
 
 
 def _rows(table: pa.Table, columns: list[str]) -> Counter:
@@ -171,16 +171,59 @@ def test_the_catalog_keeps_indexes_in_memory_up_to_its_budget(tmp_path, monkeypa
         IndexCatalog(store).acquire("q", "dims", "w", ["dk"], v)
 
 
-def test_the_setting(monkeypatch):
+def test_the_settings(monkeypatch):
     monkeypatch.delenv("IMP_SHARED_INDEXES", raising=False)
     assert shared_indexes_enabled() is True
     monkeypatch.setenv("IMP_SHARED_INDEXES", "off")
     assert shared_indexes_enabled() is False
     assert shared_indexes_enabled(True) is True
-    assert shared_indexes_enabled(False) is False
     monkeypatch.setenv("IMP_SHARED_INDEXES", "maybe")
-    with pytest.raises(ValueError, match="expected on or off"):
+    with pytest.raises(ValueError, match="IMP_SHARED_INDEXES='maybe': expected one of"):
         shared_indexes_enabled()
+    monkeypatch.delenv("IMP_INDEX_BUILD", raising=False)
+    assert builds_in_background() is True
+    monkeypatch.setenv("IMP_INDEX_BUILD", "inline")
+    assert builds_in_background() is False
+    monkeypatch.setenv("IMP_INDEX_BUILD", "later")
+    with pytest.raises(ValueError, match="IMP_INDEX_BUILD"):
+        builds_in_background()
+
+
+def test_background_builds_serve_once_built_and_drop_what_nobody_wants(tmp_path,
+                                                                       monkeypatch):
+    store = store_of(tmp_path, tables_for(np.random.default_rng(11)))
+    catalog = IndexCatalog(store, background=True)
+    v = store.version("dims")
+    assert catalog.acquire("q1", "dims", "dk", ["w"], v) is None  # asked for, not built
+    assert catalog.wait_idle(30) and catalog.builds == 1
+    index = catalog.acquire("q1", "dims", "dk", ["w"], v)
+    assert index is not None and index.covers(["dk", "w"])
+    # a wider reader: the narrow index serves what it covers until the wide one is built
+    assert catalog.acquire("q2", "dims", "dk", ["label"], v) is None
+    assert catalog.acquire("q1", "dims", "dk", ["w"], v) in (index, catalog.find("dims",
+                                                                                  "dk"))
+    assert catalog.wait_idle(30)
+    wide = catalog.acquire("q2", "dims", "dk", ["label", "w"], v)
+    assert wide is not None and wide is not index and catalog.builds == 2
+    # prepared before any read (at the table's latest version), then served
+    catalog.prepare("q3", "facts", "k", ["k", "v"])
+    assert catalog.wait_idle(30) and catalog.find("facts", "k") is not None
+    assert catalog.acquire("q3", "facts", "k", ["v"], store.version("facts")) is not None
+    # asked for by a reader released before the build ran: not kept
+    catalog.prepare("gone", "dims", "w", ["w"])
+    catalog.release("gone")
+    assert catalog.wait_idle(30) and catalog.find("dims", "w") is None
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    # a failed build: reads go on from the files, and it is not retried at once
+    monkeypatch.setattr(index_bases.DiskBase, "write", broken)
+    monkeypatch.setenv("IMP_INDEX_MEMORY_MIB", "0")
+    assert catalog.acquire("q4", "facts", "v", ["k"], store.version("facts")) is None
+    assert catalog.wait_idle(30) and catalog.find("facts", "v") is None
+    assert catalog.acquire("q4", "facts", "v", ["k"], store.version("facts")) is None
+    assert catalog.building() == 0
 
 
 # 10 examples (each 1-3 s here: two queries registered and maintained over several commits)

@@ -266,10 +266,12 @@ class DiskBase:
             return 0
 
 
-def prune(directory: Path, keep: int = 2) -> None:
-    """Delete all but the ``keep`` newest bases in ``directory`` (a process that still
-    reads a deleted one keeps its open file; a new reader builds or finds another)."""
-    paths = sorted(directory.glob("v*.arrow"), reverse=True)
-    for path in paths[keep:]:
-        path.unlink(missing_ok=True)
-        path.with_suffix(".hash").unlink(missing_ok=True)
+def prune(directory: Path, keep: Path) -> None:
+    """Delete every base in ``directory`` but ``keep`` (the one just written, which
+    supersedes them: newer, or wider). A process that still maps a deleted one keeps
+    reading it (the file lives on until unmapped); a new reader finds ``keep``. Disk
+    bases are a table's size: at SF 10, lineitem's are about 5 GB each."""
+    for path in directory.glob("v*.arrow"):
+        if path != keep:
+            path.unlink(missing_ok=True)
+            path.with_suffix(".hash").unlink(missing_ok=True)

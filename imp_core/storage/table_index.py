@@ -143,7 +143,7 @@ class TableIndex:
             raise IndexUnreadableError(
                 f"index of {self.table} on {self.key}: cannot write its file in "
                 f"{self.directory} ({exc}); read the table's files instead") from exc
-        prune(self.directory)
+        prune(self.directory, base.path)
         return base
 
     # -- building ---------------------------------------------------------------------
@@ -218,7 +218,7 @@ class TableIndex:
                     log.warning("index of %s on %s: cannot fold its log into a new file "
                                 "(%s); the log is kept", self.table, self.key, exc)
                     return
-                prune(directory)
+                prune(directory, base.path)
             else:
                 base = MemoryBase(part)
             self._base = base

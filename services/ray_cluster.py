@@ -4,8 +4,9 @@
 separate process trees on loopback, each node with its own raylet, object store and
 caps (CPUs, memory, object store), and writes the cluster's description to
 ``<dir>/cluster.json``; the service joins it with the environment ``Cluster.env``
-gives (``IMP_RAY_ADDRESS`` and the cluster's token: Ray's token authentication is on
-for every node, with a token kept in ``<dir>/auth_token``). ``remove_node`` kills one
+gives (``IMP_RAY_ADDRESS`` and the token: Ray's token authentication is on for every
+node, with the machine's Ray token, ``~/.ray/auth_token`` unless
+``RAY_AUTH_TOKEN_PATH`` names another). ``remove_node`` kills one
 worker node's processes, as a lost machine would be lost; ``add_node`` starts another;
 ``down`` stops every process of the cluster.
 
@@ -65,13 +66,10 @@ class Cluster:
     temp_dir: str
     nodes: list[Node]
     started_at: float
+    token_path: str = ""  # the cluster's token (Ray's token authentication)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-    @property
-    def token_path(self) -> str:
-        return str(Path(self.directory) / "auth_token")
 
     def env(self) -> dict[str, str]:
         """What a process joining the cluster needs in its environment: the address and
@@ -82,7 +80,8 @@ class Cluster:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Cluster:
         return cls(d["directory"], d["address"], d["temp_dir"],
-                   [Node(**n) for n in d["nodes"]], d["started_at"])
+                   [Node(**n) for n in d["nodes"]], d["started_at"],
+                   d.get("token_path", ""))
 
     def save(self) -> None:
         path = Path(self.directory) / STATE_FILE
@@ -95,6 +94,19 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _token_file() -> Path:
+    """The machine's Ray token (``RAY_AUTH_TOKEN_PATH``, else Ray's default
+    ``~/.ray/auth_token``), made as Ray makes one when missing. One token for every
+    cluster of the machine: a process's Ray keeps the first token it read, so a test
+    process that ran a local Ray before joins this cluster with the same token."""
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path
 
 
 def _ray() -> str:
@@ -152,9 +164,7 @@ def up(nodes: int = 3, directory: str | Path = DEFAULT_DIR, num_cpus: int = 1,
     cluster = Cluster(str(root), f"127.0.0.1:{gcs_port}", str(temp_dir), [head], time.time())
     say = progress or (lambda _msg: None)
     say(f"starting the head node (GCS 127.0.0.1:{gcs_port})")
-    token = Path(cluster.token_path)
-    token.write_text(secrets.token_hex(32))  # as Ray's own generator makes one
-    token.chmod(0o600)
+    cluster.token_path = str(_token_file())
     try:
         _start(cluster, ["--head", f"--port={gcs_port}", f"--temp-dir={temp_dir}",
                 "--include-dashboard=false", *_node_args(head)], "head node")

@@ -36,7 +36,7 @@ def test_a_missing_or_damaged_description_is_a_clear_error(tmp_path, capsys):
 def test_the_head_is_never_removed_and_the_env_names_the_token(tmp_path):
     head = ray_cluster.Node(0, "head", 50000, 1, 1 << 30, 1 << 28, {})
     c = ray_cluster.Cluster(str(tmp_path), "127.0.0.1:6379", str(tmp_path / "ray"), [head],
-                            0.0)
+                            0.0, str(tmp_path / "auth_token"))
     c.save()
     again = ray_cluster.load(tmp_path)
     assert again == c and json.loads((tmp_path / "cluster.json").read_text())["nodes"]

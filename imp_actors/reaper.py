@@ -27,15 +27,22 @@ from pathlib import Path
 PROC = Path("/proc")
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of ``pid``, or None if it is gone."""
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent pid, start time in clock ticks, state letter) of ``pid``, or None if it
+    is gone."""
     try:
         text = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after its end
     fields = text[text.rindex(")") + 2:].split()
-    return int(fields[1]), int(fields[19])
+    return int(fields[1]), int(fields[19]), fields[0]
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not ended (a zombie has ended, unreaped)."""
+    info = _stat(pid)
+    return info is not None and info[2] != "Z"
 
 
 def descendants(root: int) -> dict[int, int]:

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imp_actors.reaper import descendants, running
 from imp_core.errors import ImpError
 
 STATE_FILE = "cluster.json"
@@ -205,51 +206,21 @@ def load(directory: str | Path = DEFAULT_DIR) -> Cluster:
         raise ClusterError(f"{path} is not a cluster description: {exc}") from None
 
 
-def _proc_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process (Linux ``/proc``)."""
-    table: dict[int, tuple[int, str]] = {}
+def _processes(marker: str) -> list[int]:
+    """Processes whose command line holds ``marker``, with all their descendants."""
+    found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
-            stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
             continue  # gone meanwhile
-        table[int(entry.name)] = (ppid, cmdline)
-    return table
-
-
-def _processes(marker: str) -> list[int]:
-    """Processes whose command line holds ``marker``, with all their descendants."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: set[int] = set()
-    todo = [pid for pid, (_, cmd) in table.items() if marker in cmd]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, ()))
+        if marker.encode() in cmdline:
+            found.add(int(entry.name))
+            found.update(descendants(int(entry.name)))
     found.discard(os.getpid())
     return sorted(found)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is gone for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _signal(pids: list[int], sig: int) -> None:
@@ -262,10 +233,10 @@ def _signal(pids: list[int], sig: int) -> None:
 
 def _wait(pids: list[int], timeout_s: float) -> list[int]:
     deadline = time.monotonic() + timeout_s
-    alive = [p for p in pids if _alive(p)]
+    alive = [p for p in pids if running(p)]
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)  # polling /proc: there is no wait on processes we did not start
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if running(p)]
     return alive
 
 

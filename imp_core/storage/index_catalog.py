@@ -260,10 +260,11 @@ class IndexCatalog:
         with self._lock:
             return sum(e.index.nbytes() for e in self._entries.values())
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Each index's ``describe()`` with its users (only those ``user`` reads)."""
         with self._lock:
             return [{**e.index.describe(), "users": sorted(e.users)}
-                    for e in self._entries.values()]
+                    for e in self._entries.values() if user is None or user in e.users]
 
     def building(self) -> int:
         """Builds asked for or running."""

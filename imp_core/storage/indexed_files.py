@@ -91,7 +91,7 @@ class IndexedTableFiles(TableFiles):
         return [{"table": d["table"], "key": d["key"], "columns": d["columns"],
                  "where": d["where"], "bytes": d["bytes"], "disk_bytes": d["disk_bytes"],
                  "users": len(d["users"])}
-                for d in self.catalog.describe() if reader in d["users"]]
+                for d in self.catalog.describe(reader)]
 
     def index_report(self) -> dict[str, Any]:
         """The catalog's indexes and how reads were served."""

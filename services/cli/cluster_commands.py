@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 from imp_core.process.stdout import json_out
 from services import ray_cluster
+from services.cli.commands import _at_least_one
 
 
 def _size(text: str) -> int:
@@ -35,24 +36,14 @@ def _size(text: str) -> int:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
     cl = sub.add_parser("cluster", help="a multi-node Ray cluster on this machine, started "
                         "with `ray start` (up, status, add-node, remove-node, down)")
     csub = cl.add_subparsers(dest="action", required=True)
     up = csub.add_parser("up", help="start a head and worker nodes; prints IMP_RAY_ADDRESS")
-    up.add_argument("--nodes", type=_count, default=3, help="nodes, the head included")
+    up.add_argument("--nodes", type=_at_least_one, default=3, help="nodes, the head included")
     for p in (up, csub.add_parser("add-node", help="start one more worker node")):
-        p.add_argument("--cpus-per-node", type=_count, default=None,
+        p.add_argument("--cpus-per-node", type=_at_least_one, default=None,
                        help="CPUs each node offers (default 1, or the head's)")
         p.add_argument("--memory-per-node", type=_size, default=None,
                        help="memory each node offers to actors (default 4g)")

@@ -17,7 +17,6 @@ import decimal
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from imp_core.process.stdout import json_out
@@ -125,8 +124,11 @@ def describe_explanation(e: dict[str, Any], brief: bool = False) -> list[str]:
     if e.get("probed_join_sides"):
         lines.append(f"  join sides probed in the data layer: "
                      f"{', '.join(e['probed_join_sides'])}")
-    for i in e.get("indexes", ()):
-        lines.append(f"  shared index: {describe_index(SimpleNamespace(**i))}")
+    if e.get("indexes"):
+        from imp_actors.types import IndexUse
+
+        lines.extend(f"  shared index: {describe_index(IndexUse.from_json(i))}"
+                     for i in e["indexes"])
     if brief:
         return lines
     lines.append(f"  {'candidate':32s} {'roles':24s} {'safe':5s} {'sketch':>7s} "

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from services import ray_cluster
-from services.cli.cluster_commands import _count, _size
+from services.cli.cluster_commands import _size
+from services.cli.commands import _at_least_one
 from services.cli.main import main
 
 
@@ -20,9 +21,9 @@ def test_sizes_and_counts():
     for bad in ("lots", "-1g", "0"):
         with pytest.raises(argparse.ArgumentTypeError):
             _size(bad)
-    assert _count("3") == 3
-    with pytest.raises(argparse.ArgumentTypeError, match="at least 1"):
-        _count("0")
+    assert _at_least_one("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
+        _at_least_one("0")
 
 
 def test_a_missing_or_damaged_description_is_a_clear_error(tmp_path, capsys):

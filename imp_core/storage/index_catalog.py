@@ -247,10 +247,6 @@ class IndexCatalog:
         with self._lock:
             return [e.index for (t, _), e in self._entries.items() if t == table]
 
-    def used_by(self, user: str) -> list[TableIndex]:
-        with self._lock:
-            return [e.index for e in self._entries.values() if user in e.users]
-
     def advance(self, table: str, version: int | None = None) -> None:
         """Apply ``table``'s commits up to ``version`` to each of its indexes (once)."""
         for index in self.for_table(table):

@@ -3,12 +3,13 @@ query whose fragments over- or underflow re-partitioned on new equi-depth ranges
 
 After every maintained batch (``StateManager.maintain``, under the query's lock) the
 feed's changes of each sketched table are counted per fragment
-(``imp_core.sketch.adaptive.FragmentCounts``; built from the table's column on the first
-batch); when a fragment holds more than ``adaptive_overflow`` times the mean
-(IMP_ADAPTIVE_OVERFLOW) or less than a quarter of it, a
-check is queued on this manager's thread: new equi-depth ranges over the column's
-current values, and where they are markedly more even, ``StateManager.repartition``
-builds the query's state anew on them and publishes its sketch. Until then every
+(``imp_core.sketch.adaptive.FragmentCounts``; built from the table's column on this
+manager's thread after the first batch, without the query's lock); when a fragment
+holds more than ``adaptive_overflow`` times the mean (IMP_ADAPTIVE_OVERFLOW) or less
+than a quarter of it, a check is queued on this manager's thread: new equi-depth
+ranges over the column's current values, and where they are markedly more even,
+``StateManager.repartition`` builds the query's state anew on them and publishes its
+sketch. Until then every
 request is answered from the old ranges' versions; the new version is exact by
 construction (a capture on the new ranges at the tables' latest versions).
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from imp_actors.context import RuntimeContext
 from imp_actors.lifecycle import QueryRuntime
@@ -45,49 +46,67 @@ class AdaptiveRanges:
 
     def count(self, q: QueryRuntime, target: Mapping[str, int]) -> None:
         """Count the changes that brought ``q`` to ``target`` (caller holds ``q.lock``)
-        and queue a check when a fragment over- or underflows."""
+        and queue a check when a fragment over- or underflows. The first counts are
+        built on this manager's thread (``_build``), so no maintained batch waits for a
+        whole column to be read."""
         if not self.ctx.config.adaptive_ranges:
             return
-        store, feed = self.ctx.store, self.ctx.feed
         if q.counts is None:
-            q.counts = {p.table: FragmentCounts.of(
-                p, store.read(p.table, target[p.table], columns=[p.column]).column(0))
-                for p in q.partitions.partitions}
-            q.counted_versions = {t: target[t] for t in q.counts}
-        else:
-            for t, counts in q.counts.items():
-                have = q.counted_versions[t]
-                if target[t] > have:
-                    column = counts.partition.column
-                    full = feed.changes(t, have, target[t], (column,))
-                    counts.apply(full.rows.column(column), full.weights)
-                    q.counted_versions[t] = target[t]
+            self._queue(q.name, self._build, q.partitions, dict(target))
+            return
+        feed = self.ctx.feed
+        for t, counts in q.counts.items():
+            have = q.counted_versions[t]
+            if target[t] > have:
+                column = counts.partition.column
+                full = feed.changes(t, have, target[t], (column,))
+                counts.apply(full.rows.column(column), full.weights)
+                q.counted_versions[t] = target[t]
         if any(c.skew(self.ctx.config.adaptive_overflow) is not None
                for c in q.counts.values()):
-            self._queue(q.name)
+            self._queue(q.name, self.check_named)
 
-    def _queue(self, name: str) -> None:
+    def _build(self, name: str, partitions: PartitionSet, versions: dict[str, int]) -> None:
+        """``name``'s counts from its sketched columns at ``versions``, read without its
+        lock; kept unless it was re-partitioned or counted meanwhile (the batches after
+        ``versions`` are counted from the feed by the next ``count``)."""
+        store = self.ctx.store
+        counts = {p.table: FragmentCounts.of(
+            p, store.read(p.table, versions[p.table], columns=[p.column]).column(0))
+            for p in partitions.partitions}
+        q = self.ctx.queries.get_or_none(name)
+        if q is None:
+            return
+        with q.lock:
+            if q.counts is None and q.partitions is partitions:
+                q.counts = counts
+                q.counted_versions = {t: versions[t] for t in counts}
+
+    def _queue(self, name: str, job: Callable[..., Any], *args: Any) -> None:
         with self._lock:
             if name in self._queued:
                 return
             self._queued.add(name)
         try:
-            self._pool.submit(self._check, name)
+            self._pool.submit(self._run, name, job, *args)
         except RuntimeError:  # shutting down
             with self._lock:
                 self._queued.discard(name)
 
-    def _check(self, name: str) -> None:
+    def _run(self, name: str, job: Callable[..., Any], *args: Any) -> None:
         try:
-            q = self.ctx.queries.get_or_none(name)
-            if q is not None:
-                self.check(q)
+            job(name, *args)
         except Exception as exc:  # noqa: BLE001 - the old ranges stay; logged and counted
-            log.error("re-partitioning %s failed: %s", name, exc)
+            log.error("adaptive ranges of %s failed: %s", name, exc)
             self.ctx.counters["repartition_errors"] += 1
         finally:
             with self._lock:
                 self._queued.discard(name)
+
+    def check_named(self, name: str) -> None:
+        q = self.ctx.queries.get_or_none(name)
+        if q is not None:
+            self.check(q)
 
     def check(self, q: QueryRuntime) -> list[dict[str, Any]]:
         """Re-partition ``q`` where its counts call for it and new ranges help; returns

@@ -180,6 +180,24 @@ class TableFiles:
         share[bounded] = np.clip((high - low + 1.0) / span, 0.0, 1.0)
         return float((rows * share).sum()) <= 2.0 * float(rows.max())
 
+    def rows_per_value(self, table: str, version: int, column: str) -> float | None:
+        """The rows per distinct value of integer ``column`` at most (the snapshot's rows
+        over the values its row groups' statistics span, at least 1), from the footers;
+        None where they do not tell (other types, no statistics). A key column gives
+        about 1, a nation key in a table of millions about a 25th of them."""
+        data = self._dataset(table, version)
+        groups = None if data is None else self._group_bounds(table, version, data, column)
+        if not groups:
+            return None
+        lo = np.concatenate([g[0] for g in groups])
+        hi = np.concatenate([g[1] for g in groups])
+        rows = float(np.concatenate([g[2] for g in groups]).sum())
+        bounded = (lo != NO_LOW) & (hi != NO_HIGH)
+        if not bounded.all() or rows == 0:
+            return None
+        span = float(hi.max()) - float(lo.min()) + 1.0
+        return rows / max(1.0, min(rows, span))
+
     def _pruned(self, table: str, version: int, data: ds.Dataset,
                 keys: dict[str, pa.Array]) -> ds.Dataset | None:
         """``data`` cut to the row groups that may hold the ``keys`` (None: none may)."""
@@ -351,41 +369,54 @@ class FileJoinSide(ProbedSide):
         return self.files.indexes_of(self.reader)
 
     def _read(self, conditions: dict[str, dict[str, pa.Array]]) -> dict[str, pa.Table]:
-        """The side's tables at its versions, reduced by semi-joins: a table with
-        conditions (source column -> allowed values) is read filtered by them, and the
-        values its rows hold in a join column become the conditions of the table it is
-        joined with, until no condition is left to pass on; the other tables are read
-        whole. Only rows that cannot join with a row matching the probe keys are left
-        out, so the subtree over the reduced tables holds every matching row."""
+        """The side's tables at its versions, reduced by semi-joins: of the tables with
+        conditions (source column -> allowed values), the one expected to give the fewest
+        rows is read first, filtered by them (its most selective column first, which is
+        what a keyed read is served by); the values its rows hold in a join column become
+        conditions of the tables it is joined with; and so on until every table with
+        conditions is read; the others are read whole. Only rows that cannot join with a
+        row matching the probe keys are left out, so the subtree over the reduced tables
+        holds every matching row. (Reading one table at a time lets a selective probe
+        narrow an unselective one: a supplier's nation key would select a 25th of the
+        customers, the orders its line items reach a few of them.)"""
         assert self.versions is not None
         pending = {t: dict(c) for t, c in conditions.items()}
         read: dict[str, pa.Table] = {}
         while True:
-            todo = [t for t in sorted(pending) if t not in read]
-            for t in todo:
-                keys: dict[str, pa.Array] = {}
-                schema = self.files.schema(t)
-                for col, values in pending[t].items():
-                    try:
-                        keys[col] = values.cast(schema.field(col).type)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                        continue  # no filter on this column: more rows, never fewer
-                read[t] = self.files.read(t, self.versions[t],
-                                          self.files.columns_for(self.node, self.partitions, t),
-                                          keys=keys, reader=self.reader)
-            passed = False
-            for (ta, ca), (tb, cb) in self._links:
-                if ta in read and tb not in read and cb not in pending.get(tb, {}):
-                    pending.setdefault(tb, {})[cb] = pc.unique(
-                        read[ta].column(ca).combine_chunks())
-                    passed = True
-            if not todo and not passed:
+            todo = sorted(t for t in pending if t not in read)
+            if not todo:
                 break
+            estimates = {t: self._estimates(t, pending[t]) for t in todo}
+            t = min(todo, key=lambda name: min(estimates[name].values(), default=0.0))
+            keys: dict[str, pa.Array] = {}
+            schema = self.files.schema(t)
+            for col in sorted(pending[t], key=estimates[t].__getitem__):
+                try:
+                    keys[col] = pending[t][col].cast(schema.field(col).type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    continue  # no filter on this column: more rows, never fewer
+            read[t] = self.files.read(t, self.versions[t],
+                                      self.files.columns_for(self.node, self.partitions, t),
+                                      keys=keys, reader=self.reader)
+            for (ta, ca), (tb, cb) in self._links:
+                if ta == t and tb not in read:
+                    values = pc.unique(read[t].column(ca).combine_chunks())
+                    have = pending.setdefault(tb, {}).get(cb)
+                    pending[tb][cb] = values if have is None else _both(have, values)
         for t in self.tables:
             if t not in read:
                 read[t] = self.files.read(t, self.versions[t],
                                           self.files.columns_for(self.node, self.partitions, t))
         return read
+
+    def _estimates(self, table: str, conditions: dict[str, pa.Array]) -> dict[str, float]:
+        """Per condition column, the rows a read filtered by it alone is expected to give
+        (its values times the rows per value; a column whose statistics say nothing
+        counts one row per value)."""
+        assert self.versions is not None
+        return {col: len(values) * (self.files.rows_per_value(
+                    table, self.versions[table], col) or 1.0)
+                for col, values in conditions.items()}
 
     def lookup(self, probe_keys: pa.Table) -> DeltaBatch:
         conditions: dict[str, dict[str, pa.Array]] = {}
@@ -414,3 +445,12 @@ class FileJoinSide(ProbedSide):
         rows = evaluate_subtree(self.node, self.partitions, self._read({})).data
         rows = rows.select(list(self.key_columns))
         return rows.group_by(list(self.key_columns)).aggregate([])
+
+
+def _both(a: pa.Array, b: pa.Array) -> pa.Array:
+    """The values in both ``a`` and ``b`` (the smaller one where their types do not
+    compare: a superset, so more rows are read, never fewer)."""
+    try:
+        return a.filter(pc.is_in(a, value_set=b.cast(a.type)))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return a if len(a) <= len(b) else b

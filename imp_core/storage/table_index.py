@@ -275,14 +275,21 @@ class TableIndex:
                     mask &= member(hashes, wanted)
                 if mask.any():
                     parts.append(rows.filter(pa.array(mask)))
-            found = pa.concat_tables(parts)
         if keys is not None:
             # NULL keys match no probe, and hashes may collide: compare the values
-            exact = pc.is_in(found.column(self.key), value_set=keys.cast(
-                self.schema.field(self.key).type).drop_null())
-            found = found.filter(exact)
-        if len(parts) > 1:  # deletions in the log cancel rows of the base
-            found = consolidate(found, self.columns)
+            probe = keys.cast(self.schema.field(self.key).type).drop_null()
+            parts = [p.filter(pc.is_in(p.column(self.key), value_set=probe)) for p in parts]
+        found = parts[0]
+        if len(parts) > 1 and parts[1].num_rows:
+            # deletions in the log cancel rows of the base: only the rows of keys the log
+            # holds are summed with it, the others pass as they are
+            logged = parts[1]
+            touched = pc.is_in(found.column(self.key),
+                               value_set=pc.unique(logged.column(self.key)))
+            found = pa.concat_tables([
+                found.filter(pc.invert(touched)),
+                consolidate(pa.concat_tables([found.filter(touched), logged]),
+                            self.columns)])
         out = _expand(found)
         return out.select(columns) if columns is not None else out
 

@@ -32,7 +32,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -202,6 +202,52 @@ class DiskBase:
         finally:
             rows_tmp.unlink(missing_ok=True)
             hash_tmp.unlink(missing_ok=True)
+        return cls(path, columns)
+
+    @classmethod
+    def write_columns(cls, directory: Path, floor: int, schema: pa.Schema,
+                      hashes: np.ndarray, order: np.ndarray,
+                      column: Callable[[str], pa.ChunkedArray], columns: list[str]
+                      ) -> DiskBase:
+        """The base at ``floor`` whose rows are ``column(name)`` for each field of
+        ``schema``, taken in ``order`` (``hashes`` already in it), written one column at
+        a time: each is sorted and written to a file of its own, and the files, mapped,
+        are then joined batch by batch into the base's."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"v{floor:012d}-{_columns_tag(columns)}.arrow"
+        tmp = uuid.uuid4().hex
+        rows_tmp, hash_tmp = directory / f".{tmp}.arrow", directory / f".{tmp}.hash"
+        pieces = [directory / f".{tmp}-{i}.arrow" for i in range(len(schema))]
+        try:
+            for field, piece in zip(schema, pieces):
+                values = column(field.name)
+                try:  # one array: each batch's take reads only it
+                    values = values.combine_chunks()
+                except pa.ArrowInvalid:  # strings over 2 GB: taken from the chunks
+                    pass
+                one = pa.schema([field])
+                with pa.OSFile(str(piece), "wb") as sink, pa.ipc.new_file(sink, one) as w:
+                    for start in range(0, len(order), CHUNK_ROWS):
+                        taken = values.take(pa.array(order[start:start + CHUNK_ROWS]))
+                        if isinstance(taken, pa.ChunkedArray):
+                            taken = taken.combine_chunks()
+                        w.write_batch(pa.record_batch([taken], schema=one))
+                del values
+            readers = [pa.ipc.open_file(pa.memory_map(str(p), "r")) for p in pieces]
+            with pa.OSFile(str(rows_tmp), "wb") as sink, \
+                    pa.ipc.new_file(sink, schema) as writer:
+                if not len(order):
+                    writer.write_table(schema.empty_table())
+                for b in range(readers[0].num_record_batches if len(order) else 0):
+                    writer.write_batch(pa.record_batch(
+                        [r.get_batch(b).column(0) for r in readers], schema=schema))
+            del readers
+            np.ascontiguousarray(hashes, dtype=np.int64).tofile(hash_tmp)
+            os.replace(hash_tmp, path.with_suffix(".hash"))
+            os.replace(rows_tmp, path)
+        finally:
+            for leftover in (rows_tmp, hash_tmp, *pieces):
+                leftover.unlink(missing_ok=True)
         return cls(path, columns)
 
     @classmethod

@@ -127,11 +127,50 @@ class TableIndex:
             self.advance(version)
             return
         self.reused = False
+        self.floor = self.current = version
+        if self._for_disk(version, memory_bytes):
+            self._base = self._built_on_disk(version)
+            return
         rows = store.read(table, version, columns=self.columns)
         counted = self._counted(rows, np.ones(rows.num_rows, np.int64))
         part = sorted_part(counted, _hashes(counted, key))
-        self.floor = self.current = version
         self._base = self._placed(part, memory_bytes)
+
+    def _for_disk(self, version: int, memory_bytes: int | None) -> bool:
+        """Whether the table's columns are known, from its files' footers, to be larger
+        than ``memory_bytes``: such a base is built on disk a column at a time."""
+        measure = getattr(self.store, "column_bytes", None)
+        if self.directory is None or memory_bytes is None or measure is None:
+            return False
+        return measure(self.table, version, self.columns, stop_above=memory_bytes) \
+            > memory_bytes
+
+    def _built_on_disk(self, version: int) -> IndexBase:
+        """The base at ``version`` written to disk holding one column in memory at a time
+        (with the key's hashes and their order): a lineitem index at SF 10 sorted whole
+        took 10 GB, a column of it at most 2."""
+        keys = self.store.read(self.table, version, columns=[self.key]).cast(
+            pa.schema([self.schema.field(self.key)]))
+        hashes = _hashes(keys, self.key)
+        del keys
+        order = np.argsort(hashes, kind="stable")
+
+        def column(name: str) -> pa.ChunkedArray:
+            if name == COUNT:
+                return pa.chunked_array([np.ones(len(order), np.int64)])
+            read = self.store.read(self.table, version, columns=[name])
+            return read.column(0).cast(self.schema.field(name).type)
+
+        schema = self.schema.append(pa.field(COUNT, pa.int64()))
+        try:
+            base = DiskBase.write_columns(self.directory, self.floor, schema, hashes[order],
+                                          order, column, self.columns)
+        except OSError as exc:
+            raise IndexUnreadableError(
+                f"index of {self.table} on {self.key}: cannot write its file in "
+                f"{self.directory} ({exc}); read the table's files instead") from exc
+        prune(self.directory, base.path)
+        return base
 
     def _placed(self, part: Part, memory_bytes: int | None) -> IndexBase:
         if self.directory is None or memory_bytes is None \

@@ -219,6 +219,7 @@ def test_background_builds_serve_once_built_and_drop_what_nobody_wants(tmp_path,
 
     # a failed build: reads go on from the files, and it is not retried at once
     monkeypatch.setattr(index_bases.DiskBase, "write", broken)
+    monkeypatch.setattr(index_bases.DiskBase, "write_columns", broken)
     monkeypatch.setenv("IMP_INDEX_MEMORY_MIB", "0")
     assert catalog.acquire("q4", "facts", "v", ["k"], store.version("facts")) is None
     assert catalog.wait_idle(30) and catalog.find("facts", "v") is None
@@ -273,16 +274,19 @@ def test_a_full_disk_sends_reads_to_the_table_files_and_keeps_folds_exact(tmp_pa
     keys = {"dk": store.read("dims", v, columns=["dk"]).column("dk").unique()[:3]}
     expected = _expected(store, "dims", v, "dk", keys["dk"].to_pylist(), ["dk", "w"])
     real_write = index_bases.DiskBase.write
+    real_columns = index_bases.DiskBase.write_columns
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(index_bases.DiskBase, "write", full)
+    monkeypatch.setattr(index_bases.DiskBase, "write_columns", full)
     got = files.read("dims", v, ["dk", "w"], keys=keys, reader="r1")
     assert _rows(got, ["dk", "w"]) == expected
     assert files.file_reads == 1 and files.catalog.find("dims", "dk") is None
     # with room again the index is built; a fold that cannot write keeps base and log
     monkeypatch.setattr(index_bases.DiskBase, "write", real_write)
+    monkeypatch.setattr(index_bases.DiskBase, "write_columns", real_columns)
     assert _rows(files.read("dims", v, ["dk", "w"], keys=keys, reader="r1"),
                  ["dk", "w"]) == expected and files.index_reads == 1
     index = files.catalog.find("dims", "dk")
@@ -290,8 +294,36 @@ def test_a_full_disk_sends_reads_to_the_table_files_and_keeps_folds_exact(tmp_pa
     later = store.version("dims")
     index.advance()
     monkeypatch.setattr(index_bases.DiskBase, "write", full)
+    monkeypatch.setattr(index_bases.DiskBase, "write_columns", full)
     index.unpin("r1")
     index.compact()
     assert index.floor == v and index.current == later  # nothing folded, nothing lost
     assert _rows(index.read(later), ["dk", "w"]) == _expected(store, "dims", later, "dk",
                                                               None, ["dk", "w"])
+
+
+@pytest.mark.parametrize("rows", [0, 1, 50])
+def test_a_base_written_a_column_at_a_time_equals_one_written_whole(tmp_path, monkeypatch,
+                                                                     rows):
+    """``DiskBase.write_columns`` (a table larger than the memory budget, one column in
+    memory at a time) writes the same rows and hashes, in the same order, as ``write``
+    of the whole sorted part, over several record batches."""
+    monkeypatch.setattr(index_bases, "CHUNK_ROWS", 7)
+    rng = np.random.default_rng(rows)
+    data = pa.table({
+        "k": pa.array(rng.integers(0, 10, rows), pa.int64()),
+        "s": pa.array([None if i % 5 == 0 else f"s{i}" * (i % 4) for i in range(rows)]),
+        "f": pa.array(rng.random(rows)),
+        index_bases.COUNT: pa.array(np.ones(rows, np.int64))})
+    hashes = rng.integers(-1000, 1000, rows).astype(np.int64)
+    whole = index_bases.DiskBase.write(tmp_path / "whole", 3, index_bases.sorted_part(
+        data, hashes), ["k", "s", "f"])
+    order = np.argsort(hashes, kind="stable")
+    parts = index_bases.DiskBase.write_columns(
+        tmp_path / "columns", 3, data.schema, hashes[order], order,
+        lambda name: data.column(name), ["k", "s", "f"])
+    assert parts.rows_for(None).equals(whole.rows_for(None))
+    assert np.array_equal(parts.part().hashes, whole.part().hashes)
+    assert len(parts._batches) == -(-rows // 7)  # noqa: SLF001 - the batches it wrote
+    assert sorted(p.name for p in (tmp_path / "columns").iterdir()) == sorted(
+        p.name for p in (tmp_path / "whole").iterdir())  # no piece left behind

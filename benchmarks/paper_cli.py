@@ -160,6 +160,15 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
 
     p.set_defaults(func=scale_handler)
 
+    p = bsub.add_parser("scale-model", help="fit per-batch time, state and memory to "
+                        "`imp bench scale` reports at several scale factors, check the "
+                        "fit against the largest, project SF 100 and 1000")
+    p.add_argument("reports", nargs="+", help="`imp bench scale` JSON reports (--out)")
+    p.add_argument("--node-memory-gib", type=float, default=24.0,
+                   help="memory of one node, for the nodes a projection needs (default 24)")
+    p.add_argument("--json", action="store_true", help="print the model as JSON")
+    p.set_defaults(func=_scale_model)
+
     p = bsub.add_parser("micro", help="microbenchmarks: groups, aggregates, joins, join "
                         "selectivity, fragments, delta filter, Bloom filters, buffers")
     _common(p, "bench-results/micro.json")
@@ -252,6 +261,21 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_all)
+
+
+def _scale_model(args: argparse.Namespace) -> int:
+    from benchmarks.scale_model import load_reports, markdown, scale_model
+
+    try:
+        model = scale_model(load_reports(args.reports), args.node_memory_gib)
+    except ValueError as exc:
+        print(f"imp bench scale-model: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(model, indent=2, default=str), file=json_out())
+    else:
+        print(markdown(model))
+    return 0
 
 
 def _run_memory(args: argparse.Namespace) -> int:

@@ -9,9 +9,9 @@ holds more than ``adaptive_overflow`` times the mean (IMP_ADAPTIVE_OVERFLOW) or 
 than a quarter of it, a check is queued on this manager's thread: new equi-depth
 ranges over the column's current values, and where they are markedly more even,
 ``StateManager.repartition`` builds the query's state anew on them and publishes its
-sketch. Until then every
-request is answered from the old ranges' versions; the new version is exact by
-construction (a capture on the new ranges at the tables' latest versions).
+sketch. Until then every request is answered from the old ranges' versions; the new
+version is exact by construction (a capture on the new ranges at the tables' latest
+versions).
 
 Invariants: at most one check runs at a time, and a query is checked by one at most;
 with ``adaptive_ranges`` off (IMP_ADAPTIVE_RANGES=off) nothing is counted; a failed

@@ -24,13 +24,14 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   shipped for their own sides anyway. A side served by the data layer (``_data_side``: a
   ``SparkJoinSide``) gets its versions and a Bloom filter of the side's distinct keys.
 - A semi-, anti- or outer join (``KeyedJoinOp``), and a comparison with a scalar
-  subquery's value (``ScalarFilterOp``), is built on the driver like an in-memory join:
-  its output is the engine's operator stepped once over both inputs' annotated rows, its
-  state those rows for a side in memory and, for a side served by the data layer, the
-  versions and Bloom filter that step left (``state_from_sides``), so
-  every operator above it is stepped by the engine too (``has_stateful``). Spark evaluates
-  such a subtree (``imp_core.spark.compile_joins``) only where the data layer serves a
-  join: the output of a join with a side served by Spark, and a served side's keys.
+  subquery's value (``ScalarFilterOp``; ``KeyedFilterOp`` where it is correlated), is
+  built on the driver like an in-memory join: its output is the engine's operator
+  stepped once over both inputs' annotated rows, its state those rows for a side in
+  memory and, for a side served by the data layer, the versions and Bloom filter that
+  step left (``state_from_sides``), so every operator above it is stepped by the
+  engine too (``has_stateful``). Spark evaluates such a subtree
+  (``imp_core.spark.compile_joins``) only where the data layer serves a join: the output
+  of a join with a side served by Spark, and a served side's keys.
 - A set operation is stepped on the driver over both inputs' annotated rows (its state is
   the per-row counts that step leaves); a UNION ALL's output is its inputs' rows.
 - μ's fragment counts and the kept result come from the root's output.
@@ -56,6 +57,7 @@ from imp_core.engine.join_index import SideIndex, key_hashes
 from imp_core.engine.operators.aggregate import AggregateOp, GroupTotals
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.keyed_filter import KeyedFilterOp
 from imp_core.engine.operators.keyed_join import KeyedJoinOp
 from imp_core.engine.operators.probed_aggregate import GROUPS, ProbedAggregateOp
 from imp_core.engine.operators.scalar_filter import ScalarFilterOp
@@ -250,7 +252,7 @@ class _Bootstrap:
                                         self._side(op.right, w.children[1]))
             self.stats.sources[op.op_id] = "spark" if not (
                 _in_memory(op.left) and _in_memory(op.right)) else "engine"
-        elif isinstance(op, (KeyedJoinOp, ScalarFilterOp)):
+        elif isinstance(op, (KeyedJoinOp, ScalarFilterOp, KeyedFilterOp)):
             # the output is one engine step over both inputs' rows; a side in memory holds
             # those rows, a side served by the data layer the versions and Bloom filter
             # that step gave it (the batch context is at the bootstrap's versions)
@@ -411,7 +413,7 @@ def _memory_join_below(w) -> bool:
     """Whether the wired subtree ``w`` holds a join with both sides in memory (whose
     output the bootstrap computes on the driver): an inner join without a side served by
     the data layer, or any semi-, anti- or outer join."""
-    if isinstance(w.op, (KeyedJoinOp, ScalarFilterOp)):
+    if isinstance(w.op, (KeyedJoinOp, ScalarFilterOp, KeyedFilterOp)):
         return True
     if isinstance(w.op, JoinOp) and _in_memory(w.op.left) and _in_memory(w.op.right):
         return True

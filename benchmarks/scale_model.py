@@ -3,12 +3,15 @@ index memory and disk and the machine's memory grow with the TPC-H scale factor,
 to ``imp bench scale`` reports at several scale factors and checked against them, and
 projected to scale factors not run (``imp bench scale-model REPORT...``).
 
-Model. Each quantity ``y`` is a power of the scale factor, ``y = a * SF**b``, fitted by
-least squares on logarithms (``b`` near 1: grows with the data; near 0: does not). Per
-query: the median maintenance time of a 100-row batch (``imp_ms``), the recapture time
-(``fm_s``), the query's own state and its registration time. For the service: the sum
-of the queries' state, the shared indexes in memory and on disk, the machine's peak
-memory while maintaining and in all, and the registrations together.
+Model. A time is a power of the scale factor, ``y = a * SF**b``, fitted by least squares
+on logarithms (``b`` near 1: grows with the data; near 0: does not). A size is a fixed
+part plus a part per scale factor, ``y = c + a * SF`` (least squares): memory holds a
+runtime that does not grow (the Spark driver's heap, the interpreter) beside the data
+that does, which a power of SF would bend. Per query: the median maintenance time of a
+100-row batch (``imp_ms``), the recapture time (``fm_s``), the registration time and the
+query's own state. For the service: the sum of the queries' state, the shared indexes
+in memory and on disk, the machine's peak memory while maintaining and in all, the
+registrations together and one batch of every query.
 
 Check. Fitted to every report but the largest scale factor's, the model predicts that
 one, and the prediction is set beside the measurement (out of sample); with reports at
@@ -37,6 +40,11 @@ import numpy as np
 NODE_USABLE = 0.75  # of a node's memory given to the service (the rest: OS, page cache)
 PROJECT_AT = (100.0, 1000.0)
 PER_QUERY = ("imp_ms", "fm_s", "state_mib", "bootstrap_s")
+# sizes: ``c + a * SF``; every other quantity (times) ``a * SF**b``
+# (the shared indexes' memory is capped by IMP_INDEX_MEMORY_MIB: a power, which stays
+# positive, rather than a line)
+LINEAR = frozenset({"state_mib", "state_total_mib", "indexes_disk_mib", "peak_machine_mib",
+                    "maintain_machine_mib"})
 
 
 def load_reports(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -84,8 +92,21 @@ def fit(sfs: Sequence[float], values: Sequence[float]) -> tuple[float, float] | 
     return float(math.exp(log_a)), float(b)
 
 
-def at(model: tuple[float, float] | None, sf: float) -> float | None:
-    return None if model is None else model[0] * sf ** model[1]
+def fit_linear(sfs: Sequence[float], values: Sequence[float | None]
+               ) -> tuple[float, float] | None:
+    """``(c, a)`` of ``c + a * SF`` through the points, or None with fewer than two of
+    them at distinct scale factors."""
+    points = [(s, v) for s, v in zip(sfs, values) if v is not None and not math.isnan(v)]
+    if len({s for s, _ in points}) < 2:
+        return None
+    a, c = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
+    return float(c), float(a)
+
+
+def at(model: tuple[float, float] | None, sf: float, linear: bool = False) -> float | None:
+    if model is None:
+        return None
+    return model[0] + model[1] * sf if linear else model[0] * sf ** model[1]
 
 
 def _series(reports: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
@@ -114,18 +135,22 @@ def scale_model(reports: list[dict[str, Any]], node_memory_gib: float = 24.0,
     for quantity, by_name in series.items():
         for name, values in by_name.items():
             clean = [None if math.isnan(v) else v for v in values]
-            whole = fit(sfs, clean)
-            held_out = fit(sfs[:-1], clean[:-1]) if len(sfs) >= 3 else None
-            predicted = at(held_out, sfs[-1])
+            linear = quantity in LINEAR
+            how = fit_linear if linear else fit
+            whole = how(sfs, clean)
+            held_out = how(sfs[:-1], clean[:-1]) if len(sfs) >= 3 else None
+            predicted = at(held_out, sfs[-1], linear)
             measured = clean[-1]
             rows.append({
                 "quantity": quantity, "name": name, "measured": dict(zip(sfs, clean)),
-                "a": None if whole is None else whole[0],
-                "b": None if whole is None else whole[1],
+                "form": "c + a*SF" if linear else "a*SF^b",
+                "a": None if whole is None else (whole[1] if linear else whole[0]),
+                "b": None if whole is None or linear else whole[1],
+                "c": None if whole is None or not linear else whole[0],
                 "check_sf": sfs[-1], "check_predicted": predicted,
                 "check_error": None if predicted is None or not measured
                 else predicted / measured - 1.0,
-                "projected": {sf: at(whole, sf) for sf in project_at}})
+                "projected": {sf: at(whole, sf, linear) for sf in project_at}})
     service = {r["quantity"]: r for r in rows if r["name"] == "service"}
     usable_mib = node_memory_gib * 1024 * NODE_USABLE
     nodes = {}
@@ -134,6 +159,15 @@ def scale_model(reports: list[dict[str, Any]], node_memory_gib: float = 24.0,
         nodes[sf] = None if peak is None else max(1, math.ceil(peak / usable_mib))
     return {"scale_factors": sfs, "node_memory_gib": node_memory_gib,
             "node_usable_share": NODE_USABLE, "rows": rows, "nodes": nodes}
+
+
+def _formula(row: dict[str, Any]) -> str:
+    """A fitted row's model as text: ``2.1 SF^0.71`` or ``7,300 + 1,480 SF``."""
+    if row["a"] is None:
+        return "-"
+    if row["form"] == "c + a*SF":
+        return f"{row['c']:,.0f} + {row['a']:,.1f} SF"
+    return f"{row['a']:,.3g} SF^{row['b']:.2f}"
 
 
 def _error(error: float | None) -> str:
@@ -154,12 +188,12 @@ def markdown(model: dict[str, Any]) -> str:
 
     head = " | ".join(f"SF {s:g}" for s in sfs)
     proj = " | ".join(f"SF {s:g} (projected)" for s in project)
-    out = [f"| quantity | {head} | exponent b | SF {sfs[-1]:g} predicted from the others "
+    out = [f"| quantity | {head} | model | SF {sfs[-1]:g} predicted from the others "
            f"| {proj} |",
            "|---|" + "---:|" * (len(sfs) + 2 + len(project))]
     for r in (r for r in model["rows"] if r["name"] == "service"):
         out.append(f"| {r['quantity']} | " + " | ".join(num(r["measured"][s]) for s in sfs)
-                   + f" | {num(r['b'], 2)} | {num(r['check_predicted'])}"
+                   + f" | {_formula(r)} | {num(r['check_predicted'])}"
                    + _error(r["check_error"])
                    + " | " + " | ".join(num(r["projected"][s], 0) for s in project) + " |")
     out.append("")

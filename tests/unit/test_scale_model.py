@@ -1,7 +1,7 @@
-"""The scale model (``benchmarks.scale_model``): power laws fitted to ``imp bench scale``
-reports recover the exponents they were made with, the largest scale factor is predicted
-from the others, the nodes of a projection follow the projected memory, and bad input is
-refused with a clear error."""
+"""The scale model (``benchmarks.scale_model``): power laws and lines fitted to ``imp
+bench scale`` reports recover the parameters they were made with, the largest scale
+factor is predicted from the others, the nodes of a projection follow the projected
+memory, and bad input is refused with a clear error."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from benchmarks.scale_model import fit, load_reports, markdown, scale_model
 
 
 def _report(sf: float, noise: float = 1.0) -> dict:
-    """A report whose quantities are exact powers of ``sf`` (times ``noise``)."""
+    """A report whose times are exact powers of ``sf`` (times ``noise``), its sizes
+    exact lines."""
     results = [{"query": "h01", "imp_ms": 2.0 * sf ** 0.5 * noise, "fm_s": 3.0 * sf,
                 "state_mib": 0.1, "bootstrap_s": 5.0 * sf},
                {"query": "h02", "imp_ms": 10.0 * sf * noise, "fm_s": 1.0 * sf,
@@ -23,9 +24,9 @@ def _report(sf: float, noise: float = 1.0) -> dict:
     return {"benchmark": "scale", "parameters": {"sf": sf}, "results": results,
             "summary": {"state_total_mib": 4.1 * sf, "shared_indexes_mib": 100.0,
                         "shared_indexes_disk_mib": 1500.0 * sf,
-                        "peak_machine_used_mib": 2000.0 * sf ** 0.8,
-                        "registration_total_s": 60.0 * sf},
-            "memory": {"maintain": {"machine_used": 1500.0 * sf ** 0.8}}}
+                        "peak_machine_used_mib": 1000.0 + 2000.0 * sf,
+                        "registration_total_s": 60.0 * sf ** 1.3},
+            "memory": {"maintain": {"machine_used": 800.0 + 1500.0 * sf}}}
 
 
 def test_power_laws_are_recovered_and_the_largest_predicted(tmp_path):
@@ -33,7 +34,11 @@ def test_power_laws_are_recovered_and_the_largest_predicted(tmp_path):
     rows = {(r["quantity"], r["name"]): r for r in model["rows"]}
     assert rows[("imp_ms", "h01")]["b"] == pytest.approx(0.5)
     assert rows[("imp_ms", "h02")]["b"] == pytest.approx(1.0)
-    assert rows[("peak_machine_mib", "service")]["b"] == pytest.approx(0.8)
+    assert rows[("registration_total_s", "service")]["b"] == pytest.approx(1.3)
+    peak = rows[("peak_machine_mib", "service")]
+    assert peak["form"] == "c + a*SF" and peak["b"] is None
+    assert (peak["c"], peak["a"]) == (pytest.approx(1000.0), pytest.approx(2000.0))
+    assert peak["check_predicted"] == pytest.approx(21000.0)  # from SF 1 and 3
     assert rows[("indexes_memory_mib", "service")]["b"] == pytest.approx(0.0, abs=1e-9)
     # SF 10 predicted from SF 1 and 3 alone: exact for exact powers
     assert rows[("imp_ms", "h02")]["check_predicted"] == pytest.approx(100.0)
@@ -41,12 +46,11 @@ def test_power_laws_are_recovered_and_the_largest_predicted(tmp_path):
     # a quantity absent everywhere is not fitted, never extrapolated from nothing
     assert rows[("bootstrap_s", "h02")]["b"] is None
     assert rows[("bootstrap_s", "h02")]["projected"][100.0] is None
-    # SF 1000: 2000 * 1000**0.8 MiB over 24 GiB * 0.75 per node
-    peak = 2000.0 * 1000 ** 0.8
-    assert model["nodes"][1000.0] == -(-peak // (24 * 1024 * 0.75))
+    # SF 1000: 1000 + 2000 * 1000 MiB over 24 GiB * 0.75 per node
+    assert model["nodes"][1000.0] == -(-(1000.0 + 2000.0 * 1000) // (24 * 1024 * 0.75))
     text = markdown(model)
     assert "| h02 | 10.0 | 30.0 | 100.0 | 1.00 | 100.0 (+0%) |" in text
-    assert "nodes of 24 GiB" in text
+    assert "nodes of 24 GiB" in text and "| 1,000 + 2,000.0 SF |" in text
 
 
 def test_noise_shows_in_the_check():

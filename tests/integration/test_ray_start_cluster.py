@@ -11,95 +11,29 @@ loses no acknowledged update and every sketch stays equal to a recapture from sc
 
 from __future__ import annotations
 
-import tempfile
-import time
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from runtime_support import fill_store, make_config, random_batch, reference_sketch, workload_spec
-
-from imp_actors.coordinator import Coordinator
-from services import ray_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration, pytest.mark.slow]
 
-BUDGET = 40_000  # bytes of join inputs an actor may hold: the test lineitem is more
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+ROOT = SUPPORT.parents[1]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    # a short folder: Ray's Unix sockets live under it (a path limit of 107 bytes)
-    folder = Path(tempfile.mkdtemp(prefix="imprc-", dir="/tmp"))
-    c = ray_cluster.up(3, folder, num_cpus=1, memory_bytes=2 << 30,
-                       object_store_bytes=100 << 20)
-    with pytest.MonkeyPatch.context() as env:
-        for k, v in c.env().items():  # the cluster's address and token, as a server gets
-            env.setenv(k, v)
-        yield c
-        import ray
-
-        ray.shutdown()
-    ray_cluster.down(c)
-    assert not ray_cluster._processes(c.temp_dir)  # nothing of the cluster is left
-
-
-def _exact(c: Coordinator, name: str) -> None:
-    sv = c.get_sketch(name)
-    assert sv.sketch == reference_sketch(c, name, sv), name
-
-
-def test_ray_start_nodes_host_the_shards_and_a_lost_node_loses_nothing(cluster, tmp_path):
-    nodes = ray_cluster.alive_nodes(cluster)
-    assert len([n for n in nodes if n["alive"]]) == 3
-    assert all(n["resources"].get("memory") == 2 << 30 for n in nodes)
-    root = tmp_path / "svc"
-    fill_store(root, ("synthetic", "tpch"))
-    rng = np.random.default_rng(52)
-    cfg = make_config(root, backend="ray", ray_address=cluster.address,
-                      join_state_budget_bytes=BUDGET)
-    with Coordinator(cfg) as c:
-        c.register(workload_spec("g", "q_groups_1000", shards=3))
-        c.register(workload_spec("q03", "q03"))
-        c.register(workload_spec("q10", "q10"))
-        assert c.info("q03").probed_join_sides and c.info("q10").probed_join_sides
-        assert len(set(c.diagnostics.nodes("g"))) > 1  # SPREAD: shards on several nodes
-        tables = ("t1000g", "lineitem", "orders", "customer")
-        acknowledged: dict[str, int] = {}
-        for step in range(2):
-            for t in tables:
-                ins, dels = random_batch(c.ctx.store, t, rng, 60, 9 * 10**7 + 1000 * step)
-                acknowledged[t] = c.apply_update(t, inserts=ins, deletes=dels).version
-            for q in ("g", "q03", "q10"):
-                _exact(c, q)
-        # the probed sides read shared indexes, which the queries show (a side whose
-        # probes its Bloom filter all spared has built none)
-        indexes = [i for q in ("q03", "q10") for i in c.info(q).indexes]
-        assert indexes and all(i.table in ("lineitem", "orders", "customer")
-                               and i.bytes + i.disk_bytes > 0 for i in indexes), indexes
-        # a worker node holding a shard of g is lost: all its processes killed at once
-        import ray
-
-        port_of = {n["NodeID"]: n["NodeManagerPort"] for n in ray.nodes()}
-        victim_port = next(port_of[n] for n in c.diagnostics.nodes("g")
-                           if port_of.get(n) != cluster.nodes[0].node_manager_port)
-        victim = next(n.index for n in cluster.nodes if n.node_manager_port == victim_port)
-        assert ray_cluster.remove_node(cluster, victim) > 0
-        t0 = time.monotonic()
-        for t in tables:  # updates keep coming while the node is gone
-            ins, dels = random_batch(c.ctx.store, t, rng, 60, 9 * 10**7 + 5000)
-            acknowledged[t] = c.apply_update(t, inserts=ins, deletes=dels).version
-        for q in ("g", "q03", "q10"):
-            sv = c.get_sketch(q)
-            # every acknowledged update is in the sketch's versions, and it is exact
-            assert all(sv.versions[t] >= v for t, v in acknowledged.items()
-                       if t in sv.versions), (q, sv.versions, acknowledged)
-            assert sv.sketch == reference_sketch(c, q, sv), q
-        recovery_s = time.monotonic() - t0
-        detected_s = ray_cluster.wait_for_loss(cluster, victim_port)
-        alive = {n["node_manager_port"] for n in ray_cluster.alive_nodes(cluster)
-                 if n["alive"]}
-        assert victim_port not in alive and len(alive) == 2
-        assert set(c.diagnostics.nodes("g")) <= {n for n, p in port_of.items() if p in alive}
-        print(f"the loss of node {victim}: exact sketches after {recovery_s:.1f} s, "
-              f"reported by the cluster after {detected_s:.1f} s more")
+def test_ray_start_nodes_host_the_shards_and_a_lost_node_loses_nothing(tmp_path):
+    """The scenario runs in a process of its own (``tests/support/ray_start_scenario.py``
+    says why); it fails here with its output."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for name in ("RAY_ADDRESS", "IMP_RAY_ADDRESS", "RAY_AUTH_MODE"):
+        env.pop(name, None)  # the scenario's own cluster, not one a test before set
+    run = subprocess.run([sys.executable, str(SUPPORT / "ray_start_scenario.py"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=900,
+                         env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-12000:]
+    assert "exact sketches after" in run.stdout and "nothing of the cluster left" in \
+        run.stdout, run.stdout[-4000:]

@@ -327,3 +327,25 @@ def test_a_base_written_a_column_at_a_time_equals_one_written_whole(tmp_path, mo
     assert len(parts._batches) == -(-rows // 7)  # noqa: SLF001 - the batches it wrote
     assert sorted(p.name for p in (tmp_path / "columns").iterdir()) == sorted(
         p.name for p in (tmp_path / "whole").iterdir())  # no piece left behind
+
+
+def test_a_joined_side_asks_at_wiring_for_the_indexes_its_joins_reach(tmp_path):
+    """A side over dims ⋈ tags probed by dims.dk asks for dims' index on dk and for tags'
+    on tk (the join passes dims' w values to it), so neither table's first lookup reads
+    its files."""
+    from test_keyed_join_layers import _dims, _eq, _tags
+
+    from imp_core.engine.probed_side import VersionContext
+    from imp_core.plan.nodes import Join
+    from imp_core.sketch.partition import PartitionSet
+
+    store = store_of(tmp_path, tables_for(np.random.default_rng(12)))
+    catalog = IndexCatalog(store, background=True)
+    files = IndexedTableFiles(store, catalog)
+    context = VersionContext()
+    side = FileJoinSide(Join(_dims(), _tags(), _eq("dims.w", "tags.tk")), ("dims.dk",),
+                        PartitionSet(()), files, context)
+    assert catalog.wait_idle(30)
+    assert catalog.find("dims", "dk") is not None and catalog.find("tags", "tk") is not None
+    assert {(d["table"], d["key"]) for d in catalog.describe(side.reader)} == {
+        ("dims", "dk"), ("tags", "tk")}

@@ -163,13 +163,11 @@ class TableFiles:
         twice the largest row group. Rows sorted on the column pass; rows in arrival
         order, each group spanning nearly the whole range, do not; a few small files
         appended since the table was last ordered add only their rows."""
-        data = self._dataset(table, version)
-        groups = None if data is None else self._group_bounds(table, version, data, column)
-        if not groups:
+        found = self._snapshot_bounds(table, version, column)
+        if found is None:
             return False
-        lo = np.concatenate([g[0] for g in groups])
-        hi = np.concatenate([g[1] for g in groups])
-        rows = np.concatenate([g[2] for g in groups]).astype(np.float64)
+        lo, hi, rows = found
+        rows = rows.astype(np.float64)
         # a group without statistics may hold any value: it is read by every lookup
         bounded = (lo != NO_LOW) & (hi != NO_HIGH)
         if not bounded.any() or rows.sum() == 0:
@@ -185,18 +183,26 @@ class TableFiles:
         over the values its row groups' statistics span, at least 1), from the footers;
         None where they do not tell (other types, no statistics). A key column gives
         about 1, a nation key in a table of millions about a 25th of them."""
-        data = self._dataset(table, version)
-        groups = None if data is None else self._group_bounds(table, version, data, column)
-        if not groups:
+        found = self._snapshot_bounds(table, version, column)
+        if found is None:
             return None
-        lo = np.concatenate([g[0] for g in groups])
-        hi = np.concatenate([g[1] for g in groups])
-        rows = float(np.concatenate([g[2] for g in groups]).sum())
+        lo, hi, counts = found
+        rows = float(counts.sum())
         bounded = (lo != NO_LOW) & (hi != NO_HIGH)
         if not bounded.all() or rows == 0:
             return None
         span = float(hi.max()) - float(lo.min()) + 1.0
         return rows / max(1.0, min(rows, span))
+
+    def _snapshot_bounds(self, table: str, version: int, column: str
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Every row group's min, max and rows of integer ``column`` in the snapshot
+        (``_group_bounds`` of its files, end to end); None for other columns or no file."""
+        data = self._dataset(table, version)
+        groups = None if data is None else self._group_bounds(table, version, data, column)
+        if not groups:
+            return None
+        return tuple(np.concatenate([g[i] for g in groups]) for i in range(3))
 
     def _pruned(self, table: str, version: int, data: ds.Dataset,
                 keys: dict[str, pa.Array]) -> ds.Dataset | None:

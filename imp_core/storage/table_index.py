@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -162,22 +162,21 @@ class TableIndex:
             return read.column(0).cast(self.schema.field(name).type)
 
         schema = self.schema.append(pa.field(COUNT, pa.int64()))
-        try:
-            base = DiskBase.write_columns(self.directory, self.floor, schema, hashes[order],
-                                          order, column, self.columns)
-        except OSError as exc:
-            raise IndexUnreadableError(
-                f"index of {self.table} on {self.key}: cannot write its file in "
-                f"{self.directory} ({exc}); read the table's files instead") from exc
-        prune(self.directory, base.path)
-        return base
+        return self._written(lambda: DiskBase.write_columns(
+            self.directory, self.floor, schema, hashes[order], order, column, self.columns))
 
     def _placed(self, part: Part, memory_bytes: int | None) -> IndexBase:
         if self.directory is None or memory_bytes is None \
                 or part.rows.nbytes + part.hashes.nbytes <= memory_bytes:
             return MemoryBase(part)
+        return self._written(lambda: DiskBase.write(self.directory, self.floor, part,
+                                                    self.columns))
+
+    def _written(self, write: Callable[[], DiskBase]) -> DiskBase:
+        """The base ``write`` puts in this index's directory, which supersedes the others
+        there; a write the disk refuses raises ``IndexUnreadableError``."""
         try:
-            base = DiskBase.write(self.directory, self.floor, part, self.columns)
+            base = write()
         except OSError as exc:
             raise IndexUnreadableError(
                 f"index of {self.table} on {self.key}: cannot write its file in "

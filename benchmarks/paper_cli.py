@@ -146,8 +146,14 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
                    help="rows deleted and put back per table and round (default 100)")
     p.add_argument("--rounds", type=int, default=None, help="default 2")
     p.add_argument("--fragments", type=int, default=None, help="default 1000")
+    p.add_argument("--cluster", default=None, metavar="DIR",
+                   help="run the queries as actors on the Ray cluster `imp cluster up "
+                   "--dir DIR` started (default: in-process, local backend)")
+    p.add_argument("--remove-node", type=int, default=None, metavar="I",
+                   help="with --cluster: kill worker node I after the first batch "
+                   "(recovery time and exactness reported)")
     scale_run = _run(scale.run_scale_bench, a="sf", b="queries", c="delta", d="rounds",
-                     e="fragments")
+                     e="fragments", f="cluster", g="remove_node")
 
     def scale_handler(args: argparse.Namespace) -> int:
         if args.queries:
@@ -155,6 +161,15 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
                 args.queries = tpch.expand_queries(args.queries)
             except KeyError as exc:
                 print(f"imp bench scale: {exc.args[0]}", file=sys.stderr)
+                return 2
+        if args.cluster is not None or args.remove_node is not None:
+            from benchmarks.scale import join_cluster
+            from services.ray_cluster import ClusterError
+
+            try:  # a wrong cluster is said before any data is prepared
+                join_cluster(args.cluster, args.remove_node)
+            except (ValueError, ClusterError) as exc:
+                print(f"imp bench scale: {exc}", file=sys.stderr)
                 return 2
         return scale_run(args)
 

@@ -153,19 +153,26 @@ def ensure_synthetic(store, name: str, rows: int, seed: int = 0, progress: bool 
         f"{time.perf_counter() - t0:.1f} s)")
 
 
-def make_coordinator(store, root: Path, options=None, versions_kept: int = 64):
-    """A started in-process coordinator (local backend) over ``store``: no background
-    polling (every commit goes through it), no periodic checkpoints, no warm actors."""
+def make_coordinator(store, root: Path, options=None, versions_kept: int = 64,
+                     ray_address: str | None = None, eviction=None):
+    """A started in-process coordinator over ``store``: no background polling (every
+    commit goes through it), no periodic checkpoints (a query is checkpointed when it is
+    registered), no warm actors. Its backend is local, or with ``ray_address`` the Ray
+    cluster there (each query an actor on one of its nodes). ``eviction``: the
+    service's default policy unless given."""
     import shutil
 
     from imp_actors.coordinator import Coordinator
-    from imp_actors.runtime_config import RuntimeConfig
+    from imp_actors.runtime_config import EvictionPolicy, RuntimeConfig
 
     # a fresh registry and checkpoints: a killed earlier run must not leave queries behind
     shutil.rmtree(root / "service", ignore_errors=True)
     cfg = RuntimeConfig(root=str(root / "service"), tables_root=str(store.root),
-                        backend="local", poll_seconds=None, checkpoint_every_batches=None,
-                        warm_actors=0, sketch_versions_kept=versions_kept)
+                        backend="ray" if ray_address else "local",
+                        ray_address=ray_address, poll_seconds=None,
+                        checkpoint_every_batches=None,
+                        warm_actors=0, sketch_versions_kept=versions_kept,
+                        eviction=eviction or EvictionPolicy())
     return Coordinator(cfg, store=store, options=options).start()
 
 

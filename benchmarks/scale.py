@@ -19,10 +19,24 @@ to its sketch as the gRPC server's) over the TPC-H Delta store at ``sf``:
 Memory is sampled every half second throughout: the resident set of this process and
 all its descendants (the Spark JVM among them), and the machine's used memory (total
 minus available), each with its peak per phase.
+
+Every query stays live: the service's cap on live actors (16 by default) and its idle
+eviction are lifted, as an operator sizing a service for these queries would, so a
+batch never pays for restoring an evicted query (the report counts evictions and
+restores, which must be 0).
+
+With ``cluster`` (the directory of an ``imp cluster up``), the queries are actors on
+that Ray cluster's nodes, each a process of its own started by a node's raylet, and the
+report gives the state each node holds. With ``remove_node`` too, that worker node is
+killed (SIGKILL, as a machine is lost) after the first table's deletion was maintained:
+the next batch of every query whose actor was there recovers it on another node from its
+registration checkpoint and the change feed; the report gives the seconds from the kill
+until every query answers again, and the run goes on to its verification.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -57,6 +71,7 @@ MIN_ROWS_PER_DELTA_ROW = 100  # smaller tables (nation, region) are not changed
 PAGE = 4096
 
 INDEX_BUILD_TIMEOUT_S = 1800.0  # the longest wait for the shared indexes' builds
+RECOVERY_TIMEOUT_S = 600.0  # the longest wait for the queries of a removed node
 
 
 def _tree_rss(root: int) -> int:
@@ -137,16 +152,29 @@ def _mib(n: float) -> float:
 def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta: int = 100,
                     rounds: int = 2, fragments: int = 1000, seed: int = 0,
                     data_root: str | Path = ".imp", max_load: float | None = None,
-                    progress: bool = True, out: str | Path = "bench-results/scale.json"
+                    progress: bool = True, out: str | Path = "bench-results/scale.json",
+                    cluster: str | Path | None = None, remove_node: int | None = None
                     ) -> dict[str, Any]:
     """Run the experiment of the module docstring; the report (also written to ``out``,
     and after every step to ``<out>-partial.json``)."""
+    from imp_actors.runtime_config import EvictionPolicy
+
     queries = expand_queries(queries)
     attributes = {q: sketch_attribute(q) for q in queries}
+    ray_cluster, ray_address = join_cluster(cluster, remove_node)
     params = {"sf": sf, "queries": queries, "delta": delta, "rounds": rounds,
               "fragments": fragments, "seed": seed,
-              "backend": "local (in-process coordinator, one for all queries)"}
+              "backend": "local (in-process coordinator, one for all queries)"
+              if ray_cluster is None else
+              f"ray: a cluster of {len(ray_cluster.nodes)} nodes started with `ray start` "
+              f"at {ray_address} (one actor per query)", "remove_node": remove_node}
     report = start_report("scale", params, max_load, progress)
+    if ray_cluster is not None:
+        report["cluster"] = [{"index": n.index, "role": n.role, "num_cpus": n.num_cpus,
+                              "memory_mib": _mib(n.memory_bytes),
+                              "object_store_mib": _mib(n.object_store_bytes)}
+                             for n in ray_cluster.nodes]
+    removal: dict[str, Any] | None = None
     data_root = Path(data_root)
     log(progress, f"preparing TPC-H SF {sf:g}")
     store, root = prepare_tpch_store(sf, data_root, progress, changed=())
@@ -159,7 +187,9 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
     verified: list[dict[str, Any]] = []
     with MemorySampler() as memory:
         report["environment"]["spark"] = get_spark().version
-        coordinator = make_coordinator(store, root)
+        coordinator = make_coordinator(
+            store, root, ray_address=ray_address,
+            eviction=EvictionPolicy(max_live_actors=None, idle_seconds=None))
         try:
             memory.phase = "register"
             for q in queries:
@@ -191,11 +221,16 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
             # background after registration; the timed batches start once they are,
             # as a user's would some time after registering (the wait is reported)
             t0 = time.perf_counter()
-            ready = wait_for_indexes(INDEX_BUILD_TIMEOUT_S)
+            ready = wait_for_indexes(INDEX_BUILD_TIMEOUT_S) and \
+                coordinator.diagnostics.wait_for_indexes(INDEX_BUILD_TIMEOUT_S)
             report["index_builds_after_registration"] = {
                 "seconds": round(time.perf_counter() - t0, 3), "ready": ready}
             log(progress, f"  shared indexes built {time.perf_counter() - t0:.1f} s after "
                 f"the registrations" + ("" if ready else " (not all: timed out)"))
+            report["placement"] = placement(coordinator)
+            log(progress, "  state per node: " + ", ".join(
+                f"{n['node']} {n['state_mib']} MiB ({n['share']:.0%}, {len(n['queries'])} "
+                f"queries)" for n in report["placement"]["nodes"]))
             readers = {q: set(coordinator.scan_specs(q)) for q in names}
             tables = sorted(t for t in {t for ts in readers.values() for t in ts}
                             if table_key_or_none(t)
@@ -222,6 +257,11 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                         write_partial(report, out, registered=registered, failed=failed,
                                       maintained=maintained, verified=verified,
                                       memory=memory.peaks)
+                        if ray_cluster is not None and remove_node is not None and \
+                                removal is None:
+                            removal = _remove_node(coordinator, ray_cluster, remove_node,
+                                                   names, progress)
+                            report["node_removal"] = removal
                         if last and kind == "delete" and t == tables[-1]:
                             memory.phase = "verify"
                             verified = _verify(coordinator, names, progress)
@@ -231,6 +271,11 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                 write_partial(report, out, registered=registered, failed=failed,
                               maintained=maintained, verified=verified, memory=memory.peaks)
             indexes = process_indexes()
+            counters = coordinator.ctx.counters
+            report["service"] = {k: int(counters.get(k, 0)) for k in (
+                "evictions", "restores", "actor_recoveries", "actor_failures", "updates")}
+            if ray_cluster is not None:
+                report["placement_after"] = placement(coordinator)
         finally:
             coordinator.close(checkpoint=False)
     # the shared join indexes (IMP_SHARED_INDEXES=on): state kept once for all queries,
@@ -244,6 +289,75 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
     report["summary"] = _summary(report, memory.overall())
     finish_report(report, out)
     return report
+
+
+def join_cluster(cluster: str | Path | None, remove_node: int | None):
+    """The ``imp cluster`` described in ``cluster`` and its address, this process's
+    environment set to join it (its token); (None, None) for the local backend."""
+    if cluster is None:
+        if remove_node is not None:
+            raise ValueError("removing a node needs a cluster (--cluster DIR)")
+        return None, None
+    from services import ray_cluster
+
+    found = ray_cluster.load(cluster)
+    if remove_node is not None and not any(n.index == remove_node and n.role == "worker"
+                                           for n in found.nodes):
+        raise ValueError(f"the cluster in {cluster} has no worker node {remove_node} "
+                         f"(nodes: {[(n.index, n.role) for n in found.nodes]})")
+    os.environ.update(found.env())
+    return found, found.address
+
+
+def placement(coordinator) -> dict[str, Any]:
+    """Where the live queries' state is: per node its bytes, share and queries, largest
+    first; ``max_share`` the largest node's share of the total."""
+    spread = coordinator.diagnostics.state_by_node()
+    total = sum(sum(per.values()) for per in spread.values())
+    nodes = sorted(({"node": node[:12], "state_mib": _mib(sum(per.values())),
+                     "share": round(sum(per.values()) / total, 4) if total else 0.0,
+                     "queries": sorted(per)} for node, per in spread.items()),
+                   key=lambda n: -n["state_mib"])
+    return {"nodes": nodes, "total_mib": _mib(total),
+            "max_share": max((n["share"] for n in nodes), default=0.0)}
+
+
+def _remove_node(coordinator, cluster, index: int, names: list[str],
+                 progress: bool) -> dict[str, Any]:
+    """Kill worker node ``index`` (SIGKILL of its raylet and actors); then ask every
+    query for its sketch until each answers. The recovery seconds count from the kill,
+    the cluster's detection of the loss included."""
+    from services import ray_cluster as rc
+
+    on_node = {n["node"]: n["queries"] for n in placement(coordinator)["nodes"]}
+    port = next(n.node_manager_port for n in cluster.nodes if n.index == index)
+    before = {q: set(coordinator.diagnostics.nodes(q)) for q in names}
+    log(progress, f"  removing worker node {index} (node manager port {port})")
+    t0 = time.perf_counter()
+    rc.remove_node(cluster, index)
+    detected = rc.wait_for_loss(cluster, port)
+    answered: dict[str, float] = {}
+    errors: list[str] = []
+    for q in names:
+        while True:
+            try:
+                coordinator.get_sketch(q)
+                break
+            except Exception as exc:  # noqa: BLE001 - the recovery may take a few asks
+                errors.append(f"{q}: {type(exc).__name__}: {str(exc)[:200]}")
+                if time.perf_counter() - t0 > RECOVERY_TIMEOUT_S:
+                    raise
+                time.sleep(1.0)  # the cluster is still noticing the loss
+        answered[q] = round(time.perf_counter() - t0, 2)
+    recovery = time.perf_counter() - t0
+    after = {q: set(coordinator.diagnostics.nodes(q)) for q in names}
+    moved = sorted(q for q in names if after[q] != before[q])
+    log(progress, f"  node {index} removed: lost {detected:.1f} s after the kill; every "
+        f"query answered {recovery:.1f} s after it ({len(moved)} moved: {', '.join(moved)})")
+    return {"node": index, "detected_s": round(detected, 2),
+            "recovery_s": round(recovery, 2), "queries_moved": moved,
+            "answered_s": answered, "errors_while_recovering": errors[:20],
+            "state_by_node_before": on_node}
 
 
 def table_key_or_none(table: str) -> tuple[str, ...] | None:
@@ -308,6 +422,10 @@ def _summary(report: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
             "maintenance_median_ms": round(median(
                 [r["imp_ms"] for r in rows if r["imp_ms"] is not None] or [0.0]), 1),
             "failed": [f["query"] for f in report["failed"]],
+            "evictions": report.get("service", {}).get("evictions"),
+            "restores": report.get("service", {}).get("restores"),
+            "max_node_share": report.get("placement", {}).get("max_share"),
+            "node_removal_recovery_s": report.get("node_removal", {}).get("recovery_s"),
             "not_verified": [v["query"] for v in report["verified"]
                              if v.get("sketch_ok") is None]}
 

@@ -35,6 +35,36 @@ class Diagnostics:
         """The Ray node (or "local") of each live shard of a query."""
         return self._ask_shards(name, lambda h: h.node())
 
+    def state_by_node(self) -> dict[str, dict[str, int]]:
+        """Per node, the state bytes of the live shards placed on it, per query
+        (``{node: {query: bytes}}``): how the queries' state is spread over the cluster.
+        Evicted queries hold no node's memory and are left out; a query whose actors do
+        not answer is left out too (its recovery is the next use's business, not this
+        look's)."""
+        spread: dict[str, dict[str, int]] = {}
+        for q in self.ctx.queries.all():
+            with q.lock:
+                if not q.live or q.handles is None:
+                    continue
+                try:
+                    where = gather([h.node() for h in q.handles])
+                except WorkerLostError:
+                    continue
+                for node, size in zip(where, q.shard_bytes):
+                    per_query = spread.setdefault(node, {})
+                    per_query[q.name] = per_query.get(q.name, 0) + size
+        return spread
+
+    def wait_for_indexes(self, timeout_s: float) -> bool:
+        """Wait until no live worker's process has a shared index build asked for or
+        running (asked of all at once); False when one had not finished in ``timeout_s``
+        or did not answer."""
+        handles = [h for q in self.ctx.queries.all() if q.live for h in q.handles or ()]
+        try:
+            return all(gather([h.wait_indexes(timeout_s) for h in handles]))
+        except WorkerLostError:
+            return False
+
     def operator_stats(self, name: str) -> list[list[dict]]:
         """Per live shard, its pipeline's ``IncrementalQuery.stats()`` (made live first)."""
         return self._ask_shards(name, lambda h: h.stats())

@@ -74,6 +74,8 @@ class WorkerHandle(Protocol):
 
     def stats(self) -> Pending[list[dict]]: ...
 
+    def wait_indexes(self, timeout_s: float) -> Pending[bool]: ...
+
     def ping(self) -> Pending[int]: ...
 
     def node(self) -> Pending[str]: ...
@@ -128,6 +130,9 @@ class LocalWorkerHandle:
     def stats(self) -> Pending[list[dict]]:
         return self._run(lambda w: w.stats())
 
+    def wait_indexes(self, timeout_s: float) -> Pending[bool]:
+        return self._run(lambda w: w.wait_indexes(timeout_s))
+
     def ping(self) -> Pending[int]:
         return self._run(lambda w: w.ping())
 
@@ -145,7 +150,10 @@ class Backend(Protocol):
 
     def start(self) -> None: ...
 
-    def spawn(self, name: str) -> WorkerHandle: ...
+    def spawn(self, name: str, node: str | None = None) -> WorkerHandle:
+        """A new empty worker named ``name``, on ``node`` when the runtime has nodes and
+        can (None: where the runtime chooses)."""
+        ...
 
     def find(self, name: str) -> WorkerHandle | None: ...
 
@@ -181,7 +189,7 @@ class LocalBackend:
     def start(self) -> None:
         return None
 
-    def spawn(self, name: str) -> LocalWorkerHandle:
+    def spawn(self, name: str, node: str | None = None) -> LocalWorkerHandle:
         return LocalWorkerHandle(name)
 
     def find(self, name: str) -> LocalWorkerHandle | None:
@@ -278,6 +286,9 @@ class RayWorkerHandle:
     def stats(self) -> Pending[list[dict]]:
         return _RayPending(self, self.actor.stats.remote())
 
+    def wait_indexes(self, timeout_s: float) -> Pending[bool]:
+        return _RayPending(self, self.actor.wait_indexes.remote(timeout_s))
+
     def ping(self) -> Pending[int]:
         return _RayPending(self, self.actor.ping.remote())
 
@@ -371,6 +382,12 @@ class RayBackend:
         address = self.config.ray_address
         kwargs: dict[str, Any] = dict(namespace=self.config.ray_namespace,
                                       log_to_driver=False, logging_level=logging.WARNING)
+        # the actors' processes are started by the nodes' raylets, whose environment is
+        # the node's, not this process's: the service's own settings (IMP_*: index
+        # budgets, shared indexes on or off, ...) go with its job to every actor
+        settings = {k: v for k, v in os.environ.items() if k.startswith("IMP_")}
+        if settings:
+            kwargs["runtime_env"] = {"env_vars": settings}
         if address:
             ray.init(address=address, **kwargs)
         else:
@@ -379,14 +396,20 @@ class RayBackend:
             self.started_ray = True
             _ensure_reaper()
 
-    def spawn(self, name: str) -> RayWorkerHandle:
+    def spawn(self, name: str, node: str | None = None) -> RayWorkerHandle:
         from imp_actors.actor_class import RemoteQueryWorker
 
         self.check()
         res = self.config.resources
+        # soft: a node lost since it was chosen leaves the choice to Ray (SPREAD)
+        strategy: Any = "SPREAD"
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            strategy = NodeAffinitySchedulingStrategy(node, soft=True)
         options: dict[str, Any] = dict(name=name, namespace=self.config.ray_namespace,
                                        lifetime="detached", num_cpus=res.num_cpus,
-                                       max_restarts=0, scheduling_strategy="SPREAD")
+                                       max_restarts=0, scheduling_strategy=strategy)
         if res.memory_bytes:
             options["memory"] = res.memory_bytes
         return RayWorkerHandle(name, RemoteQueryWorker.options(**options).remote(), self)
@@ -431,7 +454,8 @@ class RayBackend:
 
 def _node(n: dict[str, Any]) -> dict[str, Any]:
     return {"node_id": n["NodeID"], "alive": n["Alive"], "address": n.get("NodeManagerAddress"),
-            "cpus": n.get("Resources", {}).get("CPU", 0)}
+            "cpus": n.get("Resources", {}).get("CPU", 0),
+            "memory": n.get("Resources", {}).get("memory", 0)}
 
 
 _reaper: Any = None

@@ -17,11 +17,12 @@ import logging
 import threading
 import time
 import uuid
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping, Sequence
 
 from imp_actors.context import RuntimeContext
 from imp_actors.handles import WORKER_PREFIX, WorkerHandle
 from imp_actors.lifecycle import QueryRuntime, QueryState
+from imp_actors.node_balance import NodeLedger, emptiest_node, node_loads
 from imp_actors.registry import QueryRecord
 from imp_actors.sharding import route_rows
 from imp_actors.worker import WorkerSpec, WorkerStatus
@@ -46,17 +47,48 @@ class ShardManager:
         self.ctx = ctx
         self._warm: list[WorkerHandle] = []  # started, empty workers ready for use
         self._warm_lock = threading.Lock()
+        self.nodes = NodeLedger()  # where each worker started here was asked to run
 
     # -- workers ------------------------------------------------------------------------
-    def spawn(self) -> WorkerHandle:
-        """An empty worker: a warm one when available (no process start-up)."""
+    def spawn(self, starting: Sequence[tuple[str, int]] = (), avoid: Collection[str] = ()
+              ) -> WorkerHandle:
+        """An empty worker: a warm one when available (no process start-up), else a new
+        one on the node with the least live state; ``starting``: (worker name, state
+        bytes) of the workers of a query being started, not yet live; ``avoid``: nodes
+        where a worker was just lost."""
         with self._warm_lock:
             if self._warm:
                 return self._warm.pop()
-        return self._new_worker()
+        return self._new_worker(starting, avoid)
 
-    def _new_worker(self) -> WorkerHandle:
-        return self.ctx.backend.spawn(f"{WORKER_PREFIX}{uuid.uuid4().hex[:12]}")
+    def _new_worker(self, starting: Sequence[tuple[str, int]] = (),
+                    avoid: Collection[str] = ()) -> WorkerHandle:
+        name = f"{WORKER_PREFIX}{uuid.uuid4().hex[:12]}"
+        node = self._emptiest_node(starting, avoid)
+        handle = self.ctx.backend.spawn(name, node=node)
+        self.nodes.record(name, node)
+        return handle
+
+    def _live_shards(self) -> list[tuple[str, int]]:
+        """(worker name, state bytes) of every live shard."""
+        out = []
+        for q in self.ctx.queries.all():
+            handles, sizes = q.handles, q.shard_bytes  # read once: others may swap them
+            if q.live and handles is not None:
+                out.extend((h.name, size) for h, size in zip(handles, sizes))
+        return out
+
+    def _emptiest_node(self, starting: Sequence[tuple[str, int]] = (),
+                       avoid: Collection[str] = ()) -> str | None:
+        """Where a new worker goes (``node_balance``); None: let the backend choose (one
+        node, or the local backend)."""
+        if self.ctx.backend.kind != "ray":
+            return None
+        shards = self._live_shards() + list(starting)
+        placed = self.nodes.placed()
+        if len(placed) > 4 * len(shards) + 1000:  # forget workers long stopped
+            self.nodes.forget(set(placed) - {w for w, _ in shards})
+        return emptiest_node(self.ctx.backend.nodes(), node_loads(placed, shards), avoid)
 
     def keep_warm(self) -> None:
         with self._warm_lock:
@@ -140,7 +172,9 @@ class ShardManager:
         statuses: list[WorkerStatus] = []
         try:
             for i in range(shards):
-                handles.append(self.spawn())
+                # the shards started so far count where they run: a query's shards spread
+                handles.append(self.spawn(
+                    [(h.name, st.state_bytes) for h, st in zip(handles, statuses)]))
                 statuses.append(prepare(i, handles[-1]))
         except BaseException:
             for h in handles:
@@ -165,8 +199,9 @@ class ShardManager:
         later."""
         assert q.handles is not None
         q.handles[shard].kill()
+        lost = {self.nodes.placed().get(q.handles[shard].name)} - {None}
         for attempt in range(1, RECOVER_ATTEMPTS + 1):
-            h = self.spawn()
+            h = self.spawn(avoid=lost)
             try:
                 st = self.load_newest_checkpoint(q, shard, h)
                 if st is None:
@@ -176,6 +211,7 @@ class ShardManager:
                 break
             except WorkerLostError as exc:
                 h.kill()
+                lost |= {self.nodes.placed().get(h.name)} - {None}
                 if attempt == RECOVER_ATTEMPTS:
                     raise
                 pause = min(RECOVER_PAUSE_MAX_S, RECOVER_PAUSE_S * 2 ** (attempt - 1))

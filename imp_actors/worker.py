@@ -216,6 +216,15 @@ class QueryWorker:
         """Where this worker runs ("local" in-process; the Ray actor class overrides it)."""
         return "local"
 
+    def wait_indexes(self, timeout_s: float) -> bool:
+        """Wait until this process has no shared index build asked for or running (the
+        builds its probed sides asked for at wiring); False when ``timeout_s`` passed
+        first. Reads never need this (they go to the files until an index is ready);
+        benchmarks do, to time batches of a settled service."""
+        from imp_core.storage.index_catalog import wait_for_indexes
+
+        return wait_for_indexes(timeout_s)
+
     def stats(self) -> list[dict]:
         """Per operator of the hosted pipeline: its counters and state size."""
         return self._hosted().pipeline.stats()

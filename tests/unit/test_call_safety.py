@@ -319,8 +319,8 @@ def test_warm_workers_started_before_recovery_are_not_pooled_twice(tmp_path):
             super().__init__(config)
             self.made = {}
 
-        def spawn(self, name):
-            self.made[name] = super().spawn(name)
+        def spawn(self, name, node=None):
+            self.made[name] = super().spawn(name, node)
             return self.made[name]
 
         def find(self, name):

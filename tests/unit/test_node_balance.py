@@ -1,0 +1,87 @@
+"""Where a new query actor goes (``imp_actors.node_balance``): the alive node whose
+memory the live queries' state uses least, so that a few large queries do not end up on
+one node as an even count of actors (Ray's SPREAD) may leave them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from imp_actors.node_balance import NodeLedger, emptiest_node, node_loads
+
+GiB = 1 << 30
+
+
+def _nodes(*memory: float, dead: tuple[int, ...] = ()) -> list[dict]:
+    return [{"node_id": f"n{i}", "alive": i not in dead, "memory": m * GiB}
+            for i, m in enumerate(memory)]
+
+
+def test_loads_count_each_shard_on_the_node_it_was_started_on():
+    placed = {"w1": "n0", "w2": "n1", "w3": "n0"}
+    held = node_loads(placed, [("w1", 10), ("w2", 5), ("w3", 7), ("unknown", 99)])
+    assert held == {"n0": (17, 2), "n1": (5, 1)}  # a worker of no known node counts nowhere
+
+
+def test_the_node_with_the_smallest_share_of_its_memory_is_chosen():
+    nodes = _nodes(4, 4, 4)
+    assert emptiest_node(nodes, {"n0": (3 * GiB, 1), "n1": (1 * GiB, 5), "n2": (2 * GiB, 1)}) \
+        == "n1"
+    # a larger node holding more bytes may still be the emptiest by share
+    assert emptiest_node(_nodes(4, 16), {"n0": (1 * GiB, 1), "n1": (3 * GiB, 1)}) == "n1"
+
+
+def test_equal_shares_go_to_the_node_with_fewest_workers_then_the_first():
+    nodes = _nodes(4, 4, 4)
+    assert emptiest_node(nodes, {"n0": (0, 2), "n1": (0, 1)}) == "n2"
+    assert emptiest_node(nodes, {}) == "n0"
+
+
+def test_dead_nodes_are_never_chosen_and_one_node_leaves_the_choice_to_the_runtime():
+    assert emptiest_node(_nodes(4, 4, 4, dead=(0,)), {"n1": (GiB, 1)}) == "n2"
+    assert emptiest_node(_nodes(4, 4, dead=(1,)), {}) is None
+    assert emptiest_node(_nodes(4), {}) is None
+
+
+def test_a_full_node_is_passed_over_while_another_has_room():
+    nodes = _nodes(1, 8)
+    # n0 is over its memory; n1 has room though it holds more bytes
+    assert emptiest_node(nodes, {"n0": (2 * GiB, 1), "n1": (6 * GiB, 9)}) == "n1"
+    # all full: the least over
+    assert emptiest_node(_nodes(1, 1), {"n0": (3 * GiB, 1), "n1": (2 * GiB, 1)}) == "n1"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_placement_of_random_queries_stays_within_the_largest_query(seed):
+    """Queries placed one after another, each where the state is least: no node holds
+    more than an even share plus the largest single query (the greedy bound)."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(x) for x in rng.pareto(1.2, size=22) * 50e6 + 1e6]
+    nodes = _nodes(8, 8, 8)
+    ledger = NodeLedger()
+    shards: list[tuple[str, int]] = []
+    for i, size in enumerate(sizes):
+        node = emptiest_node(nodes, node_loads(ledger.placed(), shards))
+        ledger.record(f"w{i}", node)
+        shards.append((f"w{i}", size))
+    held = node_loads(ledger.placed(), shards)
+    assert sum(b for b, _ in held.values()) == sum(sizes)
+    assert max(b for b, _ in held.values()) <= sum(sizes) / 3 + max(sizes)
+
+
+def test_the_ledger_forgets_stopped_workers():
+    ledger = NodeLedger()
+    ledger.record("a", "n0")
+    ledger.record("b", None)  # started where the runtime chose: not known
+    ledger.record("c", "n1")
+    ledger.forget(["a", "zzz"])
+    assert ledger.placed() == {"c": "n1"}
+
+
+def test_a_node_where_a_worker_was_just_lost_is_avoided_while_another_is_alive():
+    nodes = _nodes(4, 4, 4)
+    held = {"n0": (3 * GiB, 1), "n1": (2 * GiB, 1)}  # n2: its workers just died
+    assert emptiest_node(nodes, held) == "n2"
+    assert emptiest_node(nodes, held, avoid={"n2"}) == "n1"
+    assert emptiest_node(_nodes(4, 4, dead=(0,)), {}, avoid={"n1"}) is None
+    assert emptiest_node(_nodes(4, 4, 4, dead=(0,)), {}, avoid={"n1", "n2"}) == "n1"

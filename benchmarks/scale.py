@@ -71,6 +71,10 @@ MIN_ROWS_PER_DELTA_ROW = 100  # smaller tables (nation, region) are not changed
 PAGE = 4096
 
 INDEX_BUILD_TIMEOUT_S = 1800.0  # the longest wait for the shared indexes' builds
+# where a registration's seconds go (``Coordinator.ctx.timings``): planning, checks and
+# partitions; join placement; the first state (Spark's part of it apart); checkpoint
+REGISTRATION_PHASES = ("register_prepare_s", "register_place_s", "register_first_state_s",
+                       "first_state_spark_s", "register_checkpoint_s")
 RECOVERY_TIMEOUT_S = 600.0  # the longest wait for the queries of a removed node
 
 
@@ -194,6 +198,8 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
             memory.phase = "register"
             for q in queries:
                 table, column = attributes[q]
+                for k in REGISTRATION_PHASES:  # this registration's, alone
+                    coordinator.ctx.timings.pop(k, None)
                 t0 = time.perf_counter()
                 try:
                     reg = _register(coordinator, q, fragments)  # on the header's attribute
@@ -204,12 +210,20 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                     log(progress, f"  {q}: FAILED to register: {type(exc).__name__}: {exc}")
                     continue
                 state = coordinator.info(q)
+                largest = sorted(((op["kind"], op["op"], op["state_bytes"])
+                                  for shard in coordinator.diagnostics.operator_stats(q)
+                                  for op in shard), key=lambda o: -o[2])[:3]
                 tree, machine = memory.sample()
                 registered.append({
                     "query": q, "sketch": f"{table}.{column}", "bootstrap_s": round(boot_s, 2),
                     "wall_s": round(time.perf_counter() - t0, 2), "forced": note is not None,
                     "state_mib": _mib(state.state_bytes), "state_bytes": state.state_bytes,
                     "probed_join_sides": list(state.probed_join_sides),
+                    "largest_state": [{"kind": k, "op": op, "mib": _mib(n)}
+                                      for k, op, n in largest if n],
+                    "phases_s": {k.removeprefix("register_"): round(sum(v), 2)
+                                 for k in REGISTRATION_PHASES
+                                 if (v := coordinator.ctx.timings.get(k))},
                     "tree_rss_mib_after": _mib(tree), "machine_used_mib_after": _mib(machine)})
                 log(progress, f"  {q}: registered in {boot_s:.1f} s, state "
                     f"{_mib(state.state_bytes)} MiB; process tree {_mib(tree)} MiB, machine "
@@ -270,7 +284,8 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                         f"+{rows.num_rows} maintained")
                 write_partial(report, out, registered=registered, failed=failed,
                               maintained=maintained, verified=verified, memory=memory.peaks)
-            indexes = process_indexes()
+            indexes = process_indexes() if ray_cluster is None else \
+                actor_indexes(coordinator, names)
             counters = coordinator.ctx.counters
             report["service"] = {k: int(counters.get(k, 0)) for k in (
                 "evictions", "restores", "actor_recoveries", "actor_failures", "updates")}
@@ -358,6 +373,22 @@ def _remove_node(coordinator, cluster, index: int, names: list[str],
             "recovery_s": round(recovery, 2), "queries_moved": moved,
             "answered_s": answered, "errors_while_recovering": errors[:20],
             "state_by_node_before": on_node}
+
+
+def actor_indexes(coordinator, names: list[str]) -> dict[str, Any]:
+    """The shared indexes of the queries' actors, as ``process_indexes`` gives them for
+    this process: each actor is a process with its own catalog, so memory counts per
+    query; the disk files are shared by the actors (one per table, key and columns)."""
+    uses = [(q, use) for q in names for use in coordinator.info(q).indexes]
+    files: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    for _, use in uses:
+        k = (use.table, use.key, use.columns)
+        files[k] = max(files.get(k, 0), use.disk_bytes)
+    return {"enabled": True, "count": len(uses), "bytes": sum(u.bytes for _, u in uses),
+            "disk_bytes": sum(files.values()), "builds": None,
+            "indexes": [{"query": q, "table": u.table, "key": u.key,
+                         "columns": list(u.columns), "where": u.where, "bytes": u.bytes,
+                         "disk_bytes": u.disk_bytes} for q, u in uses]}
 
 
 def table_key_or_none(table: str) -> tuple[str, ...] | None:

@@ -146,7 +146,7 @@ class RuntimeContext:
 
     def time(self, what: str, seconds: float) -> None:
         """Record one duration, keeping the newest ones only."""
-        kept = self.timings[what]
+        kept = self.timings.setdefault(what, [])
         kept.append(seconds)
         del kept[:-_KEEP_TIMINGS]
 

@@ -55,6 +55,20 @@ def emptiest_node(nodes: Sequence[Mapping[str, Any]], held: Mapping[str, tuple[i
     return min(room, key=lambda n: (used(n), held.get(n["node_id"], (0, 0))[1]))["node_id"]
 
 
+def cluster_room(nodes: Sequence[Mapping[str, Any]], held: Mapping[str, tuple[int, int]],
+                 shards: int = 1) -> int | None:
+    """The most state a new query of ``shards`` shards could be given: its shards go to
+    different nodes while there are nodes, so the room left (a node's ``memory`` less
+    the state ``held`` there) on the ``shards`` roomiest alive nodes. None when no alive
+    node states its memory (the runtime's nodes are not known: the caller's own
+    machine decides)."""
+    rooms = sorted((max(0, int(n["memory"]) - held.get(n["node_id"], (0, 0))[0])
+                    for n in nodes if n.get("alive") and n.get("memory")), reverse=True)
+    if not rooms:
+        return None
+    return sum(rooms[:max(1, shards)])
+
+
 class NodeLedger:
     """The node each worker this coordinator started was asked onto."""
 

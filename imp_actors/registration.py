@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import time
 from typing import Callable, Mapping
@@ -49,6 +50,7 @@ from imp_core.errors import (
     RequestLimitError,
     UnknownQueryError,
 )
+from imp_core.estimate.budget import AUTO, BUDGET_FRACTION, ENV_BUDGET
 from imp_core.plan.nodes import QueryPlan
 from imp_core.process.failpoints import failpoint
 from imp_core.query.prepare import PreparedQuery, StoreTables, prepare_query
@@ -63,9 +65,15 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
-def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuery:
+def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict,
+            room: int | None = None) -> PreparedQuery:
     """``spec`` prepared by the one shared path (``imp_core.query.prepare``) on the tables'
-    latest versions, with the fragments of the SQL header defaulting to the runtime's."""
+    latest versions, with the fragments of the SQL header defaulting to the runtime's.
+
+    ``room``: on a cluster, the most state its nodes could give the query
+    (``ShardManager.room``); with no ``IMP_REGISTRATION_MEMORY_BYTES`` set, the memory
+    check refuses only a plan beyond half of it, not one beyond this machine's memory
+    (the query's actors run on the cluster's nodes)."""
     tables = StoreTables(ctx.store, latest=ctx.probe.latest, catalog=catalog)
     # join sides beyond the actor's budget are probed in the data layer (single-shard
     # queries only, see ``place_join_sides``), so the memory estimate leaves them out
@@ -80,7 +88,16 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict) -> PreparedQuer
                          pushdown=spec.pushdown, join_state_budget_bytes=budget,
                          clustered=files.clustered, not_null=files.not_null,
                          capture=capture, layout=StoreLayout(ctx.store),
+                         memory_budget_bytes=_budget(room),
                          progress=lambda line: log.info("%s: %s", spec.name, line))
+
+
+def _budget(room: int | None) -> int | str:
+    """The registration memory budget: the setting when there is one, else half the
+    cluster's room (as on one machine: half its available memory), else "auto"."""
+    if room is None or os.environ.get(ENV_BUDGET, "").strip():
+        return AUTO
+    return max(1, int(BUDGET_FRACTION * room))
 
 
 def call_record(call: CallTag | None, query: str) -> CallRecord | None:
@@ -138,15 +155,20 @@ class Registration:
         failpoint("registration.sql", spec.sql)  # a crash while a registration runs
         check_request(spec, ctx.config)
         ctx.queries.check_free(spec.name)
-        prepared = prepare(spec, ctx, self.catalog())
+        t0 = time.perf_counter()
+        prepared = prepare(spec, ctx, self.catalog(), self.shards.room(first_shards(spec)))
         plan, pset = prepared.plan, prepared.partitions
         if most_shards(spec) > 1:
             shard_key(plan)  # raises with the reason when the plan cannot be split
         shards = first_shards(spec)
+        t1 = time.perf_counter()
+        placement = place(prepared, most_shards(spec), ctx)
+        ctx.time("register_prepare_s", t1 - t0)  # plan, checks, estimate, partitions
+        ctx.time("register_place_s", time.perf_counter() - t1)
         record = QueryRecord(spec.name, spec.sql, partitions_to_records(pset),
                              strategy_to_json(spec.strategy), spec.force, shards,
                              pushdown=spec.pushdown,
-                             placement=place(prepared, most_shards(spec), ctx),
+                             placement=placement,
                              plan_fingerprint=plan.fingerprint(),
                              seq_reserved=SEQ_BLOCK,
                              autoscaling=spec.autoscaling.to_json() if spec.autoscaling

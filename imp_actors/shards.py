@@ -22,7 +22,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from imp_actors.context import RuntimeContext
 from imp_actors.handles import WORKER_PREFIX, WorkerHandle
 from imp_actors.lifecycle import QueryRuntime, QueryState
-from imp_actors.node_balance import NodeLedger, emptiest_node, node_loads
+from imp_actors.node_balance import NodeLedger, cluster_room, emptiest_node, node_loads
 from imp_actors.registry import QueryRecord
 from imp_actors.sharding import route_rows
 from imp_actors.worker import WorkerSpec, WorkerStatus
@@ -77,6 +77,18 @@ class ShardManager:
             if q.live and handles is not None:
                 out.extend((h.name, size) for h, size in zip(handles, sizes))
         return out
+
+    def room(self, shards: int) -> int | None:
+        """On a cluster of several nodes, the most state a new query of ``shards``
+        shards could be given there (``node_balance.cluster_room``); None on one node or
+        the local backend (this machine's memory decides)."""
+        if self.ctx.backend.kind != "ray":
+            return None
+        nodes = self.ctx.backend.nodes()
+        if sum(1 for n in nodes if n.get("alive")) < 2:
+            return None
+        return cluster_room(nodes, node_loads(self.nodes.placed(), self._live_shards()),
+                            shards)
 
     def _emptiest_node(self, starting: Sequence[tuple[str, int]] = (),
                        avoid: Collection[str] = ()) -> str | None:
@@ -293,8 +305,10 @@ class ShardManager:
                 and len(q.capture[1]) == q.shards:
             return q.capture[1]
         ctx = self.ctx
+        t0 = time.perf_counter()
         tables = ctx.spark.first_state(q.plan, q.partitions, ctx.options, versions,
                                        q.record.probed_sides)
+        ctx.time("first_state_spark_s", time.perf_counter() - t0)
         states = [tables] if q.shards == 1 else \
             reshard([tables], q.plan, q.partitions, ctx.options, q.key, q.shards)
         q.capture = (dict(versions), states)

@@ -69,11 +69,15 @@ class StateManager:
         self.make_room(q, q.shards)
         if q.state is not QueryState.REGISTERING:  # dropped while its lock was lent out
             raise UnknownQueryError(f"query {q.name!r} was dropped while registering")
+        t0 = time.perf_counter()
         q.attach(*self.shards.start_shards(
             q, q.shards, lambda i, h: self.shards.rebuild_shard(q, i, h)))
         self.maintenance.publish(q, self.maintenance.align(q), 0.0)
         q.batches_since_checkpoint = 0
+        t1 = time.perf_counter()
         self.checkpoint_locked(q)
+        self.ctx.time("register_first_state_s", t1 - t0)  # workers started and loaded
+        self.ctx.time("register_checkpoint_s", time.perf_counter() - t1)
         q.transition(QueryState.LIVE)
         release_free_memory()  # the capture's results collected into this process
 

@@ -18,13 +18,15 @@ not tried again for ``_RETRY_S`` seconds (reads go to the files meanwhile).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from imp_core.errors import ImpError
 from imp_core.settings import int_setting
@@ -117,9 +119,11 @@ class IndexCatalog:
         version = self.store.version(build.table) if build.version is None \
             else build.version
         t0 = time.perf_counter()
-        index = TableIndex(self.store, build.table, build.key, build.columns, version,
-                           directory=self._directory(build.table, build.key),
-                           memory_bytes=max(0, index_memory_bytes() - others))
+        directory = self._directory(build.table, build.key)
+        with _one_builder(directory):
+            index = TableIndex(self.store, build.table, build.key, build.columns, version,
+                               directory=directory,
+                               memory_bytes=max(0, index_memory_bytes() - others))
         self.build_seconds += time.perf_counter() - t0
         self.builds += 1
         return index
@@ -306,6 +310,25 @@ def builds_in_background() -> bool:
 
 _catalogs: dict[str, IndexCatalog] = {}
 _catalogs_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_builder(directory: Path | None) -> Iterator[None]:
+    """Hold the index folder's build lock (an exclusive ``flock`` of ``.build.lock`` in
+    it): the query actors of a node are processes of their own, each with its catalog,
+    and several may ask for the same index at once. The second waits, then finds the
+    first one's disk base (``TableIndex`` reuses a file that covers its columns and
+    version) instead of reading the table again. Without a folder, nothing to share."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".build.lock", "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def catalog_for(store: Any) -> IndexCatalog:

@@ -266,3 +266,10 @@ def test_scale_suite_tiny(spark, results, data_root):
         r["tree_rss_mib_after"] for r in report["registered"])
     assert report["summary"]["sketches_equal_recapture"] == "3 of 3"
     assert markdown_table(report).count("\n| h") == 3
+    # every query stayed live: no batch paid for restoring an evicted one
+    assert report["service"]["evictions"] == 0 and report["service"]["restores"] == 0
+    # one node (in-process workers) holds every query's state
+    place = report["placement"]
+    assert [n["node"] for n in place["nodes"]] == ["local"] and place["max_share"] == 1.0
+    assert place["nodes"][0]["queries"] == queries
+    assert place["total_mib"] == pytest.approx(sum(state.values()) / 2**20, abs=0.1)

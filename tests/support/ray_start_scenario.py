@@ -42,7 +42,14 @@ def scenario(cluster: ray_cluster.Cluster, tmp_path: Path) -> None:
         c.register(workload_spec("q03", "q03"))
         c.register(workload_spec("q10", "q10"))
         assert c.info("q03").probed_join_sides and c.info("q10").probed_join_sides
-        assert len(set(c.diagnostics.nodes("g"))) > 1  # SPREAD: shards on several nodes
+        # each new actor goes to the node least used: g's three shards one per node
+        assert len(set(c.diagnostics.nodes("g"))) == 3
+        assert c.diagnostics.wait_for_indexes(120)  # the actors' builds asked at wiring
+        spread = c.diagnostics.state_by_node()
+        assert set(spread) <= {n["node_id"] for n in nodes}
+        assert {q for per in spread.values() for q in per} == {"g", "q03", "q10"}
+        assert sum(sum(per.values()) for per in spread.values()) == sum(
+            c.info(q).state_bytes for q in ("g", "q03", "q10"))
         tables = ("t1000g", "lineitem", "orders", "customer")
         acknowledged: dict[str, int] = {}
         for step in range(2):

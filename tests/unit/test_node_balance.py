@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imp_actors.node_balance import NodeLedger, emptiest_node, node_loads
+from imp_actors.node_balance import NodeLedger, cluster_room, emptiest_node, node_loads
 
 GiB = 1 << 30
 
@@ -85,3 +85,24 @@ def test_a_node_where_a_worker_was_just_lost_is_avoided_while_another_is_alive()
     assert emptiest_node(nodes, held, avoid={"n2"}) == "n1"
     assert emptiest_node(_nodes(4, 4, dead=(0,)), {}, avoid={"n1"}) is None
     assert emptiest_node(_nodes(4, 4, 4, dead=(0,)), {}, avoid={"n1", "n2"}) == "n1"
+
+
+def test_the_room_of_a_cluster_is_its_roomiest_nodes_one_per_shard():
+    nodes = _nodes(4, 4, 8, dead=(1,))
+    held = {"n0": (1 * GiB, 2), "n2": (6 * GiB, 9)}
+    assert cluster_room(nodes, held) == 3 * GiB  # n0: 4 - 1; n1 is dead
+    assert cluster_room(nodes, held, shards=2) == 5 * GiB  # n0 and n2 (8 - 6)
+    assert cluster_room(nodes, held, shards=5) == 5 * GiB  # no more nodes than alive
+    assert cluster_room(_nodes(1), {"n0": (2 * GiB, 1)}) == 0  # over: no room, not less
+    assert cluster_room([{"node_id": "x", "alive": True}], {}) is None  # memory unknown
+
+
+def test_without_a_setting_the_memory_check_uses_half_the_clusters_room(monkeypatch):
+    from imp_actors.registration import _budget
+
+    monkeypatch.delenv("IMP_REGISTRATION_MEMORY_BYTES", raising=False)
+    assert _budget(None) == "auto"  # one machine: half its available memory
+    assert _budget(8 * GiB) == 4 * GiB
+    assert _budget(0) == 1  # a full cluster refuses every plan that needs memory
+    monkeypatch.setenv("IMP_REGISTRATION_MEMORY_BYTES", "2G")
+    assert _budget(8 * GiB) == "auto"  # the operator's setting wins

@@ -657,6 +657,15 @@ def test_tool_methods_of_the_coordinator(root):
         with pytest.raises(UnknownQueryError):
             c.diagnostics.kill_shard("s", 0)
         assert c.diagnostics.nodes("s") == ["local"] and c.info("s").state == "live"
+        # the live shards' state per node: one node here, every query's shards on it
+        spread = c.diagnostics.state_by_node()
+        assert list(spread) == ["local"] and spread["local"] == {
+            n: c.info(n).state_bytes for n in ("h", "p", "s")}
+        assert c.diagnostics.wait_for_indexes(5.0)
+        # each registration's phases were timed, once per registration
+        for phase in ("register_prepare_s", "register_place_s", "register_first_state_s",
+                      "register_checkpoint_s"):
+            assert len(c.ctx.timings[phase]) == 3 and min(c.ctx.timings[phase]) >= 0, phase
 
 
 def test_wait_idle_waits_for_scheduled_maintenance(root):

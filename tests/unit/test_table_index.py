@@ -349,3 +349,45 @@ def test_a_joined_side_asks_at_wiring_for_the_indexes_its_joins_reach(tmp_path):
     assert catalog.find("dims", "dk") is not None and catalog.find("tags", "tk") is not None
     assert {(d["table"], d["key"]) for d in catalog.describe(side.reader)} == {
         ("dims", "dk"), ("tags", "tk")}
+
+
+_BUILDER = """
+import sys
+from imp_core.storage import DeltaStore
+from imp_core.storage.index_catalog import IndexCatalog
+store = DeltaStore(sys.argv[1])
+print("ready", flush=True)
+index = IndexCatalog(store).acquire("q", "facts", "k", ["v"], store.version("facts"))
+print("reused" if index.reused else "built", flush=True)
+"""
+
+
+def test_processes_asking_for_one_index_at_once_build_it_once(tmp_path):
+    """Query actors are processes of their own, each with its catalog: two asking for
+    the same index together wait on the folder's build lock, and the second maps the
+    file the first wrote instead of reading the table again."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from imp_core.storage.index_catalog import catalog_for
+
+    store = store_of(tmp_path / "store", tables_for(np.random.default_rng(13), 3000))
+    folder = catalog_for(store)._directory("facts", "k")
+    folder.mkdir(parents=True)
+    env = {**os.environ, "IMP_INDEX_MEMORY_MIB": "0", "IMP_INDEX_BUILD": "inline"}
+    with open(folder / ".build.lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # both must find the lock taken
+        procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(store.root)],
+                                  stdout=subprocess.PIPE, text=True, env=env)
+                 for _ in range(2)]
+        assert all(p.stdout.readline().strip() == "ready" for p in procs)
+        time.sleep(1.0)  # from "ready" to waiting on the lock is a few ms
+        assert all(p.poll() is None for p in procs)  # neither got past the lock
+        fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+    answers = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    assert [p.returncode for p in procs] == [0, 0]
+    assert answers == ["built", "reused"]
+    assert len(list(folder.glob("v*.arrow"))) == 1

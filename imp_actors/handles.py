@@ -252,9 +252,14 @@ class _RayPending(Generic[T]):
                 raise cause from None
             raise
         except (rex.RayActorError, rex.ActorUnavailableError, rex.WorkerCrashedError,
-                rex.ObjectLostError) as exc:
+                rex.ObjectLostError, rex.NodeDiedError) as exc:
             raise WorkerLostError(f"worker {self.handle.name} is lost: "
                                   f"{type(exc).__name__}") from None
+        except rex.OutOfMemoryError:
+            # Ray's memory monitor killed the worker (its node near its memory limit):
+            # lost like any other, and recovered from its checkpoint by the next use
+            raise WorkerLostError(f"worker {self.handle.name} is lost: Ray killed it, its "
+                                  f"node running low on memory") from None
 
 
 class RayWorkerHandle:

@@ -346,7 +346,7 @@ def _remove_node(coordinator, cluster, index: int, names: list[str],
 
     on_node = {n["node"]: n["queries"] for n in placement(coordinator)["nodes"]}
     port = next(n.node_manager_port for n in cluster.nodes if n.index == index)
-    before = {q: set(coordinator.diagnostics.nodes(q)) for q in names}
+    before = {q: _nodes_of(coordinator, q) for q in names}
     log(progress, f"  removing worker node {index} (node manager port {port})")
     t0 = time.perf_counter()
     rc.remove_node(cluster, index)
@@ -365,7 +365,7 @@ def _remove_node(coordinator, cluster, index: int, names: list[str],
                 time.sleep(1.0)  # the cluster is still noticing the loss
         answered[q] = round(time.perf_counter() - t0, 2)
     recovery = time.perf_counter() - t0
-    after = {q: set(coordinator.diagnostics.nodes(q)) for q in names}
+    after = {q: _nodes_of(coordinator, q) for q in names}
     moved = sorted(q for q in names if after[q] != before[q])
     log(progress, f"  node {index} removed: lost {detected:.1f} s after the kill; every "
         f"query answered {recovery:.1f} s after it ({len(moved)} moved: {', '.join(moved)})")
@@ -389,6 +389,18 @@ def actor_indexes(coordinator, names: list[str]) -> dict[str, Any]:
             "indexes": [{"query": q, "table": u.table, "key": u.key,
                          "columns": list(u.columns), "where": u.where, "bytes": u.bytes,
                          "disk_bytes": u.disk_bytes} for q, u in uses]}
+
+
+def _nodes_of(coordinator, name: str) -> set[str]:
+    """The nodes of ``name``'s shards; an actor lost meanwhile (its node, or Ray's
+    memory monitor) is recovered by a sketch request and asked again, once."""
+    from imp_core.errors import WorkerLostError
+
+    try:
+        return set(coordinator.diagnostics.nodes(name))
+    except WorkerLostError:
+        coordinator.get_sketch(name)
+        return set(coordinator.diagnostics.nodes(name))
 
 
 def table_key_or_none(table: str) -> tuple[str, ...] | None:

@@ -387,13 +387,14 @@ class RayBackend:
         address = self.config.ray_address
         kwargs: dict[str, Any] = dict(namespace=self.config.ray_namespace,
                                       log_to_driver=False, logging_level=logging.WARNING)
-        # the actors' processes are started by the nodes' raylets, whose environment is
-        # the node's, not this process's: the service's own settings (IMP_*: index
-        # budgets, shared indexes on or off, ...) go with its job to every actor
-        settings = {k: v for k, v in os.environ.items() if k.startswith("IMP_")}
-        if settings:
-            kwargs["runtime_env"] = {"env_vars": settings}
         if address:
+            # the actors' processes are started by the nodes' raylets, whose environment
+            # is the node's, not this process's: the service's own settings (IMP_*: index
+            # budgets, shared indexes on or off, ...) go with its job to every actor (a
+            # Ray this process starts inherits them, and has no runtime-env agent)
+            settings = {k: v for k, v in os.environ.items() if k.startswith("IMP_")}
+            if settings:
+                kwargs["runtime_env"] = {"env_vars": settings}
             ray.init(address=address, **kwargs)
         else:
             # "local": always a new Ray of our own, never one another process started here

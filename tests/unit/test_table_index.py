@@ -370,7 +370,8 @@ def test_processes_asking_for_one_index_at_once_build_it_once(tmp_path):
     import os
     import subprocess
     import sys
-    import time
+
+    from waiting import wait_until
 
     from imp_core.storage.index_catalog import catalog_for
 
@@ -384,7 +385,14 @@ def test_processes_asking_for_one_index_at_once_build_it_once(tmp_path):
                                   stdout=subprocess.PIPE, text=True, env=env)
                  for _ in range(2)]
         assert all(p.stdout.readline().strip() == "ready" for p in procs)
-        time.sleep(1.0)  # from "ready" to waiting on the lock is a few ms
+        # both blocked on the lock: /proc/locks lists a waiter as "->" on the inode
+        inode = f":{os.stat(folder / '.build.lock').st_ino} "
+
+        def waiting() -> int:
+            with open("/proc/locks") as locks:
+                return sum(1 for line in locks if "->" in line and inode in line)
+
+        wait_until(lambda: waiting() == 2, timeout=60, what="two builders waiting")
         assert all(p.poll() is None for p in procs)  # neither got past the lock
         fcntl.flock(held.fileno(), fcntl.LOCK_UN)
     answers = sorted(p.communicate(timeout=120)[0].strip() for p in procs)

@@ -34,7 +34,10 @@ def test_the_local_backend_needs_no_cluster_and_cannot_lose_a_node(tmp_path):
 def test_a_cluster_is_joined_with_its_address_and_token(tmp_path, monkeypatch):
     c = _cluster(tmp_path)
     for name in ("IMP_RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
-        monkeypatch.delenv(name, raising=False)
+        # set first, so the teardown restores the variable as it was (absent): joining
+        # sets Ray's token mode, which would break every later Ray start of the worker
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     with pytest.raises(ValueError, match="no worker node 0"):
         join_cluster(tmp_path, 0)  # the head cannot be removed
     with pytest.raises(ValueError, match="no worker node 7"):

@@ -53,11 +53,11 @@ from imp_core.errors import (
 from imp_core.estimate.budget import AUTO, BUDGET_FRACTION, ENV_BUDGET
 from imp_core.plan.nodes import QueryPlan
 from imp_core.process.failpoints import failpoint
+from imp_core.query.data_layer import DataLayer
 from imp_core.query.prepare import PreparedQuery, StoreTables, prepare_query
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.storage.calls import CallTag
-from imp_core.storage.file_side import TableFiles
 from imp_core.storage.row_groups import StoreLayout
 from imp_core.storage.scan_spec import scan_specs
 
@@ -78,7 +78,9 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict,
     # join sides beyond the actor's budget are probed in the data layer (single-shard
     # queries only, see ``place_join_sides``), so the memory estimate leaves them out
     budget = ctx.config.join_state_budget_bytes if most_shards(spec) == 1 else None
-    files = TableFiles(ctx.store)
+    # the workers' data layer: its files say which lookups are clustered, which columns
+    # are never NULL and which keyed reads a shared index serves
+    files = DataLayer(ctx.store).files
 
     def capture(plan: QueryPlan, pset: PartitionSet, versions: Mapping[str, int]) -> Sketch:
         return ctx.spark.recapture(plan, pset, versions)[0]
@@ -87,6 +89,7 @@ def prepare(spec: QuerySpec, ctx: RuntimeContext, catalog: dict,
                          spec.fragments or ctx.config.default_fragments, spec.force,
                          pushdown=spec.pushdown, join_state_budget_bytes=budget,
                          clustered=files.clustered, not_null=files.not_null,
+                         indexed=files.indexed,
                          capture=capture, layout=StoreLayout(ctx.store),
                          memory_budget_bytes=_budget(room),
                          progress=lambda line: log.info("%s: %s", spec.name, line))

@@ -105,17 +105,27 @@ def placeable(root: PlanNode) -> frozenset[OperatorPath]:
     return frozenset([s for s, *_ in join_sides(root)] + [g for g, _ in groups_to_probe(root)])
 
 
-def groups_lookup(node: Aggregate, clustered: Callable[[str, str], bool],
+def groups_lookup(node: Aggregate, cheap: Callable[[str, str], bool],
                   not_null: Callable[[str, str], bool]) -> bool:
     """Whether a lookup of ``node``'s groups reads little (``clustered_lookup`` of its
-    input by the group-by columns) and finds every group: each group-by column copies a
-    column that never holds NULL (``not_null``: a key column), not through the padding
-    of an outer join."""
+    input by the group-by columns, with ``cheap``: ``lookup_cost``) and finds every
+    group: each group-by column copies a column that never holds NULL (``not_null``: a
+    key column or one declared NOT NULL), not through the padding of an outer join."""
     for column in node.group_by:
         found = trace_column(node.input, column)
         if found is None or not not_null(found[0].table, found[1]):
             return False
-    return clustered_lookup(node.input, tuple(node.group_by), clustered)
+    return clustered_lookup(node.input, tuple(node.group_by), cheap)
+
+
+def lookup_cost(clustered: Callable[[str, str], bool],
+                indexed: Callable[[str, str], bool] | None) -> Callable[[str, str], bool]:
+    """Whether a keyed read of a table by a column reads little: the table is
+    ``clustered`` on it (k keys read about k row groups), or a shared index serves it
+    (``indexed``: a probe reads the index's pages of its keys)."""
+    if indexed is None:
+        return clustered
+    return lambda table, column: clustered(table, column) or indexed(table, column)
 
 
 def keyed_join_inputs(root: PlanNode) -> Iterator[PlanNode]:
@@ -207,7 +217,8 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
                      budget_bytes: int | None,
                      change_rates: Mapping[str, float] | None = None,
                      clustered: Callable[[str, str], bool] | None = None,
-                     not_null: Callable[[str, str], bool] | None = None) -> JoinPlacement:
+                     not_null: Callable[[str, str], bool] | None = None,
+                     indexed: Callable[[str, str], bool] | None = None) -> JoinPlacement:
     """The join sides to probe in the data layer so that the sides kept in memory fit
     ``budget_bytes`` (None: keep every side in memory; 0: probe every side that can be probed). The
     inputs of joins that cannot be probed (``keyed_join_inputs``) count against the
@@ -224,11 +235,11 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
     lookup is cheap and the state left would pass ``HOT_SIDE_FACTOR`` times the budget:
     then sides whose tables are all read filtered by columns they are ``clustered`` on
     (``clustered_lookup``; ``(table, column)``: its row groups hold disjoint ranges, so k
-    keys read about k row groups) go after the cold sides, largest first (none smaller
-    than ``HOT_SIDE_MIN_SHARE`` of the budget), and so do
-    aggregations whose groups such a lookup finds (``groups_lookup``, with ``not_null``;
-    ids ``"<op id>:groups"``, sized by ``side_bytes`` of the aggregation), which then hold
-    no state at all.
+    keys read about k row groups) or whose keyed reads a shared index serves
+    (``indexed``, ``lookup_cost``) go after the cold sides, largest first (none smaller
+    than ``HOT_SIDE_MIN_SHARE`` of the budget), and so do aggregations whose groups such
+    a lookup finds (``groups_lookup``, with ``not_null``; ids ``"<op id>:groups"``, sized
+    by ``side_bytes`` of the aggregation), which then hold no state at all.
     """
     if budget_bytes is None:
         return frozenset()
@@ -254,11 +265,12 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
 
         cold = [s for s in sides if hottest not in direct_triggers(s[2], s[3])
                 and filterable(s[4], keys(s))]
-        cheap += [(s[0], s[1]) for s in sides if s not in cold and clustered is not None
-                  and clustered_lookup(s[4], keys(s), clustered)]
-        if clustered is not None and not_null is not None:
+        cheap_read = None if clustered is None else lookup_cost(clustered, indexed)
+        cheap += [(s[0], s[1]) for s in sides if s not in cold and cheap_read is not None
+                  and clustered_lookup(s[4], keys(s), cheap_read)]
+        if cheap_read is not None and not_null is not None:
             groups = [(side_bytes(agg), gid) for gid, agg in groups_to_probe(root)
-                      if groups_lookup(agg, clustered, not_null)]
+                      if groups_lookup(agg, cheap_read, not_null)]
             cheap += groups
             total += sum(size for size, _ in groups)
         order = [(s[0], s[1]) for s in sorted(cold, key=per_byte)]
@@ -394,7 +406,7 @@ class DataLayer:
                                 lambda n: self.side_bytes(n, partitions, versions),
                                 budget_bytes, rates,
                                 lambda t, c: self.files.clustered(t, versions[t], c),
-                                self.files.not_null)
+                                self.files.not_null, self.files.indexed)
 
     # -- pipelines -----------------------------------------------------------------------
     def wire(self, plan: QueryPlan, partitions: PartitionSet, options: EngineOptions,

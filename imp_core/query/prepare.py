@@ -120,6 +120,7 @@ def prepare_query(sql: str, source: TableSource,
                   join_state_budget_bytes: int | None = None,
                   clustered: Callable[[str, int, str], bool] | None = None,
                   not_null: Callable[[str, str], bool] | None = None,
+                  indexed: Callable[[str, str], bool] | None = None,
                   capture: Capture | None = None, layout: LayoutOf | None = None,
                   progress: Callable[[str], None] | None = None,
                   ansi: bool = False) -> PreparedQuery:
@@ -146,7 +147,8 @@ def prepare_query(sql: str, source: TableSource,
     one row group (``TableFiles.clustered``), so a side busy tables probe may still be
     probed (None: no side is taken as clustered); with ``not_null(table, column)``
     (whether a column never holds NULL) an aggregation's groups may be held by the data
-    layer too (``imp_core.query.data_layer.groups_lookup``).
+    layer too (``imp_core.query.data_layer.groups_lookup``), as may those whose lookups
+    a shared index serves (``indexed(table, column)``).
     """
     from imp_core.safety import declared_not_null, require_safe
     from imp_core.sql import plan_sql
@@ -170,7 +172,7 @@ def prepare_query(sql: str, source: TableSource,
             plan.root, table_statistics(source, plan.root, sketch_columns), wanted,
             fragments, join_state_budget_bytes,
             None if clustered is None else lambda t, c: clustered(t, versions[t], c),
-            not_null)
+            not_null, indexed)
         check_memory(estimate, budget)
     domains = {t: dict(source.domains(t)) for t in tables}
     advice = None
@@ -225,7 +227,8 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
                     fragments: int = DEFAULT_FRAGMENTS,
                     join_state_budget_bytes: int | None = None,
                     clustered: Callable[[str, str], bool] | None = None,
-                    not_null: Callable[[str, str], bool] | None = None) -> PlanEstimate:
+                    not_null: Callable[[str, str], bool] | None = None,
+                    indexed: Callable[[str, str], bool] | None = None) -> PlanEstimate:
     """``imp_core.estimate.memory.estimate_plan`` of ``root`` for the partitions ``specs``
     ("table.column" to a spec), with the equi-join sides that ``place_join_sides``
     would probe under ``join_state_budget_bytes`` keeping no state."""
@@ -246,7 +249,7 @@ def estimate_memory(root: PlanNode, stats: Mapping[str, TableStats],
     # a table's rows stand for its rate of change (nothing is measured at registration)
     rates = {t: float(s.rows) for t, s in stats.items()}
     probed = place_join_sides(root, lambda n: int(sides.get(id(n), 0)),
-                              join_state_budget_bytes, rates, clustered, not_null)
+                              join_state_budget_bytes, rates, clustered, not_null, indexed)
     return estimate_plan(root, stats, sketched, probed, fragments=per_table)
 
 

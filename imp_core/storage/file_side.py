@@ -152,9 +152,19 @@ class TableFiles:
 
     def not_null(self, table: str, column: str) -> bool:
         """Whether ``column`` never holds NULL: a key column (the store refuses NULL
-        keys)."""
+        keys) or one the table's Delta schema declares NOT NULL (every Delta writer,
+        delta-rs and Spark alike, refuses a commit with a NULL there)."""
         entry = self.store.entry(table)
-        return column in tuple(entry.key or ())
+        if column in tuple(entry.key or ()):
+            return True
+        schema = self.schema(table)
+        return column in schema.names and not schema.field(column).nullable
+
+    def indexed(self, table: str, column: str) -> bool:
+        """Whether a keyed read of ``table`` by ``column`` is served by a shared index
+        (a probe reads the index's few pages of its keys, not the files): never here,
+        see ``IndexedTableFiles``."""
+        return False
 
     def clustered(self, table: str, version: int, column: str) -> bool:
         """Whether a lookup of one value of integer ``column`` is expected to read about

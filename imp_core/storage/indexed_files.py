@@ -78,6 +78,11 @@ class IndexedTableFiles(TableFiles):
             rows = rows.filter(pc.is_in(rows.column(col), value_set=values))
         return rows.select(columns)
 
+    def indexed(self, table: str, column: str) -> bool:
+        """Every keyed read with no other filter is served by the catalog's index of
+        ``table`` on ``column`` once it is built (``_from_index``)."""
+        return column in self.schema(table).names
+
     def prepare(self, reader: str | None, table: str, key: str, columns: list[str]) -> None:
         """Ask for the index a keyed read of ``table`` by ``key`` will want."""
         if reader is not None:

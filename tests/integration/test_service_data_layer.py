@@ -1,8 +1,9 @@
 """The service's query actors use the same data layer as the embedded path: join sides
-beyond the per-actor state budget are probed from the table store's files (no rows in
-the actor), and bounded min/max and top-k buffers emptied by deletions are refilled from
-the tables. Through the coordinator with Ray actors; every fresh sketch is checked
-against a recapture by Spark at the same table versions."""
+beyond the per-actor state budget are probed from the table store's files or shared
+indexes (no rows in the actor), so are aggregations' groups an index finds, and bounded
+min/max and top-k buffers emptied by deletions are refilled from the tables. Through the
+coordinator with Ray actors; every fresh sketch is checked against a recapture by Spark
+at the same table versions."""
 
 from __future__ import annotations
 
@@ -52,8 +53,14 @@ def test_join_sides_beyond_the_budget_are_probed_and_stay_exact(coordinator):
     # rows: the joins' state fits the budget
     kinds = [k for shard in c.diagnostics.operator_stats("q03") for op in shard
              for k in op.get("sides", ())]
-    assert kinds.count("files") == len(probed["q03"]) and "memory" in kinds, kinds
+    sides = [p for p in probed["q03"] if not p.endswith(":groups")]
+    assert kinds.count("files") == len(sides) and "memory" in kinds, kinds
     assert _join_state_bytes(c, "q03") < BUDGET
+    # q03's groups (by l_orderkey) are looked up in the data layer (lineitem's shared
+    # index on that column serves the reads): the actor holds no group
+    assert any(p.endswith(":groups") for p in probed["q03"]), probed
+    assert sum(op["state_bytes"] for shard in c.diagnostics.operator_stats("q03")
+               for op in shard if op["kind"] == "aggregate") == 0
     rng = np.random.default_rng(11)
     tables = ["lineitem", "orders", "customer", "t5000g", "tjoinhelp", "lineitem"]
     for step, t in enumerate(tables):

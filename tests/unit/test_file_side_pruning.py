@@ -18,10 +18,13 @@ from imp_core.query.data_layer import (
     HOT_SIDE_FACTOR,
     HOT_SIDE_MIN_SHARE,
     clustered_lookup,
+    lookup_cost,
     place_join_sides,
 )
 from imp_core.storage import DeltaStore, WriteOptions
 from imp_core.storage.file_side import TableFiles, filter_columns
+from imp_core.storage.index_catalog import catalog_for
+from imp_core.storage.indexed_files import IndexedTableFiles
 
 SMALL = WriteOptions(max_row_group_size=500, target_file_size=16 * 1024)
 
@@ -116,6 +119,52 @@ def test_a_busy_side_is_probed_only_when_its_lookups_read_little() -> None:
     assert not clustered_lookup(root, ("facts.k",), lambda t, c: c == "k")
     assert filter_columns(root, ("facts.k",)) == {"facts": {"k"}, "dims": {"dk"}}
     assert filter_columns(root, ("dims.w",)) == {"dims": {"w"}, "facts": {"k"}}
+
+
+def test_a_busy_side_a_shared_index_serves_is_probed() -> None:
+    """A side whose table is clustered on nothing is still cheap to look up when a shared
+    index serves its keyed reads (``lookup_cost``): it goes after the cold side."""
+    root = Join(_facts(), _dims(), _eq("facts.k", "dims.dk"))
+    sizes = {"facts": 1000, "dims": 100}
+
+    def size(node: PlanNode) -> int:
+        return sum(sizes[t] for t in node.tables())
+
+    rates = {"facts": 1000.0, "dims": 10.0}
+    nowhere = lambda t, c: False  # noqa: E731
+    assert place_join_sides(root, size, 20, rates, nowhere) == parse_paths(["0:left"])
+    assert place_join_sides(root, size, 20, rates, nowhere, None,
+                            lambda t, c: (t, c) == ("dims", "dk")) == \
+        parse_paths(["0:left", "0:right"])
+    # an index of another column does not serve a read by the key
+    assert place_join_sides(root, size, 20, rates, nowhere, None,
+                            lambda t, c: (t, c) == ("dims", "w")) == parse_paths(["0:left"])
+    cost = lookup_cost(nowhere, lambda t, c: c == "dk")
+    assert cost("dims", "dk") and not cost("dims", "w")
+    assert lookup_cost(nowhere, None) is nowhere
+
+
+def test_declared_not_null_and_index_served_columns(tmp_path: Path) -> None:
+    """A column is never NULL when it is a key or declared NOT NULL in the table's Delta
+    schema (which every Delta writer enforces); keyed reads are index-served only
+    through a store's shared indexes."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                        pa.field("k", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64())])
+    store = DeltaStore(tmp_path / "store")
+    store.create_table("t", pa.table({"id": [1, 2], "k": [5, 6], "v": [1, None]},
+                                     schema=schema), key=["id"])
+    files = TableFiles(store)
+    assert files.not_null("t", "id") and files.not_null("t", "k")
+    assert not files.not_null("t", "v") and not files.not_null("t", "nope")
+    assert not files.indexed("t", "k")
+    shared = IndexedTableFiles(store, catalog_for(store))
+    assert shared.indexed("t", "k") and shared.indexed("t", "v")
+    assert not shared.indexed("t", "nope")
+    with pytest.raises(Exception, match="(?i)failed validation|null"):
+        store.apply("t", inserts=pa.table({"id": [3], "k": pa.array([None], pa.int64()),
+                                           "v": [1]}))
+    assert store.read("t").num_rows == 2
 
 
 def test_a_small_busy_side_stays_in_memory() -> None:

@@ -131,6 +131,13 @@ def test_placement_and_estimate_of_probed_groups():
     assert gid not in place_join_sides(root, size, 5000, rates, lambda t, c: True, key)
     # above the budget but within HOT_SIDE_FACTOR times it: the groups stay in memory
     assert gid not in place_join_sides(root, size, 900, rates, lambda t, c: True, key)
+    # clustered on nothing, but a shared index serves reads of facts by k: probed
+    nowhere = lambda t, c: False  # noqa: E731
+    assert gid not in place_join_sides(root, size, 100, rates, nowhere, key)
+    assert gid in place_join_sides(root, size, 100, rates, nowhere, key,
+                                   lambda t, c: (t, c) == ("facts", "k"))
+    assert gid not in place_join_sides(root, size, 100, rates, nowhere, key,
+                                       lambda t, c: (t, c) == ("facts", "v"))
     rows = pa.table({"id": np.arange(1000), "k": np.arange(1000) % 300,
                      "v": np.arange(1000) % 7})
 

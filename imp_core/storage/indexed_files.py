@@ -28,6 +28,9 @@ from imp_core.storage.index_catalog import IndexCatalog
 from imp_core.storage.table_index import IndexUnreadableError, IndexVersionError
 
 _readers = itertools.count(1)
+# the most rows a value of a column may hold for a keyed read through its index to count
+# as cheap (``IndexedTableFiles.indexed``): a batch of 100 keys then reads 100,000 rows
+INDEX_ROWS_PER_KEY = 1_000
 
 
 class IndexedTableFiles(TableFiles):
@@ -79,9 +82,21 @@ class IndexedTableFiles(TableFiles):
         return rows.select(columns)
 
     def indexed(self, table: str, column: str) -> bool:
-        """Every keyed read with no other filter is served by the catalog's index of
-        ``table`` on ``column`` once it is built (``_from_index``)."""
-        return column in self.schema(table).names
+        """Whether a keyed read of ``table`` by ``column`` is cheap through the catalog's
+        index on it (``_from_index`` serves every keyed read with no other filter): the
+        index reads every row of an asked key, so only a column whose values each hold
+        few rows (at most ``INDEX_ROWS_PER_KEY`` by the files' footers: a foreign key
+        such as ``l_partkey``, about 30 at every scale factor; not a flag or a nation
+        key, nor a column whose footers do not tell) counts, and any column of a table
+        of at most that many rows (TPC-H's nation and region)."""
+        if column not in self.schema(table).names:
+            return False
+        version = self.store.version(table)
+        data = self._dataset(table, version)
+        if data is None or data.count_rows() <= INDEX_ROWS_PER_KEY:
+            return True
+        per = self.rows_per_value(table, version, column)
+        return per is not None and per <= INDEX_ROWS_PER_KEY
 
     def prepare(self, reader: str | None, table: str, key: str, columns: list[str]) -> None:
         """Ask for the index a keyed read of ``table`` by ``key`` will want."""

@@ -24,7 +24,7 @@ from imp_core.query.data_layer import (
 from imp_core.storage import DeltaStore, WriteOptions
 from imp_core.storage.file_side import TableFiles, filter_columns
 from imp_core.storage.index_catalog import catalog_for
-from imp_core.storage.indexed_files import IndexedTableFiles
+from imp_core.storage.indexed_files import INDEX_ROWS_PER_KEY, IndexedTableFiles
 
 SMALL = WriteOptions(max_row_group_size=500, target_file_size=16 * 1024)
 
@@ -146,25 +146,34 @@ def test_a_busy_side_a_shared_index_serves_is_probed() -> None:
 
 def test_declared_not_null_and_index_served_columns(tmp_path: Path) -> None:
     """A column is never NULL when it is a key or declared NOT NULL in the table's Delta
-    schema (which every Delta writer enforces); keyed reads are index-served only
-    through a store's shared indexes."""
+    schema (which every Delta writer enforces). Keyed reads are cheap through a store's
+    shared indexes only by a column whose values each hold few rows: not by a flag, nor
+    by a column whose footers do not tell (strings)."""
+    n = 3 * INDEX_ROWS_PER_KEY
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False),
                         pa.field("k", pa.int64(), nullable=False),
-                        pa.field("v", pa.int64())])
+                        pa.field("flag", pa.int64(), nullable=False),
+                        pa.field("s", pa.string()), pa.field("v", pa.int64())])
     store = DeltaStore(tmp_path / "store")
-    store.create_table("t", pa.table({"id": [1, 2], "k": [5, 6], "v": [1, None]},
-                                     schema=schema), key=["id"])
+    store.create_table("t", pa.table({
+        "id": np.arange(n), "k": np.arange(n) // 3, "flag": np.arange(n) % 2,
+        "s": [f"x{i}" for i in range(n)], "v": [None] * (n - 1) + [1]}, schema=schema),
+        key=["id"])
     files = TableFiles(store)
     assert files.not_null("t", "id") and files.not_null("t", "k")
     assert not files.not_null("t", "v") and not files.not_null("t", "nope")
     assert not files.indexed("t", "k")
     shared = IndexedTableFiles(store, catalog_for(store))
-    assert shared.indexed("t", "k") and shared.indexed("t", "v")
-    assert not shared.indexed("t", "nope")
+    assert shared.indexed("t", "id") and shared.indexed("t", "k")
+    assert not shared.indexed("t", "flag")  # 1,500 rows a value
+    assert not shared.indexed("t", "s") and not shared.indexed("t", "nope")
     with pytest.raises(Exception, match="(?i)failed validation|null"):
-        store.apply("t", inserts=pa.table({"id": [3], "k": pa.array([None], pa.int64()),
-                                           "v": [1]}))
-    assert store.read("t").num_rows == 2
+        store.apply("t", inserts=pa.table({"id": [n], "k": pa.array([None], pa.int64()),
+                                           "flag": [0], "s": ["y"], "v": [1]}))
+    assert store.read("t").num_rows == n
+    # a table of at most INDEX_ROWS_PER_KEY rows is cheap to read by any column
+    store.create_table("small", pa.table({"name": ["a", "b"], "flag": [0, 0]}))
+    assert shared.indexed("small", "name") and shared.indexed("small", "flag")
 
 
 def test_a_small_busy_side_stays_in_memory() -> None:

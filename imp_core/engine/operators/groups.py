@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap, FrozenBitMap
 
 from imp_core.engine.annotation import Annotation
+from imp_core.engine.operators.key_codes import KeyCodes
 
 _EMPTY = FrozenBitMap()  # the sketch before of a group that had no fragment
 
@@ -30,8 +31,11 @@ class GroupKeys:
     group instead of about 200. Keys of two such columns (a grouping on a composite id,
     as partsupp's) are held the same way, packed into one integer while both values fit
     32 bits and neither is NULL; the first key that does not fit turns them into
-    dictionary keys, ids unchanged. Other keys (strings, dates, more columns) are
-    dictionary keys. A NULL key of one integer column has an id of its own."""
+    coded keys, ids unchanged. Other keys (strings, dates, more columns) are coded: each
+    column's values get dense codes, packed into one integer per key (``KeyCodes``) held
+    in the same arrays; only when the codes outgrow 62 bits do keys become dictionary
+    keys (a Python tuple a key). A NULL key of one integer column has an id of its
+    own."""
 
     BULK_ADD = 4096  # new integer keys in one batch beyond which ids are made at once
 
@@ -52,9 +56,16 @@ class GroupKeys:
         self._main_gids = np.zeros(0, dtype=np.int64)
         self._pending: dict[int, int] = {}
         self._null_gid: int | None = None
+        self._codes: KeyCodes | None = None if self._int or self._packed or not key_types \
+            else KeyCodes(key_types)
+
+    @property
+    def _arrays(self) -> bool:
+        """Whether keys are integers in the arrays (one column, packed pair or codes)."""
+        return self._int or self._packed or self._codes is not None
 
     def __len__(self) -> int:
-        return self._n if self._int or self._packed else len(self.ids)
+        return self._n if self._arrays else len(self.ids)
 
     def lookup(self, data: pa.Table, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(distinct group ids in the batch, per-row index into them); adds new keys."""
@@ -70,6 +81,12 @@ class GroupKeys:
             if packed is not None:
                 return self._lookup_int(packed)
             self._to_general()
+        if self._codes is not None:
+            found = self._codes.encode(cols)
+            if found is not None:
+                self._set_bits(found[1])
+                return self._lookup_int(found[0])
+            self._coded_to_general()
         # each row's key as one integer: the columns' dictionary codes in mixed radix,
         # compacted by sorting only when the radix product could overflow
         inverse = np.zeros(n, dtype=np.int64)
@@ -175,6 +192,12 @@ class GroupKeys:
             if packed is not None:
                 return self._find_or_new_int(packed)
             self._to_general()
+        if self._codes is not None:
+            found = self._codes.encode_one(key)
+            if found is not None:
+                self._set_bits(found[1])
+                return self._find_or_new_int(found[0])
+            self._coded_to_general()
         if self._int:
             (value,) = key
             if value is None:
@@ -198,13 +221,38 @@ class GroupKeys:
         if self._packed:
             packed = _pack_key(key)
             return None if packed is None else self._find_int(packed)
+        if self._codes is not None:
+            found = self._codes.encode_one(key, add=False)
+            return None if found is None else self._find_int(found[0])
         return self.ids.get(key)
 
-    def _to_general(self) -> None:
-        """Turn packed keys into dictionary keys, every id kept."""
-        values = self._key_of[:self._n]
-        high, low = _unpack(values)
-        for gid, key in enumerate(zip(high.tolist(), low.tolist())):
+    def _set_bits(self, bits: list[int]) -> None:
+        """Repack every coded key with ``bits`` when a column outgrew its width (the
+        keys' order is kept, so the main part stays sorted)."""
+        codes = self._codes
+        assert codes is not None
+        if bits == codes.bits:
+            return
+        old = list(codes.bits)
+        self._key_of[:self._n] = codes.widened(self._key_of[:self._n], bits)
+        codes.bits = old
+        self._main_keys = codes.widened(self._main_keys, bits)
+        codes.bits = old
+        pending = np.fromiter(self._pending.keys(), dtype=np.int64, count=len(self._pending))
+        self._pending = dict(zip(codes.widened(pending, bits).tolist(),
+                                 self._pending.values()))
+
+    def _coded_to_general(self) -> None:
+        """Turn coded keys into dictionary keys, every id kept."""
+        codes = self._codes
+        assert codes is not None
+        cols = [a.to_pylist() for a in codes.arrays(self._key_of[:self._n])]
+        self._codes = None
+        self._general(zip(*cols))
+
+    def _general(self, keys: Any) -> None:
+        """Dictionary keys from ``keys`` (a key tuple per id, in id order)."""
+        for gid, key in enumerate(keys):
             self.ids[key] = gid
             for col, v in zip(self.columns, key):
                 col.append(v)
@@ -212,6 +260,24 @@ class GroupKeys:
         self._n = 0
         self._key_of = self._main_keys = self._main_gids = np.zeros(0, dtype=np.int64)
         self._pending = {}
+
+    def _to_general(self) -> None:
+        """Turn packed keys into coded keys (dictionary keys where codes do not fit),
+        every id kept."""
+        values = self._key_of[:self._n]
+        high, low = _unpack(values)
+        codes = KeyCodes(self.key_types)
+        found = codes.encode([pa.array(high), pa.array(low)])
+        if found is not None:
+            self._packed = False
+            self._codes = codes
+            codes.bits = found[1]
+            self._key_of[:self._n] = found[0]
+            order = np.argsort(found[0], kind="stable")
+            self._main_keys, self._main_gids = found[0][order], order.astype(np.int64)
+            self._pending = {}
+            return
+        self._general(zip(high.tolist(), low.tolist()))
 
     def _find_or_new_int(self, key: int) -> int:
         found = self._find_int(key)
@@ -233,10 +299,12 @@ class GroupKeys:
 
     def nbytes(self) -> int:
         """About the memory the keys take: arrays as they are, a dictionary entry (with
-        its tuple and values) about 200 bytes, a recent integer key about 100."""
-        if self._int or self._packed:
+        its tuple and values) about 200 bytes, a recent integer key about 100, and the
+        codes' dictionaries."""
+        if self._arrays:
             arrays = self._key_of.nbytes + self._main_keys.nbytes + self._main_gids.nbytes
-            return arrays + 100 * len(self._pending)
+            codes = 0 if self._codes is None else self._codes.nbytes()
+            return arrays + 100 * len(self._pending) + codes
         return 200 * len(self.ids)
 
     def key_arrays(self, gids: np.ndarray) -> list[pa.Array]:
@@ -249,6 +317,8 @@ class GroupKeys:
             high, low = _unpack(self._key_of[np.asarray(gids, dtype=np.int64)])
             return [pa.array(high).cast(self.key_types[0]),
                     pa.array(low).cast(self.key_types[1])]
+        if self._codes is not None:
+            return self._codes.arrays(self._key_of[np.asarray(gids, dtype=np.int64)])
         idx = gids.tolist()
         return [pa.array([col[i] for i in idx], type=t)
                 for col, t in zip(self.columns, self.key_types)]
@@ -259,6 +329,8 @@ class GroupKeys:
         if self._packed:
             high, low = _unpack(self._key_of[gid:gid + 1])
             return int(high[0]), int(low[0])
+        if self._codes is not None:
+            return self._codes.key(int(self._key_of[gid]))
         return tuple(col[gid] for col in self.columns)
 
 

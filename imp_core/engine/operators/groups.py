@@ -80,7 +80,7 @@ class GroupKeys:
             packed = _pack(cols)
             if packed is not None:
                 return self._lookup_int(packed)
-            self._to_general()
+            self._packed_to_coded()
         if self._codes is not None:
             found = self._codes.encode(cols)
             if found is not None:
@@ -191,7 +191,7 @@ class GroupKeys:
             packed = _pack_key(key)
             if packed is not None:
                 return self._find_or_new_int(packed)
-            self._to_general()
+            self._packed_to_coded()
         if self._codes is not None:
             found = self._codes.encode_one(key)
             if found is not None:
@@ -233,14 +233,12 @@ class GroupKeys:
         assert codes is not None
         if bits == codes.bits:
             return
-        old = list(codes.bits)
-        self._key_of[:self._n] = codes.widened(self._key_of[:self._n], bits)
-        codes.bits = old
-        self._main_keys = codes.widened(self._main_keys, bits)
-        codes.bits = old
+        self._key_of[:self._n] = codes.repacked(self._key_of[:self._n], bits)
+        self._main_keys = codes.repacked(self._main_keys, bits)
         pending = np.fromiter(self._pending.keys(), dtype=np.int64, count=len(self._pending))
-        self._pending = dict(zip(codes.widened(pending, bits).tolist(),
+        self._pending = dict(zip(codes.repacked(pending, bits).tolist(),
                                  self._pending.values()))
+        codes.bits = list(bits)
 
     def _coded_to_general(self) -> None:
         """Turn coded keys into dictionary keys, every id kept."""
@@ -261,7 +259,7 @@ class GroupKeys:
         self._key_of = self._main_keys = self._main_gids = np.zeros(0, dtype=np.int64)
         self._pending = {}
 
-    def _to_general(self) -> None:
+    def _packed_to_coded(self) -> None:
         """Turn packed keys into coded keys (dictionary keys where codes do not fit),
         every id kept."""
         values = self._key_of[:self._n]

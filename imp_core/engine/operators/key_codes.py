@@ -11,7 +11,7 @@ instead of a tuple in a dictionary (about 24 bytes a group instead of about 200)
 Invariants: codes are dense per column and never change; column j's codes all fit its
 ``bits[j]``, whose sum is at most ``MAX_BITS``; a packed key is ``Σ code_j << shift_j``
 with ``shift_j`` the bits of the columns after j, so ``unpack(pack(codes)) == codes``.
-When a column outgrows its bits the caller repacks every key (``widened``); when the sum
+When a column outgrows its bits the caller repacks every key (``repacked``); when the sum
 would pass ``MAX_BITS``, ``encode`` returns None and the caller keeps dictionary keys.
 """
 
@@ -119,12 +119,10 @@ class KeyCodes:
         bits = self.bits if bits is None else bits
         return [(packed >> s) & ((1 << b) - 1) for s, b in zip(self.shifts(bits), bits)]
 
-    def widened(self, packed: np.ndarray, bits: list[int]) -> np.ndarray:
-        """``packed`` (packed with the current bits) repacked with ``bits``, which become
-        current. Order is kept: each column's codes are below its old width."""
-        codes = self.unpack(packed)
-        self.bits = list(bits)
-        return self._pack(codes, bits)
+    def repacked(self, packed: np.ndarray, bits: list[int]) -> np.ndarray:
+        """``packed`` (packed with the current bits) packed with ``bits`` instead. Order
+        is kept: each column's codes are below its old width."""
+        return self._pack(self.unpack(packed), bits)
 
     def arrays(self, packed: np.ndarray) -> list[pa.Array]:
         """The key columns of ``packed`` keys."""

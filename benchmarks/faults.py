@@ -382,9 +382,15 @@ def node_fault(work: Path, rows: int = 50_000, batches: int = 8, batch: int = 20
         stream.apply = c.apply_update
         stream.send(batches // 2)
         c.get_sketch("lazy")
-        head = ray.get_runtime_context().get_node_id()
-        placed = set(c.diagnostics.nodes("lazy")) - {head}
-        victim = next(n for n in cluster.worker_nodes if n.node_id in placed)
+        # neither the head nor the raylet this driver attached to (with several raylets
+        # on one address the driver may attach to a worker node's) may be removed
+        keep = {cluster.head_node.node_id, ray.get_runtime_context().get_node_id()}
+        shard_nodes = c.diagnostics.nodes("lazy")
+        victim = next((n for n in cluster.worker_nodes
+                       if n.node_id in set(shard_nodes) - keep), None)
+        if victim is None:
+            raise AssertionError(f"no shard of 'lazy' on a removable worker node: shards on "
+                                 f"{shard_nodes}, head and driver on {sorted(keep)}")
         log(progress, f"  node: removing worker node {victim.node_id[:8]}")
         t0 = time.monotonic()
         cluster.remove_node(victim, allow_graceful=False)

@@ -55,7 +55,8 @@ class ShardManager:
         """An empty worker: a warm one when available (no process start-up), else a new
         one on the node with the least live state; ``starting``: (worker name, state
         bytes) of the workers of a query being started, not yet live; ``avoid``: nodes
-        where a worker was just lost."""
+        taken only when no other is alive (where a worker was just lost, or where the
+        query's other shards run)."""
         with self._warm_lock:
             if self._warm:
                 return self._warm.pop()
@@ -184,9 +185,15 @@ class ShardManager:
         statuses: list[WorkerStatus] = []
         try:
             for i in range(shards):
-                # the shards started so far count where they run: a query's shards spread
+                # the shards started so far count where they run, and a query's shards go
+                # to different nodes while there are nodes: bytes alone (a few hundred KB
+                # against gigabytes of memory) would put them all on the lightest node,
+                # which the cluster's room (``cluster_room``) assumes they do not
+                placed = self.nodes.placed()
+                siblings = {placed[h.name] for h in handles if placed.get(h.name)}
                 handles.append(self.spawn(
-                    [(h.name, st.state_bytes) for h, st in zip(handles, statuses)]))
+                    [(h.name, st.state_bytes) for h, st in zip(handles, statuses)],
+                    avoid=siblings))
                 statuses.append(prepare(i, handles[-1]))
         except BaseException:
             for h in handles:

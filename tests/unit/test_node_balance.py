@@ -106,3 +106,39 @@ def test_without_a_setting_the_memory_check_uses_half_the_clusters_room(monkeypa
     assert _budget(0) == 1  # a full cluster refuses every plan that needs memory
     monkeypatch.setenv("IMP_REGISTRATION_MEMORY_BYTES", "2G")
     assert _budget(8 * GiB) == "auto"  # the operator's setting wins
+
+
+def test_a_querys_shards_start_on_different_nodes_while_there_are_nodes():
+    """``ShardManager.start_shards`` puts each shard of a query on a node its other shards
+    do not use, even when one node holds far fewer bytes (all three once went to the
+    lightest node), and shares nodes only when the shards outnumber them."""
+    from types import SimpleNamespace
+
+    from imp_actors.shards import ShardManager
+
+    nodes = _nodes(16, 16, 16)
+    spawned: list[str | None] = []
+
+    class _Backend:
+        kind = "ray"
+
+        def nodes(self):
+            return nodes
+
+        def spawn(self, name, node=None):
+            spawned.append(node)
+            return SimpleNamespace(name=name, kill=lambda: None)
+
+    big = SimpleNamespace(live=True, handles=[SimpleNamespace(name="w-big")],
+                          shard_bytes=[GiB])
+    ctx = SimpleNamespace(backend=_Backend(), config=SimpleNamespace(warm_actors=0),
+                          queries=SimpleNamespace(all=lambda: [big]))
+    manager = ShardManager(ctx)
+    manager.nodes.record("w-big", "n0")
+    q = SimpleNamespace(capture=None)
+    status = SimpleNamespace(state_bytes=300_000)
+    manager.start_shards(q, 3, lambda i, h: status)
+    assert sorted(spawned) == ["n0", "n1", "n2"]
+    spawned.clear()
+    manager.start_shards(q, 4, lambda i, h: status)
+    assert sorted(set(spawned)) == ["n0", "n1", "n2"] and len(spawned) == 4

@@ -82,11 +82,9 @@ class GroupKeys:
                 return self._lookup_int(packed)
             self._packed_to_coded()
         if self._codes is not None:
-            found = self._codes.encode(cols)
-            if found is not None:
-                self._set_bits(found[1])
-                return self._lookup_int(found[0])
-            self._coded_to_general()
+            packed = self._coded(self._codes.encode(cols))
+            if packed is not None:
+                return self._lookup_int(packed)
         # each row's key as one integer: the columns' dictionary codes in mixed radix,
         # compacted by sorting only when the radix product could overflow
         inverse = np.zeros(n, dtype=np.int64)
@@ -193,11 +191,9 @@ class GroupKeys:
                 return self._find_or_new_int(packed)
             self._packed_to_coded()
         if self._codes is not None:
-            found = self._codes.encode_one(key)
-            if found is not None:
-                self._set_bits(found[1])
-                return self._find_or_new_int(found[0])
-            self._coded_to_general()
+            one = self._coded(self._codes.encode_one(key))
+            if one is not None:
+                return self._find_or_new_int(int(one))
         if self._int:
             (value,) = key
             if value is None:
@@ -225,6 +221,16 @@ class GroupKeys:
             found = self._codes.encode_one(key, add=False)
             return None if found is None else self._find_int(found[0])
         return self.ids.get(key)
+
+    def _coded(self, found: tuple[Any, list[int]] | None) -> Any:
+        """The packed key(s) of an encoding (``KeyCodes.encode`` / ``encode_one``), the
+        keys repacked first when a column widened; None when the codes no longer fit,
+        after turning the keys into dictionary keys."""
+        if found is None:
+            self._coded_to_general()
+            return None
+        self._set_bits(found[1])
+        return found[0]
 
     def _set_bits(self, bits: list[int]) -> None:
         """Repack every coded key with ``bits`` when a column outgrew its width (the

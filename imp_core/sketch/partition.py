@@ -22,6 +22,9 @@ import pyarrow.compute as pc
 
 from imp_core.errors import PartitionError
 
+# equi-depth split points come from at most this many values (a systematic sample)
+EQUI_DEPTH_SAMPLE = 1 << 21
+
 
 def _sortable(values: pa.Array, dtype: pa.DataType) -> np.ndarray:
     """A numpy array whose order equals SQL order of ``values`` (NULLs unspecified)."""
@@ -112,7 +115,11 @@ class RangePartition:
     @staticmethod
     def equi_depth(table: str, column: str, values: pa.Array | pa.ChunkedArray,
                    fragments: int) -> RangePartition:
-        """About ``fragments`` ranges holding equally many of ``values`` (fewer if skewed)."""
+        """About ``fragments`` ranges holding equally many of ``values`` (fewer if skewed).
+
+        Over more than ``EQUI_DEPTH_SAMPLE`` values the split points are the quantiles of
+        every k-th value (a deterministic sample): sorting 60 M keys took 2-5 s of each
+        registration at SF 10, and a range's depth is then off by a few percent at most."""
         if fragments < 1:
             raise PartitionError("a partition needs at least one fragment")
         if isinstance(values, pa.ChunkedArray):
@@ -123,6 +130,9 @@ class RangePartition:
             values, dtype = values.cast(pa.string()), pa.string()
         if len(values) == 0 or fragments == 1:
             return RangePartition(table, column, dtype, ())
+        if len(values) > EQUI_DEPTH_SAMPLE:
+            step = -(-len(values) // EQUI_DEPTH_SAMPLE)
+            values = values.take(pa.array(np.arange(0, len(values), step, dtype=np.int64)))
         order = pc.sort_indices(values)
         sorted_vals = values.take(order)
         n = len(sorted_vals)

@@ -82,7 +82,13 @@ from imp_core.plan.nodes import (
     arrow_schema,
 )
 from imp_core.sketch.partition import PartitionSet
-from imp_core.spark.aggregate_sql import aggregate_sql, arrow_array, group_totals, more_ctes
+from imp_core.spark.aggregate_sql import (
+    aggregate_sql,
+    arrow_array,
+    group_totals,
+    is_overflow,
+    more_ctes,
+)
 from imp_core.spark.collect import collect_arrow
 from imp_core.spark.compile import (
     FID_COLUMN,
@@ -372,7 +378,14 @@ class _Bootstrap:
         rel = self._relation(input_node)
         buffer = self.options.minmax_buffer
         sql, plan = aggregate_sql(op, rel, buffer)
-        return group_totals(op, self._collect(sql), plan, buffer, self.partitions.size)
+        try:
+            res = self._collect(sql)
+        except Exception as exc:  # noqa: BLE001 - only an overflow is retried
+            if not is_overflow(exc):
+                raise
+            sql, plan = aggregate_sql(op, rel, buffer, wide_sums=True)
+            res = self._collect(sql)
+        return group_totals(op, res, plan, buffer, self.partitions.size)
 
     def _topk_state(self, op: TopKOp, input_node: PlanNode) -> dict[str, pa.Table]:
         rel = self._relation(input_node)

@@ -285,6 +285,35 @@ def test_non_finite_doubles_are_refused_like_the_engine(spark, tmp_path):
         Maintainer(store, spark=spark).register("s", sql, {"edge.k": 2}, force=True)
 
 
+def test_sums_past_bigint_are_retried_wide_and_stay_exact(spark, tmp_path, monkeypatch):
+    """Per-fragment sums run as BIGINT; one that overflows makes the query run again with
+    DECIMAL(38) sums, and the state equals the engine's exact one."""
+    store = DeltaStore(tmp_path)
+    big = 2 ** 62
+    store.create_table("big", pa.table({
+        "k": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+        "g": pa.array([1, 1, 1, 2, 2, 2], pa.int32()),
+        # big + big passes BIGINT on the way (Spark adds in row order); the sum is big
+        "v": pa.array([big, big, -big, -5, 7, 11], pa.int64()),
+        "d": pa.array([Decimal("9999999999999999.99")] * 6, pa.decimal128(18, 2))}))
+    collected: list[str] = []
+    plain = _Bootstrap._collect
+
+    def collect(self, sql):
+        collected.append(sql)
+        return plain(self, sql)
+
+    monkeypatch.setattr(_Bootstrap, "_collect", collect)
+    sql = "SELECT g, sum(v) AS sv, avg(v) AS av, sum(d) AS sd FROM big GROUP BY g"
+    a = Maintainer(store, spark=spark, bootstrap="spark").register("a", sql, {"big.k": 1})
+    b = Maintainer(store).register("b", sql, {"big.k": 1})
+    assert_same_state(a, b, "sums past BIGINT")
+    assert len(collected) == 2 and "DECIMAL(38,0)))" in collected[1]
+    rows = {r["g"]: r for r in a.pipeline.result().data.to_pylist()}
+    assert rows[1]["sv"] == big and rows[2]["sv"] == 13
+    assert rows[1]["sd"] == Decimal("29999999999999999.97")
+
+
 # -- loading state ------------------------------------------------------------------------------
 def test_load_state_round_trip_and_refusal(spark, stores):
     store = stores["synthetic"]

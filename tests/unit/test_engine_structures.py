@@ -358,6 +358,23 @@ def test_equi_depth_bounds(values, fragments):
         assert all(n // fragments <= sizes[f] <= -(-n // fragments) for f in range(part.size))
 
 
+def test_equi_depth_over_many_values_samples_and_stays_near_equal():
+    """Past EQUI_DEPTH_SAMPLE values the split points come from a systematic sample: every
+    range still holds within 5% of its share, and the same values in other chunks give
+    the same ranges."""
+    from imp_core.sketch.partition import EQUI_DEPTH_SAMPLE
+
+    n, fragments = 2 * EQUI_DEPTH_SAMPLE + 12_345, 200
+    values = np.random.default_rng(7).permutation(n).astype(np.int64)
+    part = RangePartition.equi_depth("t", "v", pa.array(values), fragments)
+    again = RangePartition.equi_depth("t", "v", pa.chunked_array([values[:5], values[5:]]),
+                                      fragments)
+    assert part.bounds == again.bounds
+    assert part.size == fragments
+    sizes = np.bincount(part.annotate(pa.array(values)), minlength=part.size)
+    assert np.all(np.abs(sizes - n / fragments) <= 0.05 * n / fragments), sizes
+
+
 def _merge_runs(frags: list[int]) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     for f in sorted(frags):

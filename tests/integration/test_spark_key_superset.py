@@ -130,3 +130,37 @@ def test_a_multi_table_side_is_filtered_by_its_tables_keys(spark, tmp_path_facto
 
     _maintained(prepared, wiring, store, versions,
                 ["supplier", "customer", "lineitem", "orders"], seed=3)
+
+
+def test_a_side_over_a_table_key_ships_its_keys_without_distinct(spark, tmp_path_factory,
+                                                                 monkeypatch):
+    """A probed side of one table joined on that table's key (TPC-H Q12's orders) has
+    unique keys: the Bloom filter's query reads them without DISTINCT, the filter holds
+    every key, and the query stays exact under changes."""
+    from imp_core.spark.bootstrap import _Bootstrap
+
+    store = workload_stores(tmp_path_factory.mktemp("q12"))["tpch"]
+    prepared = prepare_query(load_query("h12").sql, StoreTables(store),
+                             {"lineitem.l_orderkey": 8})
+    placement = frozenset(sid for sid, _, _, child in join_sides(prepared.plan.root)
+                          if child.tables() == {"orders"})
+    assert placement
+    wiring = DataLayer(store).wire(prepared.plan, prepared.partitions, EngineOptions(),
+                                   placement)
+    sqls: list[str] = []
+    plain = _Bootstrap._collect
+    monkeypatch.setattr(_Bootstrap, "_collect",
+                        lambda self, sql: sqls.append(sql) or plain(self, sql))
+    versions = dict(prepared.versions)
+    wiring.context.begin(None, versions)
+    bootstrap(spark, store, wiring.pipeline, versions)
+    keys = [q for q in sqls if "SELECT `orders.o_orderkey`\nFROM" in q]
+    assert len(keys) == 1 and not any("DISTINCT `orders.o_orderkey`" in q for q in sqls)
+    side, = [s for op in wiring.pipeline.operators
+             for s in (getattr(op, "left", None), getattr(op, "right", None))
+             if isinstance(s, ProbedSide)]
+    held = store.read("orders", versions["orders"]).select(["o_orderkey"]) \
+        .rename_columns(["orders.o_orderkey"])
+    hashes, valid, _ = key_hashes(held, side.key_columns)
+    assert side.bloom.might_contain(hashes[valid]).all()
+    _maintained(prepared, wiring, store, versions, ["orders", "lineitem"], seed=12)

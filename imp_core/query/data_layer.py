@@ -186,8 +186,11 @@ def direct_triggers(join: AnyJoin, which: str) -> frozenset[str]:
 
 
 # busy sides (looked up on every batch of the busiest table) are probed only when the
-# state would otherwise pass this many times the budget
-HOT_SIDE_FACTOR = 3.0
+# state would otherwise pass this many times the budget. The estimates run high (at SF 1,
+# TPC-H Q20's 447 MiB estimated held 58, Q21's 422 held 19): at 3, SF 1's Q13, Q17 and Q20
+# looked their groups up on every batch (47-57 ms against 11-15) to save 20-60 MiB, while
+# at 10 SF 10's large states (Q13 332 MiB, Q17 215, Q20 607) are still probed
+HOT_SIDE_FACTOR = 10.0
 # ... and only when the side holds at least this share of the budget: a small side (a
 # date dimension beside millions of sales) saves next to nothing and would cost every
 # batch of the busiest table a lookup
@@ -282,7 +285,7 @@ def place_join_sides(root: PlanNode, side_bytes: Callable[[PlanNode], int],
         total -= size
     if change_rates is not None and total > HOT_SIDE_FACTOR * budget_bytes:
         # a busy side costs every batch of the busiest table a lookup: only when the state
-        # would otherwise pass the budget by far (join-side estimates run 2-4 times high)
+        # would otherwise pass the budget by far (the estimates run high)
         for size, sid in sorted(cheap, key=lambda s: (-s[0], str(s[1]))):
             if total <= budget_bytes or size < budget_bytes * HOT_SIDE_MIN_SHARE:
                 break

@@ -19,7 +19,7 @@ from imp_core.engine.pipeline import EngineOptions
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.integration]
 
-BUDGET = 40_000  # bytes of join inputs an actor may hold: the test lineitem is more
+BUDGET = 12_000  # bytes of join inputs an actor may hold: the test lineitem is more
 OPTIONS = EngineOptions(minmax_buffer=2, topk_buffer=25)
 MINMAX_SQL = ("-- sketch: t5000g.a\n"
               "SELECT a, min(b) AS mn, max(c) AS mx FROM t5000g GROUP BY a HAVING min(b) < 300")

@@ -187,9 +187,10 @@ def direct_triggers(join: AnyJoin, which: str) -> frozenset[str]:
 
 # busy sides (looked up on every batch of the busiest table) are probed only when the
 # state would otherwise pass this many times the budget. The estimates run high (at SF 1,
-# TPC-H Q20's 447 MiB estimated held 58, Q21's 422 held 19): at 3, SF 1's Q13, Q17 and Q20
-# looked their groups up on every batch (47-57 ms against 11-15) to save 20-60 MiB, while
-# at 10 SF 10's large states (Q13 332 MiB, Q17 215, Q20 607) are still probed
+# TPC-H Q20's state estimated at 447 MiB held 63, Q17's 208 held 20, Q13's 169 held 51):
+# at 3, SF 1's Q13, Q17 and Q20 looked their groups up on every batch (47-57 ms against
+# 9-18) to save 20-60 MiB, while at 10 SF 10's large states (Q13 332 MiB, Q17 215, Q20 607)
+# are still probed
 HOT_SIDE_FACTOR = 10.0
 # ... and only when the side holds at least this share of the budget: a small side (a
 # date dimension beside millions of sales) saves next to nothing and would cost every

@@ -11,6 +11,7 @@ and projected back onto the outer rows. The uncorrelated form (S one row, no key
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
 
@@ -20,15 +21,18 @@ from imp_core.plan.nodes import (
     Join,
     PlanNode,
     Project,
+    Scan,
     Select,
     at_most_one_row,
 )
 
 
-def unique_on(node: PlanNode, columns: tuple[str, ...]) -> bool:
+def unique_on(node: PlanNode, columns: tuple[str, ...],
+              table_key: Callable[[str], tuple[str, ...]] | None = None) -> bool:
     """Whether ``node`` yields at most one row per value of ``columns`` (NULL counting as
     a value) whatever its input: a grouped aggregate whose GROUP BY columns are all among
-    them, under selections and projections that copy them (traced by name), or a node
+    them, or (with ``table_key``: a table's declared key) a scan whose table's key they
+    copy, under selections and projections that copy them (traced by name), or a node
     yielding at most one row at all."""
     names = set(columns)
     if at_most_one_row(node):
@@ -39,6 +43,11 @@ def unique_on(node: PlanNode, columns: tuple[str, ...]) -> bool:
             names = {e.expr.name for e in node.exprs
                      if e.name in names and isinstance(e.expr, ColumnRef)}
         node = node.input
+    if isinstance(node, Scan) and table_key is not None:
+        key = table_key(node.table)
+        return bool(key) and set(key) <= {src for f, src in zip(node.fields,
+                                                                 node.source_columns)
+                                          if f.name in names}
     return isinstance(node, Aggregate) and bool(node.group_by) \
         and set(node.group_by) <= names
 

@@ -74,15 +74,14 @@ from imp_core.plan.nodes import (
     Join,
     OuterJoin,
     PlanNode,
-    Project,
     Scan,
-    Select,
     SemiJoin,
     SetOp,
     TopK,
     Window,
     arrow_schema,
 )
+from imp_core.plan.shapes import unique_on
 from imp_core.sketch.partition import PartitionSet
 from imp_core.spark.aggregate_sql import (
     aggregate_sql,
@@ -333,19 +332,17 @@ class _Bootstrap:
         return side.snapshot()
 
     def _select_keys(self, node: PlanNode, keys: Sequence[str]) -> str:
-        """"SELECT " where ``node``'s rows are unique by ``keys`` (a table's scan with
-        filters and projections, ``keys`` copying its declared key), else "SELECT
-        DISTINCT ". A Bloom filter is the same over repeated keys, so DISTINCT only saves
-        shipping them; over a table's key it is a shuffle of the table for nothing (at
-        SF 10, orders' 15 M keys for TPC-H Q12: 10.5 s)."""
-        scans = [n for n in node.walk() if isinstance(n, Scan)]
-        if len(scans) != 1 or not all(isinstance(n, (Scan, Select, Project))
-                                      for n in node.walk()):
-            return "SELECT DISTINCT "
+        """"SELECT " where ``node``'s rows are unique by ``keys`` (``unique_on``, e.g. a
+        table's scan with ``keys`` copying its declared key), else "SELECT DISTINCT ". A
+        Bloom filter is the same over repeated keys, so DISTINCT only saves shipping them;
+        over a table's key it is a shuffle of the table for nothing (at SF 10, orders'
+        15 M keys for TPC-H Q12: 10.5 s)."""
         entry = getattr(self.store, "entry", None)
-        key = (getattr(entry(scans[0].table), "key", None) if entry else None) or ()
-        copied = {found[1] for k in keys if (found := trace_column(node, k)) is not None}
-        return "SELECT " if key and set(key) <= copied else "SELECT DISTINCT "
+
+        def table_key(table: str) -> tuple[str, ...]:
+            return tuple(getattr(entry(table), "key", None) or ()) if entry else ()
+
+        return "SELECT " if unique_on(node, tuple(keys), table_key) else "SELECT DISTINCT "
 
     def _key_superset(self, node: PlanNode, key_columns: tuple[str, ...]) -> pa.Table | None:
         """A superset of a joined ``node``'s distinct key tuples without running its joins,

@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 from statistics import median
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 __all__ = ["MemorySampler", "markdown_table", "run_scale_bench"]
 
@@ -76,6 +76,7 @@ INDEX_BUILD_TIMEOUT_S = 1800.0  # the longest wait for the shared indexes' build
 REGISTRATION_PHASES = ("register_prepare_s", "register_place_s", "register_first_state_s",
                        "first_state_spark_s", "register_checkpoint_s")
 RECOVERY_TIMEOUT_S = 600.0  # the longest wait for the queries of a removed node
+T = TypeVar("T")
 
 
 def _tree_rss(root: int) -> int:
@@ -179,6 +180,7 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                               "object_store_mib": _mib(n.object_store_bytes)}
                              for n in ray_cluster.nodes]
     removal: dict[str, Any] | None = None
+    lost: list[str] = []  # calls that found a query's worker lost, retried (``_retrying``)
     data_root = Path(data_root)
     log(progress, f"preparing TPC-H SF {sf:g}")
     store, root = prepare_tpch_store(sf, data_root, progress, changed=())
@@ -260,7 +262,8 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                         for q in names:
                             if t not in readers[q]:
                                 continue
-                            ms = 1000 * timed_maintenance(coordinator, q)["total"]
+                            ms = 1000 * _retrying(f"{t} {kind} -> {q}", lost,
+                                                  timed_maintenance, coordinator, q)["total"]
                             tree, machine = memory.sample()
                             maintained.append({"round": r, "table": t, "kind": kind,
                                                "rows": rows.num_rows, "query": q,
@@ -274,7 +277,7 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
                         if ray_cluster is not None and remove_node is not None and \
                                 removal is None:
                             removal = _remove_node(coordinator, ray_cluster, remove_node,
-                                                   names, progress)
+                                                   names, lost, progress)
                             report["node_removal"] = removal
                         if last and kind == "delete" and t == tables[-1]:
                             memory.phase = "verify"
@@ -289,6 +292,7 @@ def run_scale_bench(sf: float = 10.0, queries: Iterable[str] = ("all22",), delta
             counters = coordinator.ctx.counters
             report["service"] = {k: int(counters.get(k, 0)) for k in (
                 "evictions", "restores", "actor_recoveries", "actor_failures", "updates")}
+            report["workers_lost"] = {"calls_retried": len(lost), "errors": lost[:50]}
             if ray_cluster is not None:
                 report["placement_after"] = placement(coordinator)
         finally:
@@ -337,7 +341,7 @@ def placement(coordinator) -> dict[str, Any]:
             "max_share": max((n["share"] for n in nodes), default=0.0)}
 
 
-def _remove_node(coordinator, cluster, index: int, names: list[str],
+def _remove_node(coordinator, cluster, index: int, names: list[str], lost: list[str],
                  progress: bool) -> dict[str, Any]:
     """Kill worker node ``index`` (SIGKILL of its raylet and actors); then ask every
     query for its sketch until each answers. The recovery seconds count from the kill,
@@ -346,7 +350,7 @@ def _remove_node(coordinator, cluster, index: int, names: list[str],
 
     on_node = {n["node"]: n["queries"] for n in placement(coordinator)["nodes"]}
     port = next(n.node_manager_port for n in cluster.nodes if n.index == index)
-    before = {q: _nodes_of(coordinator, q) for q in names}
+    before = {q: _nodes_of(coordinator, q, lost) for q in names}
     log(progress, f"  removing worker node {index} (node manager port {port})")
     t0 = time.perf_counter()
     rc.remove_node(cluster, index)
@@ -365,7 +369,7 @@ def _remove_node(coordinator, cluster, index: int, names: list[str],
                 time.sleep(1.0)  # the cluster is still noticing the loss
         answered[q] = round(time.perf_counter() - t0, 2)
     recovery = time.perf_counter() - t0
-    after = {q: _nodes_of(coordinator, q) for q in names}
+    after = {q: _nodes_of(coordinator, q, lost) for q in names}
     moved = sorted(q for q in names if after[q] != before[q])
     log(progress, f"  node {index} removed: lost {detected:.1f} s after the kill; every "
         f"query answered {recovery:.1f} s after it ({len(moved)} moved: {', '.join(moved)})")
@@ -391,16 +395,39 @@ def actor_indexes(coordinator, names: list[str]) -> dict[str, Any]:
                          "disk_bytes": u.disk_bytes} for q, u in uses]}
 
 
-def _nodes_of(coordinator, name: str) -> set[str]:
+def _nodes_of(coordinator, name: str, lost: list[str]) -> set[str]:
     """The nodes of ``name``'s shards; an actor lost meanwhile (its node, or Ray's
-    memory monitor) is recovered by a sketch request and asked again, once."""
+    memory monitor) is recovered by a sketch request, and asked again until it answers
+    (``_retrying``)."""
     from imp_core.errors import WorkerLostError
 
-    try:
-        return set(coordinator.diagnostics.nodes(name))
-    except WorkerLostError:
-        coordinator.get_sketch(name)
-        return set(coordinator.diagnostics.nodes(name))
+    def look() -> set[str]:
+        try:
+            return set(coordinator.diagnostics.nodes(name))
+        except WorkerLostError:
+            coordinator.get_sketch(name)  # the lost shards are restored by this call
+            return set(coordinator.diagnostics.nodes(name))
+
+    return _retrying(f"{name} nodes", lost, look)
+
+
+def _retrying(what: str, lost: list[str], call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, again while it fails with ``WorkerLostError``, as a client retries
+    UNAVAILABLE: the service restores a lost worker on the call after it learns of the
+    loss, so a worker lost after a node removal (a recovered shard on a node not yet
+    known dead, or one Ray's memory monitor killed) costs a retry, not the run. Each
+    failure is appended to ``lost``; past ``RECOVERY_TIMEOUT_S`` the last one is raised."""
+    from imp_core.errors import WorkerLostError
+
+    t0 = time.perf_counter()
+    while True:
+        try:
+            return call(*args)
+        except WorkerLostError as exc:
+            lost.append(f"{what}: {exc}"[:300])
+            if time.perf_counter() - t0 > RECOVERY_TIMEOUT_S:
+                raise
+            time.sleep(1.0)  # the service is still learning of the loss
 
 
 def table_key_or_none(table: str) -> tuple[str, ...] | None:
@@ -469,6 +496,8 @@ def _summary(report: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
             "restores": report.get("service", {}).get("restores"),
             "max_node_share": report.get("placement", {}).get("max_share"),
             "node_removal_recovery_s": report.get("node_removal", {}).get("recovery_s"),
+            "calls_retried_on_lost_workers": report.get("workers_lost", {}).get(
+                "calls_retried", 0),
             "not_verified": [v["query"] for v in report["verified"]
                              if v.get("sketch_ok") is None]}
 

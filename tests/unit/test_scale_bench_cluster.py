@@ -84,3 +84,42 @@ def test_placement_sums_each_nodes_shards_largest_first():
     assert report["total_mib"] == 100.0 and report["max_share"] == 0.7
     assert json.loads(json.dumps(report)) == report
     assert placement(_Coordinator({})) == {"nodes": [], "total_mib": 0.0, "max_share": 0.0}
+
+
+def test_a_call_that_finds_its_worker_lost_is_retried_and_each_loss_recorded(monkeypatch):
+    """After a node removal a query's worker may be found lost again (a recovered shard
+    on a node not yet known dead, or one Ray's memory monitor killed): the bench asks
+    again, as a client retries UNAVAILABLE, and records each loss; other errors, and a
+    loss past the recovery timeout, end the run."""
+    import benchmarks.scale as scale
+    from imp_core.errors import WorkerLostError
+
+    monkeypatch.setattr(scale.time, "sleep", lambda _s: None)
+    answers = iter([WorkerLostError("worker w1 is lost"), WorkerLostError("worker w2 is lost"),
+                    12.5])
+
+    def call(x: float) -> float:
+        got = next(answers)
+        if isinstance(got, Exception):
+            raise got
+        return got * x
+
+    lost: list[str] = []
+    assert scale._retrying("t delete -> h01", lost, call, 2.0) == 25.0
+    assert lost == ["t delete -> h01: worker w1 is lost", "t delete -> h01: worker w2 is lost"]
+
+    def broken() -> None:
+        raise ValueError("not a lost worker")
+
+    with pytest.raises(ValueError):
+        scale._retrying("other", lost, broken)
+    assert len(lost) == 2
+
+    monkeypatch.setattr(scale, "RECOVERY_TIMEOUT_S", -1.0)
+
+    def always_lost() -> None:
+        raise WorkerLostError("worker w3 is lost")
+
+    with pytest.raises(WorkerLostError):
+        scale._retrying("late", lost, always_lost)
+    assert lost[-1] == "late: worker w3 is lost"

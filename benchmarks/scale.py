@@ -64,6 +64,7 @@ from benchmarks.tpch import (
     sketch_attribute,
     table_key,
 )
+from imp_core.errors import WorkerLostError
 from imp_core.storage.index_catalog import process_indexes, wait_for_indexes
 
 MiB = 1 << 20
@@ -399,8 +400,6 @@ def _nodes_of(coordinator, name: str, lost: list[str]) -> set[str]:
     """The nodes of ``name``'s shards; an actor lost meanwhile (its node, or Ray's
     memory monitor) is recovered by a sketch request, and asked again until it answers
     (``_retrying``)."""
-    from imp_core.errors import WorkerLostError
-
     def look() -> set[str]:
         try:
             return set(coordinator.diagnostics.nodes(name))
@@ -417,8 +416,6 @@ def _retrying(what: str, lost: list[str], call: Callable[..., T], *args: Any) ->
     loss, so a worker lost after a node removal (a recovered shard on a node not yet
     known dead, or one Ray's memory monitor killed) costs a retry, not the run. Each
     failure is appended to ``lost``; past ``RECOVERY_TIMEOUT_S`` the last one is raised."""
-    from imp_core.errors import WorkerLostError
-
     t0 = time.perf_counter()
     while True:
         try:

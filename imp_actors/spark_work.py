@@ -100,11 +100,13 @@ class SparkWork:
                     ) -> dict[str, pa.Table]:
         """Every operator's state at ``versions`` computed on Spark (state tables), in the
         layout of the pipeline wired with ``placement`` (a probed side's state is its
-        Bloom filter and versions, whichever data layer later answers its probes)."""
+        Bloom filter and versions, whichever data layer later answers its probes; none
+        for a side of whole-table keys where the workers read shared indexes)."""
         with self._lock:
-            driver = QueryDriver.start(plan, partitions, options,
-                                       DataLayer(self.store, self.session), placement)
-            return driver.spark_state(self.session(), self.store, versions)
+            data = DataLayer(self.store, self.session)
+            driver = QueryDriver.start(plan, partitions, options, data, placement)
+            return driver.spark_state(self.session(), self.store, versions,
+                                      index_served=data.index_served)
 
     def _table_views(self, spark: Any, versions: Mapping[str, int],
                      sketch: Sketch | None = None) -> dict[str, int]:

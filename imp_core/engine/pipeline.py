@@ -292,8 +292,9 @@ class IncrementalQuery:
 
     def stats(self) -> list[dict]:
         """Per operator: calls, rows, seconds, state bytes; for inner joins also the
-        probes their Bloom filters spared and the kind of each side ("memory" or the data
-        layer that answers its probes); for semi-, anti- and outer joins (kind
+        probes their Bloom filters spared, the kind of each side ("memory" or the data
+        layer that answers its probes) and how many probed sides are open (no Bloom
+        filter: ``ProbedSide.make_open``); for semi-, anti- and outer joins (kind
         "semi_join", "anti_join", "outer_join") the join type ("semi", "anti", "nai" for
         NOT IN, "left", "full") and the kind of each side."""
         out = []
@@ -304,6 +305,7 @@ class IncrementalQuery:
                 sides = (op.left, op.right)
                 row["probes_skipped"] = sum(getattr(s, "probes_skipped", 0) for s in sides)
                 row["sides"] = [getattr(s, "kind", "memory") for s in sides]
+                row["open_sides"] = sum(bool(getattr(s, "open", False)) for s in sides)
             if isinstance(op, KeyedJoinOp):
                 row["join_type"] = op.mode
             out.append(row)

@@ -16,7 +16,8 @@ before ``IncrementalQuery.apply``; start versions ``None`` mean the empty state 
 pipeline is bootstrapped from). Every key ever inserted tests positive in the filter;
 deletions leave bits set (more false positives, never a missed match). When the filter
 holds far more keys than it was sized for, it is rebuilt from the subtree's distinct
-keys (``distinct_keys``).
+keys (``distinct_keys``). A side made ``open`` (by its bootstrap, kept in its state)
+keeps no filter: every key may have a partner and goes to the data layer.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class ProbedSide:
         self.versions: dict[str, int] | None = None  # None: empty
         self._batch = context.batch
         self.bloom: BloomFilter | None = None
+        # no filter kept: every probe key is looked up (``make_open``)
+        self.open = False
         self.lookups = 0  # calls into the data layer
         self.probes_skipped = 0
 
@@ -99,11 +102,22 @@ class ProbedSide:
             self._batch = self.context.batch
             self.versions = self._restrict(self.context.before)
 
+    def make_open(self) -> None:
+        """Keep no Bloom filter from now on: where the filter could rule out only keys
+        absent from whole table columns (``keys_from_whole_tables``) and a lookup of an
+        absent key is cheap, building it costs more than it saves."""
+        self.open, self.bloom = True, None
+
+    @property
+    def filters(self) -> bool:
+        """Whether probe keys are checked against the Bloom filter first."""
+        return self.use_bloom and not self.open
+
     # -- updates ------------------------------------------------------------------------
     def apply(self, delta: DeltaBatch) -> None:
         self._sync()
         self.versions = self._restrict(self.context.after)
-        if not self.use_bloom or len(delta) == 0:
+        if not self.filters or len(delta) == 0:
             return
         ins = delta.filter(delta.weights > 0)
         keys, valid, _ = key_hashes(ins.data, self.key_columns)
@@ -132,7 +146,7 @@ class ProbedSide:
             return none
         pkeys, valid, _ = key_hashes(delta.data, keys)
         candidates = np.flatnonzero(valid)
-        if self.use_bloom:
+        if self.filters:
             hit = self.bloom.might_contain(pkeys[candidates]) if self.bloom is not None \
                 else np.zeros(len(candidates), dtype=bool)
             self.probes_skipped += int(len(candidates) - hit.sum())
@@ -160,10 +174,12 @@ class ProbedSide:
     # -- state ------------------------------------------------------------------------
     STATE_SCHEMA = pa.schema([("versions", pa.string()), ("bloom", pa.binary()),
                               ("bits", pa.int64()), ("hashes", pa.int64()),
-                              ("count", pa.int64())])
+                              ("count", pa.int64()), ("open", pa.bool_())])
 
     def state_schema(self) -> pa.Schema:
-        """The one-row table ``snapshot`` returns: versions (JSON) and the Bloom filter."""
+        """The one-row table ``snapshot`` returns: versions (JSON), the Bloom filter and
+        whether the side is open (a state written before ``open`` existed lacks it: not
+        open)."""
         return self.STATE_SCHEMA
 
     def snapshot(self) -> pa.Table:
@@ -174,6 +190,7 @@ class ProbedSide:
             "bits": pa.array([0 if bloom is None else bloom.bits], pa.int64()),
             "hashes": pa.array([0 if bloom is None else bloom.hashes], pa.int64()),
             "count": pa.array([0 if bloom is None else bloom.count], pa.int64()),
+            "open": pa.array([self.open], pa.bool_()),
         }, schema=self.STATE_SCHEMA)
 
     def restore(self, table: pa.Table) -> None:
@@ -181,6 +198,7 @@ class ProbedSide:
         self.versions = json.loads(row["versions"])
         self._batch = self.context.batch
         self.bloom = None
+        self.open = bool(row.get("open"))
         if row["bloom"] is not None:
             bloom = BloomFilter(1)
             bloom.bits, bloom.hashes, bloom.count = row["bits"], row["hashes"], row["count"]

@@ -85,3 +85,41 @@ def trace_column(node: PlanNode, column: str,
                 return None  # NULL on the rows the outer join pads
             return trace_column(child, column, through_padding)
     return None
+
+
+def one_table_inputs(node: PlanNode) -> list[PlanNode]:
+    """The largest subtrees of ``node`` reading one scan (a table with its filters and
+    projections), left to right."""
+    if sum(isinstance(n, Scan) for n in node.walk()) == 1:
+        return [node]
+    return [sub for child in node.children() for sub in one_table_inputs(child)]
+
+
+def keys_from_whole_tables(node: PlanNode, columns: tuple[str, ...]) -> bool:
+    """Whether each of ``columns`` copies a column of a table ``node`` reads whole: traced
+    to its scan (``through_padding``), the largest one-table subtree holding that scan
+    is the scan under projections only. Then the values of the tables' columns, and
+    every combination of them across tables, are the tightest key set ``node``'s inputs
+    bound without running its joins: a filter built from them rules out only values
+    absent from a whole table column.
+
+    >>> import pyarrow as pa
+    >>> from imp_core.plan.expr import BinaryOp, Literal
+    >>> from imp_core.plan.nodes import Field
+    >>> scan = Scan("t", ("a",), (Field("t.a", pa.int64()),))
+    >>> keys_from_whole_tables(scan, ("t.a",))
+    True
+    >>> one = Literal(1, pa.int64())
+    >>> keys_from_whole_tables(Select(scan, BinaryOp(">", ColumnRef("t.a"), one)), ("t.a",))
+    False
+    """
+    inputs = one_table_inputs(node)
+    for column in columns:
+        found = trace_column(node, column, through_padding=True)
+        if found is None:
+            return False
+        holder = [sub for sub in inputs if any(n is found[0] for n in sub.walk())]
+        if len(holder) != 1 or not all(isinstance(n, (Scan, Project))
+                                       for n in holder[0].walk()):
+            return False
+    return True

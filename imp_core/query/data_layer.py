@@ -38,7 +38,7 @@ from imp_core.engine.probed_side import VersionContext
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.expr import ColumnRef
-from imp_core.plan.lineage import trace_column
+from imp_core.plan.lineage import keys_from_whole_tables, trace_column
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -348,6 +348,11 @@ class DataLayer:
         self._footer_bytes: dict[tuple[str, int, tuple[str, ...]], int] = {}
         self._row_counts: dict[tuple[str, int], int] = {}
 
+    @property
+    def index_served(self) -> bool:
+        """Whether probed sides read the tables through shared covering indexes."""
+        return isinstance(self.files, IndexedTableFiles)
+
     # -- Spark, when there is one --------------------------------------------------------
     @property
     def has_spark(self) -> bool:
@@ -446,12 +451,20 @@ class DataLayer:
 
     def probed_side(self, node: PlanNode, keys: tuple[str, ...], partitions: PartitionSet,
                     context: VersionContext, use_bloom: bool = True) -> JoinSide:
+        """A side served by Spark where this layer has a session (and reads whole tables),
+        else by the files. A side the shared indexes serve is open (no Bloom filter)
+        where its keys come from whole tables (``keys_from_whole_tables``): the filter
+        would rule out only values no row of those tables holds, and a lookup of an
+        absent key is a binary search in an index."""
         if self.has_spark and self.files.row_filter is None:
             from imp_core.spark.joins import SparkJoinSide
 
             return SparkJoinSide(node, keys, partitions, self.store, context, self.spark(),
                                  use_bloom)
-        return FileJoinSide(node, keys, partitions, self.files, context, use_bloom)
+        side = FileJoinSide(node, keys, partitions, self.files, context, use_bloom)
+        if use_bloom and self.index_served and keys_from_whole_tables(node, keys):
+            side.make_open()
+        return side
 
     def subtree(self, node: PlanNode, partitions: PartitionSet,
                 versions: Mapping[str, int]) -> DeltaBatch:

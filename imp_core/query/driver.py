@@ -209,14 +209,17 @@ class QueryDriver:
         self.versions = dict(versions)
         return run
 
-    def spark_state(self, spark: Any, store: Any, versions: Mapping[str, int]
-                    ) -> dict[str, pa.Table]:
+    def spark_state(self, spark: Any, store: Any, versions: Mapping[str, int],
+                    index_served: bool = False) -> dict[str, pa.Table]:
         """The state at ``versions`` computed on Spark, not loaded (state tables in the
-        layout of this driver's pipeline; the driver is left empty)."""
+        layout of this driver's pipeline; the driver is left empty). ``index_served``:
+        the pipeline that loads it answers probes from shared indexes
+        (``imp_core.spark.bootstrap``)."""
         from imp_core.spark.bootstrap import bootstrap_tables
 
         self.context.begin(None, versions)
-        tables, _ = bootstrap_tables(spark, store, self.pipeline, versions)
+        tables, _ = bootstrap_tables(spark, store, self.pipeline, versions,
+                                     index_served=index_served)
         return tables
 
     def load_state(self, tables: Mapping[str, pa.Table], versions: Mapping[str, int],

@@ -7,6 +7,8 @@ at the same table versions."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,6 +77,49 @@ def test_join_sides_beyond_the_budget_are_probed_and_stay_exact(coordinator):
     c.apply_update("lineitem", inserts=ins, deletes=dels)
     assert_spark_exact(c, "q03")
     assert c.info("q03").probed_join_sides == probed["q03"]
+
+
+def _open_sides_stay_exact(c: Coordinator, name: str) -> None:
+    """Q9 joins lineitem unfiltered: its probed sides keyed by lineitem's columns keep no
+    Bloom filter (every key is looked up in the shared indexes), and the sketch stays
+    exact through changes (new keys among them), an eviction and a restore."""
+    c.register(workload_spec(name, "q09"))
+
+    def open_sides() -> int:
+        return sum(op.get("open_sides", 0)
+                   for shard in c.diagnostics.operator_stats(name) for op in shard)
+
+    assert c.info(name).probed_join_sides and open_sides() >= 1
+    assert_spark_exact(c, name)
+    rng = np.random.default_rng(19)
+    for step, t in enumerate(["lineitem", "part", "partsupp", "orders", "lineitem"]):
+        ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(5, 25)),
+                                 6 * 10**7 + 1000 * step)
+        c.apply_update(t, inserts=ins, deletes=dels)
+        assert_spark_exact(c, name)
+    opened = open_sides()
+    c.evict(name)
+    ins, dels = random_batch(c.ctx.store, "supplier", rng, 10, 7 * 10**7)
+    c.apply_update("supplier", inserts=ins, deletes=dels)
+    assert_spark_exact(c, name)
+    assert open_sides() == opened  # the restored state says which sides are open
+
+
+def test_sides_of_whole_tables_are_open_and_stay_exact(coordinator):
+    _open_sides_stay_exact(coordinator, "q09open")
+
+
+def test_sides_of_whole_tables_bootstrapped_on_spark_are_open(tmp_path):
+    """The same with the first state computed on Spark, whose sides are Spark's: the
+    state it ships marks the sides open for the workers, which read shared indexes."""
+    fill_store(tmp_path, ("tpch",))
+    config = replace(make_config(tmp_path, join_state_budget_bytes=BUDGET),
+                     bootstrap="spark")
+    c = Coordinator(config, options=OPTIONS).start()
+    try:
+        _open_sides_stay_exact(c, "q09spark")
+    finally:
+        c.close()
 
 
 def _delete_where(c: Coordinator, table: str, mask_of) -> int:

@@ -853,3 +853,73 @@ def test_side_index_reset_holds_exactly_the_rows_given():
     assert reset.bloom_filter(probe, np.array([4])).all()
     reset.apply(rows([5], [[1]]))  # added to the built filter when it is next asked
     assert reset.bloom_filter(probe, np.array([4, 5])).all()
+
+
+def test_an_open_probed_side_filters_no_key_and_its_state_says_so():
+    """An open side (``make_open``) keeps no Bloom filter: every probe key goes to the data
+    layer, its snapshot says it is open and a restore keeps it so; a state written before
+    sides could be open (no ``open`` column) restores as a side that filters."""
+    from imp_core.engine.annotation import Annotation
+    from imp_core.engine.probed_side import ProbedSide, VersionContext
+    from imp_core.engine.zset import DeltaBatch
+    from imp_core.plan.nodes import Field, Scan
+
+    schema = pa.schema([("R.k", pa.int64()), ("R.v", pa.int64())])
+    rows = DeltaBatch(pa.table({"R.k": [1, 2, 3], "R.v": [10, 20, 30]}, schema=schema),
+                      np.ones(3, np.int64), Annotation.empty(3))
+    asked: list[list[int]] = []
+
+    class Probed(ProbedSide):
+        def lookup(self, probe_keys):
+            asked.append(sorted(probe_keys.column(0).to_pylist()))
+            keep = np.isin(rows.data.column("R.k").to_numpy(),
+                           probe_keys.column(0).to_numpy())
+            return rows.filter(keep)
+
+        def distinct_keys(self):
+            raise AssertionError("an open side never rebuilds a filter")
+
+    scan = Scan("R", ("k", "v"), (Field("R.k", pa.int64()), Field("R.v", pa.int64())))
+    context = VersionContext()
+    context.begin(None, {"R": 1})
+    side = Probed(scan, ("R.k",), context)
+    side.make_open()
+    side.apply(rows)
+    assert side.open and side.bloom is None and side.nbytes() == 0
+    context.begin({"R": 1}, {"R": 2})
+    probe = DeltaBatch(pa.table({"k": [2, 9]}), np.ones(2, np.int64), Annotation.empty(2))
+    idx, found = side.probe(probe, ("k",))
+    assert asked == [[2, 9]] and side.probes_skipped == 0  # 9, absent, is looked up too
+    assert idx.tolist() == [0] and found.data.column("R.v").to_pylist() == [20]
+
+    state = side.snapshot()
+    assert state.column("open").to_pylist() == [True]
+    again = Probed(scan, ("R.k",), context)
+    again.restore(state)
+    assert again.open and not again.filters and again.versions == {"R": 1}
+    older = Probed(scan, ("R.k",), context)
+    older.restore(state.drop_columns(["open"]))
+    assert not older.open and older.filters and older.bloom is None  # an empty filter
+
+
+def test_keys_from_whole_tables_traces_each_key_to_an_unfiltered_table():
+    """A side's keys come from whole tables when each traces to a scan under projections
+    only; a selection on that table, or a key computed rather than copied, does not."""
+    from imp_core.plan.expr import BinaryOp, ColumnRef, Literal
+    from imp_core.plan.lineage import keys_from_whole_tables
+    from imp_core.plan.nodes import Field, Join, NamedExpr, Project, Scan, Select
+
+    r = Scan("r", ("a", "b"), (Field("r.a", pa.int64()), Field("r.b", pa.int64())))
+    s = Scan("s", ("c", "d"), (Field("s.c", pa.int64()), Field("s.d", pa.int64())))
+    big = BinaryOp(">", ColumnRef("s.d"), Literal(5, pa.int64()))
+    join = Join(r, Select(s, big), BinaryOp("=", ColumnRef("r.b"), ColumnRef("s.c")))
+    assert keys_from_whole_tables(join, ("r.a",))
+    assert not keys_from_whole_tables(join, ("s.d",))  # s is filtered
+    assert not keys_from_whole_tables(join, ("r.a", "s.c"))
+    renamed = Project(join, (NamedExpr("x", ColumnRef("r.a")),
+                             NamedExpr("y", BinaryOp("+", ColumnRef("r.a"),
+                                                     Literal(1, pa.int64())))))
+    assert keys_from_whole_tables(renamed, ("x",))
+    assert not keys_from_whole_tables(renamed, ("y",))  # computed, not a copy
+    assert not keys_from_whole_tables(Select(r, BinaryOp("<", ColumnRef("r.a"),
+                                                         Literal(3, pa.int64()))), ("r.a",))

@@ -107,9 +107,21 @@ class ProbedWorld(World):
         super().apply(changes, pipelines)
 
 
-def _run(data, root, partitions_fn=parts_rs, tables=("r", "s"), steps=7) -> ProbedWorld:
+class OpenProbedWorld(ProbedWorld):
+    """A ``ProbedWorld`` whose probed sides are all open: no Bloom filter, every key is
+    looked up (what a registration makes of sides whose keys come from whole tables)."""
+
+    def new_pipeline(self, options: EngineOptions = EngineOptions()) -> IncrementalQuery:
+        pipeline = super().new_pipeline(options)
+        for side in self.sides:
+            side.make_open()
+        return pipeline
+
+
+def _run(data, root, partitions_fn=parts_rs, tables=("r", "s"), steps=7,
+         world_type: type[ProbedWorld] = ProbedWorld) -> ProbedWorld:
     ch = HypChooser(data)
-    world = ProbedWorld(qplan(root), partitions_fn(ch), tables)
+    world = world_type(qplan(root), partitions_fn(ch), tables)
     world.run(ch, steps=steps)
     return world
 
@@ -185,3 +197,14 @@ def test_probed_full_outer_join(data):
                                  op("=", col("r.c"), col("s.d")), "full"))
     assert _probed_keyed(world) == [True, True]
 
+
+
+@SETTINGS
+@given(st.data())
+def test_open_sides_look_up_every_key_and_stay_exact(data):
+    inner = Join(scan("r", R), scan("s", S), op("=", col("r.c"), col("s.c")))
+    semi = SemiJoin(inner, scan("s", S, alias="s2"), op("=", col("r.b"), col("s2.d")))
+    world = _run(data, Aggregate(semi, ("r.b",), (AggCall("sum", "r.a", "sa"),)),
+                 world_type=OpenProbedWorld)
+    assert len(world.sides) == 4
+    assert all(s.open and s.bloom is None and s.probes_skipped == 0 for s in world.sides)

@@ -18,7 +18,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -173,6 +173,12 @@ def make_coordinator(store, root: Path, options=None, versions_kept: int = 64,
                         checkpoint_every_batches=None,
                         warm_actors=0, sketch_versions_kept=versions_kept,
                         eviction=eviction or EvictionPolicy())
+    # how first states are built is the service's setting (IMP_BOOTSTRAP,
+    # IMP_SPARK_BOOTSTRAP_MIN_BYTES), so a run can compare the two ways; the roots and
+    # backend above stay the benchmark's whatever the environment says
+    tuned = RuntimeConfig.from_env()
+    cfg = replace(cfg, bootstrap=tuned.bootstrap,
+                  spark_bootstrap_min_bytes=tuned.spark_bootstrap_min_bytes)
     return Coordinator(cfg, store=store, options=options).start()
 
 

@@ -274,6 +274,16 @@ class RuntimeConfig:
             changes["adaptive_overflow"] = _setting(
                 env["IMP_ADAPTIVE_OVERFLOW"], "IMP_ADAPTIVE_OVERFLOW", float,
                 lambda v: math.isfinite(v) and v > 1.0, "a number above 1")
+        if env.get("IMP_BOOTSTRAP"):
+            raw = env["IMP_BOOTSTRAP"].strip().lower()
+            if raw not in BOOTSTRAP_SETTINGS:
+                raise ValueError(f"IMP_BOOTSTRAP must be one of "
+                                 f"{', '.join(BOOTSTRAP_SETTINGS)}, not {raw!r}")
+            changes["bootstrap"] = raw
+        if env.get("IMP_SPARK_BOOTSTRAP_MIN_BYTES"):
+            changes["spark_bootstrap_min_bytes"] = _setting(
+                env["IMP_SPARK_BOOTSTRAP_MIN_BYTES"], "IMP_SPARK_BOOTSTRAP_MIN_BYTES", int,
+                lambda v: v >= 0, "a byte count >= 0")
         if env.get("IMP_MAX_SHARDS"):
             changes["max_shards"] = _positive(env["IMP_MAX_SHARDS"], "IMP_MAX_SHARDS")
         if env.get("IMP_MAX_LIVE_ACTORS"):
@@ -283,6 +293,7 @@ class RuntimeConfig:
 
 
 LAYOUT_POLICIES = ("off", "apply")
+BOOTSTRAP_SETTINGS = ("auto", "engine", "spark")  # RuntimeConfig.bootstrap
 
 
 def _budget(raw: str) -> int | None:

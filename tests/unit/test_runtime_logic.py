@@ -836,6 +836,20 @@ def test_max_shards_from_the_environment(monkeypatch):
         RuntimeConfig.from_env()
 
 
+def test_bootstrap_settings_from_the_environment(monkeypatch):
+    assert RuntimeConfig.from_env().bootstrap == "auto"
+    monkeypatch.setenv("IMP_BOOTSTRAP", " Spark ")
+    monkeypatch.setenv("IMP_SPARK_BOOTSTRAP_MIN_BYTES", "1048576")
+    cfg = RuntimeConfig.from_env()
+    assert (cfg.bootstrap, cfg.spark_bootstrap_min_bytes) == ("spark", 1 << 20)
+    for name, bad in (("IMP_BOOTSTRAP", "duckdb"), ("IMP_SPARK_BOOTSTRAP_MIN_BYTES", "-1"),
+                      ("IMP_SPARK_BOOTSTRAP_MIN_BYTES", "1G")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValueError, match=name):
+            RuntimeConfig.from_env()
+        monkeypatch.delenv(name)
+
+
 def test_fragments_and_split_points_are_bounded_before_ranges_are_chosen(root, monkeypatch):
     """4,294,967,295 fragments kept a core busy choosing ranges, and 200,000 split points
     were accepted; now both are checked against ``IMP_MAX_FRAGMENTS`` first."""

@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, get_args
 
 from imp_core.sketch.adaptive import OVERFLOW
+
+# how a query's first state is built (imp_core.query.driver.bootstrap_mode)
+BootstrapMode = Literal["auto", "engine", "spark"]
 
 Backend = Literal["ray", "local"]
 
@@ -155,7 +158,7 @@ class RuntimeConfig:
     # spark_bootstrap_min_bytes (uncompressed, from the Parquet footers). Measured here:
     # 5M rows x 2 columns (80 MB) took 1.3-2.6 s in the engine and 8 s on Spark; TPC-H
     # q01 at SF 1 (7 lineitem columns, ~370 MB) 108 s in the engine and 93 s on Spark.
-    bootstrap: Literal["auto", "engine", "spark"] = "auto"
+    bootstrap: BootstrapMode = "auto"
     spark_bootstrap_min_bytes: int = 256 << 20
     warm_actors: int = 1  # started, empty actors kept ready so a restore skips the start-up
     # per actor: the estimated bytes of join inputs a query may keep in memory; inputs
@@ -260,11 +263,8 @@ class RuntimeConfig:
             changes["recluster_every_s"] = None if raw in ("none", "off") else \
                 _seconds(raw, "IMP_RECLUSTER_EVERY_S")
         if env.get("IMP_LAYOUT_POLICY"):
-            raw = env["IMP_LAYOUT_POLICY"].strip().lower()
-            if raw not in LAYOUT_POLICIES:
-                raise ValueError(f"IMP_LAYOUT_POLICY must be one of "
-                                 f"{', '.join(LAYOUT_POLICIES)}, not {raw!r}")
-            changes["layout_policy"] = raw
+            changes["layout_policy"] = _choice(env["IMP_LAYOUT_POLICY"], "IMP_LAYOUT_POLICY",
+                                               LAYOUT_POLICIES)
         if env.get("IMP_ADAPTIVE_RANGES"):
             raw = env["IMP_ADAPTIVE_RANGES"].strip().lower()
             if raw not in ("on", "off"):
@@ -275,11 +275,8 @@ class RuntimeConfig:
                 env["IMP_ADAPTIVE_OVERFLOW"], "IMP_ADAPTIVE_OVERFLOW", float,
                 lambda v: math.isfinite(v) and v > 1.0, "a number above 1")
         if env.get("IMP_BOOTSTRAP"):
-            raw = env["IMP_BOOTSTRAP"].strip().lower()
-            if raw not in BOOTSTRAP_SETTINGS:
-                raise ValueError(f"IMP_BOOTSTRAP must be one of "
-                                 f"{', '.join(BOOTSTRAP_SETTINGS)}, not {raw!r}")
-            changes["bootstrap"] = raw
+            changes["bootstrap"] = _choice(env["IMP_BOOTSTRAP"], "IMP_BOOTSTRAP",
+                                           get_args(BootstrapMode))
         if env.get("IMP_SPARK_BOOTSTRAP_MIN_BYTES"):
             changes["spark_bootstrap_min_bytes"] = _setting(
                 env["IMP_SPARK_BOOTSTRAP_MIN_BYTES"], "IMP_SPARK_BOOTSTRAP_MIN_BYTES", int,
@@ -293,7 +290,6 @@ class RuntimeConfig:
 
 
 LAYOUT_POLICIES = ("off", "apply")
-BOOTSTRAP_SETTINGS = ("auto", "engine", "spark")  # RuntimeConfig.bootstrap
 
 
 def _budget(raw: str) -> int | None:
@@ -321,6 +317,15 @@ def _setting(raw: str, name: str, conv: type, valid: Callable[[Any], bool],
         value = None
     if value is None or not valid(value):
         raise ValueError(f"{name} must be {expected}, not {raw!r}")
+    return value
+
+
+def _choice(raw: str, name: str, choices: tuple[str, ...]) -> str:
+    """``raw`` (case and surrounding blanks ignored) if one of ``choices``, else a
+    ValueError naming the variable and the choices."""
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {raw.strip()!r}")
     return value
 
 

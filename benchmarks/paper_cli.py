@@ -152,8 +152,15 @@ def add_paper_suites(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--remove-node", type=int, default=None, metavar="I",
                    help="with --cluster: kill worker node I after the first batch "
                    "(recovery time and exactness reported)")
+    p.add_argument("--no-paired-fm", dest="paired_fm", action="store_false", default=None,
+                   help="skip the recapture after each registration (FM at registration, "
+                   "with the page cache emptied before both where allowed)")
+    p.add_argument("--keep-page-cache", dest="drop_cache", action="store_false",
+                   default=None, help="do not empty the page cache before a registration "
+                   "and its recapture")
     scale_run = _run(scale.run_scale_bench, a="sf", b="queries", c="delta", d="rounds",
-                     e="fragments", f="cluster", g="remove_node")
+                     e="fragments", f="cluster", g="remove_node", h="paired_fm",
+                     i="drop_cache")
 
     def scale_handler(args: argparse.Namespace) -> int:
         if args.queries:

@@ -103,9 +103,9 @@ class ProbedSide:
             self.versions = self._restrict(self.context.before)
 
     def make_open(self) -> None:
-        """Keep no Bloom filter from now on: where the filter could rule out only keys
-        absent from whole table columns (``keys_from_whole_tables``) and a lookup of an
-        absent key is cheap, building it costs more than it saves."""
+        """Keep no Bloom filter from now on: where a lookup reads rows by key value
+        (``keys_looked_up_by_value``), so a key without partner costs a binary search,
+        building and keeping the filter costs more than it saves."""
         self.open, self.bloom = True, None
 
     @property

@@ -38,7 +38,7 @@ from imp_core.engine.probed_side import VersionContext
 from imp_core.engine.subtree import evaluate_subtree
 from imp_core.engine.zset import DeltaBatch
 from imp_core.plan.expr import ColumnRef
-from imp_core.plan.lineage import keys_from_whole_tables, trace_column
+from imp_core.plan.lineage import keys_looked_up_by_value, trace_column
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -453,16 +453,16 @@ class DataLayer:
                     context: VersionContext, use_bloom: bool = True) -> JoinSide:
         """A side served by Spark where this layer has a session (and reads whole tables),
         else by the files. A side the shared indexes serve is open (no Bloom filter)
-        where its keys come from whole tables (``keys_from_whole_tables``): the filter
-        would rule out only values no row of those tables holds, and a lookup of an
-        absent key is a binary search in an index."""
+        where its lookups read rows by key value (``keys_looked_up_by_value``: keys from
+        whole tables, or one table's filtered rows): a lookup of a key without partner
+        is then a binary search in an index, cheaper than keeping the filter."""
         if self.has_spark and self.files.row_filter is None:
             from imp_core.spark.joins import SparkJoinSide
 
             return SparkJoinSide(node, keys, partitions, self.store, context, self.spark(),
                                  use_bloom)
         side = FileJoinSide(node, keys, partitions, self.files, context, use_bloom)
-        if use_bloom and self.index_served and keys_from_whole_tables(node, keys):
+        if use_bloom and self.index_served and keys_looked_up_by_value(node, keys):
             side.make_open()
         return side
 

@@ -24,10 +24,11 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   shipped for their own sides anyway. A side served by the data layer (``_data_side``: a
   ``SparkJoinSide``) gets its versions and a Bloom filter of the side's distinct keys;
   with ``index_served`` (the query's probes will read shared covering indexes, where a
-  lookup of an absent key is a binary search), a side whose keys come from whole table
-  columns (``keys_from_whole_tables``) is made open instead: such a filter would rule
-  out only values no row of those tables holds, and its keys cost a Spark aggregation
-  of each table (at SF 3, 38 of TPC-H Q9's 101 s of registration).
+  lookup of an absent key is a binary search), a side whose lookups read rows by key
+  value (``keys_looked_up_by_value``: keys from whole table columns, or one table's
+  filtered rows) is made open instead: its keys would cost a Spark aggregation of each
+  table (at SF 3, 38 of TPC-H Q9's 101 s of registration; at SF 10, 3 to 8 s for each
+  filtered side of Q3, Q14 and Q19) to save binary searches of absent keys.
 - A semi-, anti- or outer join (``KeyedJoinOp``), and a comparison with a scalar
   subquery's value (``ScalarFilterOp``; ``KeyedFilterOp`` where it is correlated), is
   built on the driver like an in-memory join: its output is the engine's operator
@@ -49,6 +50,7 @@ own the state tables' names and layout; the SQL of aggregations is in
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -72,7 +74,7 @@ from imp_core.engine.operators.window import WindowOp
 from imp_core.engine.pipeline import IncrementalQuery
 from imp_core.engine.probed_side import ProbedSide
 from imp_core.engine.zset import DeltaBatch
-from imp_core.plan.lineage import keys_from_whole_tables, one_table_inputs, trace_column
+from imp_core.plan.lineage import keys_looked_up_by_value, one_table_inputs, trace_column
 from imp_core.plan.nodes import (
     Aggregate,
     Distinct,
@@ -107,6 +109,8 @@ from imp_core.spark.joins import fragment_views, version_views
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 ANN = "__imp_ann"
 # at most this many key combinations make a probed side's Bloom filter from its tables'
 # distinct keys (``_key_superset``): 8 M keys are a 10 MB filter
@@ -122,6 +126,8 @@ class BootstrapRun:
     spark_queries: int = 0
     spark_seconds: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
+    # per Spark query, in order: what it computed, its seconds and rows shipped
+    queries: list[tuple[str, float, int]] = field(default_factory=list)
 
 
 def bootstrap(spark: SparkSession, store: Any, pipeline: IncrementalQuery,
@@ -214,11 +220,14 @@ class _Bootstrap:
     def _relation(self, node: PlanNode) -> AnnotatedRelation:
         return annotated_relation(node, self.partitions, "view", self.views, self.fragment_views)
 
-    def _collect(self, sql: str) -> pa.Table:
+    def _collect(self, sql: str, what: str) -> pa.Table:
         t0 = time.perf_counter()
         out = collect_arrow(self.spark.sql(sql))
+        seconds = time.perf_counter() - t0
         self.stats.spark_queries += 1
-        self.stats.spark_seconds += time.perf_counter() - t0
+        self.stats.spark_seconds += seconds
+        self.stats.queries.append((what, round(seconds, 3), out.num_rows))
+        log.debug("bootstrap: %s on Spark: %.2f s, %d rows", what, seconds, out.num_rows)
         return out
 
     # -- outputs ----------------------------------------------------------------------
@@ -237,6 +246,8 @@ class _Bootstrap:
             state = self.state(w)
             if op.op_id in self.outputs:
                 return self.outputs[op.op_id]  # stepped by state(), or a probed one's
+            if self._served_keyed_join(w):
+                return self._rows(node)  # Spark joins: its sides hold no rows
             return _output_from_state(op, state)
         if isinstance(op, JoinOp):
             if _in_memory(op.left) and _in_memory(op.right):
@@ -255,7 +266,8 @@ class _Bootstrap:
             ann = f"{quote(rel.ann[0][0])} AS {quote(FID_COLUMN)}"
         else:
             ann = f"{rel.annotation_sql} AS {quote(ANN)}"
-        out = self._collect(f"{rel.with_clause}SELECT {cols}, {ann}\nFROM {rel.name}")
+        out = self._collect(f"{rel.with_clause}SELECT {cols}, {ann}\nFROM {rel.name}",
+                            f"rows of {_label(node)}")
         return _to_batch(out, arrow_schema(node.schema), np.ones(out.num_rows, np.int64))
 
     # -- states -----------------------------------------------------------------------
@@ -268,6 +280,13 @@ class _Bootstrap:
                                         self._side(op.right, w.children[1]))
             self.stats.sources[op.op_id] = "spark" if not (
                 _in_memory(op.left) and _in_memory(op.right)) else "engine"
+        elif self._served_keyed_join(w):
+            # both sides served by the data layer hold versions (and filters), no rows:
+            # the state needs no row, and the output, where an operator above asks for
+            # it, is Spark's evaluation of the join (``_output``)
+            state = op.state_from_sides(self._side(op.left, w.children[0]),
+                                        self._side(op.right, w.children[1]))
+            self.stats.sources[op.op_id] = "spark"
         elif isinstance(op, (KeyedJoinOp, ScalarFilterOp, KeyedFilterOp)):
             # the output is one engine step over both inputs' rows; a side in memory holds
             # those rows, a side served by the data layer the versions and Bloom filter
@@ -288,8 +307,9 @@ class _Bootstrap:
                 else op.empty()
             state = op.snapshot()
             self.stats.sources[op.op_id] = "engine"
-        elif has_stateful(w.children[0].node) or (
-                not self.joins_in_spark and _memory_join_below(w.children[0])):
+        elif self._driver_below(w.children[0]) or (
+                not self.joins_in_spark and self._memory_join_below(w.children[0])) or \
+                self._set_annotated(w.children[0].node):
             # above another stateful operator (or joined rows the driver holds anyway):
             # step the engine's operator over its input, rebuilt from the lower operators'
             # exact state
@@ -318,6 +338,44 @@ class _Bootstrap:
         self.states[op.op_id] = state
         return state
 
+    def _served_keyed_join(self, w) -> bool:
+        """Whether wired ``w`` is a semi-, anti- or outer join whose sides are both served
+        by the data layer over inputs whose stateful operators are such joins too:
+        Spark evaluates them exactly (``imp_core.spark.compile_joins``, the engine's
+        semantics and provenance), so nothing of them is stepped on the driver. (At
+        SF 10, stepping TPC-H Q13's outer join over 15 M shipped orders took 30 of its
+        41 s.)"""
+        return isinstance(w.op, KeyedJoinOp) and _data_side(w.op.left) and \
+            _data_side(w.op.right) and not any(self._driver_below(c) for c in w.children)
+
+    def _driver_below(self, w) -> bool:
+        """Whether wired subtree ``w`` holds a stateful operator whose output is rebuilt
+        or stepped on the driver (every one but a join Spark evaluates,
+        ``_served_keyed_join``): an operator above is then stepped by the engine too."""
+        if self._served_keyed_join(w):
+            return False
+        return isinstance(w.node, _STATEFUL_NODES) or \
+            any(self._driver_below(c) for c in w.children)
+
+    def _memory_join_below(self, w) -> bool:
+        """Whether the wired subtree ``w`` holds a join with both sides in memory (whose
+        output the bootstrap computes on the driver): an inner join without a side
+        served by the data layer, or a semi-, anti- or outer join not served
+        (``_served_keyed_join``)."""
+        if isinstance(w.op, (KeyedJoinOp, ScalarFilterOp, KeyedFilterOp)) and \
+                not self._served_keyed_join(w):
+            return True
+        if isinstance(w.op, JoinOp) and _in_memory(w.op.left) and _in_memory(w.op.right):
+            return True
+        return any(self._memory_join_below(c) for c in w.children)
+
+    def _set_annotated(self, node: PlanNode) -> bool:
+        """Whether Spark's rows of ``node`` carry a set of fragments in an annotation
+        column (a semi-join's partners, an outer join's padded side), which the
+        aggregation and top-k queries do not read: the operator above is then stepped
+        by the engine over those rows."""
+        return any(is_set for _, is_set in self._relation(node).ann)
+
     def _side(self, side, child) -> pa.Table:
         if _data_side(side):
             return self._data_side_state(side, child.node)
@@ -329,7 +387,7 @@ class _Bootstrap:
         side.versions = {t: self.versions[t] for t in side.tables}
         side.bloom = None
         if side.use_bloom and self.index_served and \
-                keys_from_whole_tables(node, side.key_columns):
+                keys_looked_up_by_value(node, side.key_columns):
             side.make_open()
         elif side.use_bloom:
             distinct = self._key_superset(node, side.key_columns)
@@ -337,7 +395,8 @@ class _Bootstrap:
                 rel = self._relation(node)
                 keys = ", ".join(quote(k) for k in side.key_columns)
                 select = self._select_keys(node, side.key_columns)
-                distinct = self._collect(f"{rel.with_clause}{select}{keys}\nFROM {rel.name}")
+                distinct = self._collect(f"{rel.with_clause}{select}{keys}\nFROM {rel.name}",
+                                         f"Bloom keys {keys} of {_label(node)}")
             hashes, valid, _ = key_hashes(distinct, side.key_columns)
             side.bloom = BloomFilter.for_keys(int(valid.sum()))
             side.bloom.add(hashes[valid])
@@ -387,7 +446,8 @@ class _Bootstrap:
             limit = KEY_SUPERSET_ROWS // total
             found = self._collect(f"{rel.with_clause}{self._select_keys(inputs[i], keys)}"
                                   f"{', '.join(quote(k) for k in keys)}\nFROM {rel.name}"
-                                  f"\nLIMIT {limit + 1}")
+                                  f"\nLIMIT {limit + 1}",
+                                  f"key superset {keys} of {_label(inputs[i])}")
             if found.num_rows > limit:
                 return None
             total *= max(1, found.num_rows)
@@ -405,12 +465,12 @@ class _Bootstrap:
         buffer = self.options.minmax_buffer
         sql, plan = aggregate_sql(op, rel, buffer)
         try:
-            res = self._collect(sql)
+            res = self._collect(sql, f"aggregation {op.op_id}")
         except Exception as exc:  # noqa: BLE001 - only an overflow is retried
             if not is_overflow(exc):
                 raise
             sql, plan = aggregate_sql(op, rel, buffer, wide_sums=True)
-            res = self._collect(sql)
+            res = self._collect(sql, f"aggregation {op.op_id} (wide sums)")
         return group_totals(op, res, plan, buffer, self.partitions.size)
 
     def _topk_state(self, op: TopKOp, input_node: PlanNode) -> dict[str, pa.Table]:
@@ -425,7 +485,7 @@ class _Bootstrap:
         limit = op.buffer
         if limit is not None:
             sql += f"\nORDER BY {total_order_sql(node, quote(ANN))}\nLIMIT {limit + 1}"
-        out = self._collect(sql)
+        out = self._collect(sql, f"top-k {op.op_id}")
         complete = limit is None or out.num_rows <= limit
         if limit is not None:
             out = out.slice(0, limit)
@@ -444,19 +504,13 @@ def _data_side(side: object) -> bool:
     return isinstance(side, DataSide)
 
 
+def _label(node: PlanNode) -> str:
+    """A short name of ``node`` for logs: its kind and tables."""
+    return f"{type(node).__name__} of {','.join(sorted(node.tables()))}"
+
+
 def _in_memory(side: object) -> bool:
     return not _data_side(side)
-
-
-def _memory_join_below(w) -> bool:
-    """Whether the wired subtree ``w`` holds a join with both sides in memory (whose
-    output the bootstrap computes on the driver): an inner join without a side served by
-    the data layer, or any semi-, anti- or outer join."""
-    if isinstance(w.op, (KeyedJoinOp, ScalarFilterOp, KeyedFilterOp)):
-        return True
-    if isinstance(w.op, JoinOp) and _in_memory(w.op.left) and _in_memory(w.op.right):
-        return True
-    return any(_memory_join_below(c) for c in w.children)
 
 
 def _to_batch(out: pa.Table, schema: pa.Schema, weights: np.ndarray) -> DeltaBatch:

@@ -51,8 +51,8 @@ def test_join_sides_beyond_the_budget_are_probed_and_stay_exact(coordinator):
         c.register(workload_spec(q, q))
     probed = {q: c.info(q).probed_join_sides for q in ("q03", "q10", "q_joinsel")}
     assert probed["q03"] and probed["q10"], probed  # lineitem's side exceeds the budget
-    # the actor answers those probes from the table files, and keeps a Bloom filter, not
-    # rows: the joins' state fits the budget
+    # the actor answers those probes from the table files (through shared indexes) and
+    # keeps no rows: the joins' state fits the budget
     kinds = [k for shard in c.diagnostics.operator_stats("q03") for op in shard
              for k in op.get("sides", ())]
     sides = [p for p in probed["q03"] if not p.endswith(":groups")]
@@ -79,11 +79,17 @@ def test_join_sides_beyond_the_budget_are_probed_and_stay_exact(coordinator):
     assert c.info("q03").probed_join_sides == probed["q03"]
 
 
-def _open_sides_stay_exact(c: Coordinator, name: str) -> None:
-    """Q9 joins lineitem unfiltered: its probed sides keyed by lineitem's columns keep no
-    Bloom filter (every key is looked up in the shared indexes), and the sketch stays
-    exact through changes (new keys among them), an eviction and a restore."""
-    c.register(workload_spec(name, "q09"))
+# the tables each query's open-sides scenario changes, the last one while it is evicted
+CHANGED = {"q09": ("lineitem", "part", "partsupp", "orders", "lineitem", "supplier"),
+           "q03": ("lineitem", "orders", "customer", "lineitem", "orders")}
+
+
+def _open_sides_stay_exact(c: Coordinator, name: str, template: str = "q09") -> None:
+    """Q9 joins lineitem unfiltered, Q3 filters lineitem and orders: their probed sides
+    keep no Bloom filter (every key is looked up in the shared indexes, and a filtered
+    side's selection applied to the rows found), and the sketch stays exact through
+    changes (new keys among them), an eviction and a restore."""
+    c.register(workload_spec(name, template))
 
     def open_sides() -> int:
         return sum(op.get("open_sides", 0)
@@ -92,15 +98,16 @@ def _open_sides_stay_exact(c: Coordinator, name: str) -> None:
     assert c.info(name).probed_join_sides and open_sides() >= 1
     assert_spark_exact(c, name)
     rng = np.random.default_rng(19)
-    for step, t in enumerate(["lineitem", "part", "partsupp", "orders", "lineitem"]):
+    *tables, last = CHANGED[template]
+    for step, t in enumerate(tables):
         ins, dels = random_batch(c.ctx.store, t, rng, int(rng.integers(5, 25)),
                                  6 * 10**7 + 1000 * step)
         c.apply_update(t, inserts=ins, deletes=dels)
         assert_spark_exact(c, name)
     opened = open_sides()
     c.evict(name)
-    ins, dels = random_batch(c.ctx.store, "supplier", rng, 10, 7 * 10**7)
-    c.apply_update("supplier", inserts=ins, deletes=dels)
+    ins, dels = random_batch(c.ctx.store, last, rng, 10, 7 * 10**7)
+    c.apply_update(last, inserts=ins, deletes=dels)
     assert_spark_exact(c, name)
     assert open_sides() == opened  # the restored state says which sides are open
 
@@ -109,17 +116,35 @@ def test_sides_of_whole_tables_are_open_and_stay_exact(coordinator):
     _open_sides_stay_exact(coordinator, "q09open")
 
 
-def test_sides_of_whole_tables_bootstrapped_on_spark_are_open(tmp_path):
+def test_sides_of_filtered_tables_are_open_and_stay_exact(coordinator):
+    _open_sides_stay_exact(coordinator, "q03open", "q03")
+
+
+def test_open_sides_bootstrapped_on_spark(tmp_path):
     """The same with the first state computed on Spark, whose sides are Spark's: the
-    state it ships marks the sides open for the workers, which read shared indexes."""
+    state it ships marks the sides open for the workers, which read shared indexes;
+    no Spark query computes an open side's keys."""
+    from imp_core.spark import bootstrap
+
     fill_store(tmp_path, ("tpch",))
     config = replace(make_config(tmp_path, join_state_budget_bytes=BUDGET),
                      bootstrap="spark")
     c = Coordinator(config, options=OPTIONS).start()
+    asked: list[str] = []
+    collect = bootstrap._Bootstrap._collect
+
+    def recorded(self, sql: str, what: str):
+        asked.append(what)
+        return collect(self, sql, what)
+
     try:
-        _open_sides_stay_exact(c, "q09spark")
+        bootstrap._Bootstrap._collect = recorded
+        for name, template in (("q09spark", "q09"), ("q03spark", "q03")):
+            _open_sides_stay_exact(c, name, template)
     finally:
+        bootstrap._Bootstrap._collect = collect
         c.close()
+    assert asked and not [w for w in asked if w.startswith(("Bloom keys", "key superset"))]
 
 
 def _delete_where(c: Coordinator, table: str, mask_of) -> int:

@@ -299,9 +299,9 @@ def test_sums_past_bigint_are_retried_wide_and_stay_exact(spark, tmp_path, monke
     collected: list[str] = []
     plain = _Bootstrap._collect
 
-    def collect(self, sql):
+    def collect(self, sql, what):
         collected.append(sql)
-        return plain(self, sql)
+        return plain(self, sql, what)
 
     monkeypatch.setattr(_Bootstrap, "_collect", collect)
     sql = "SELECT g, sum(v) AS sv, avg(v) AS av, sum(d) AS sd FROM big GROUP BY g"

@@ -362,8 +362,8 @@ def test_sql_queries_through_the_coordinator_equal_spark_recaptures(spark, tmp_p
 def test_bootstrap_and_maintenance_with_probed_sides_over_a_semi_join(spark, tables, tmp_path):
     """Both inputs of the inner join above a semi-join are probed in Spark: the left one
     is the semi-join's subtree (its Bloom filter of keys from Spark's annotated SQL), the
-    join's output is Spark's; the semi-join's output is built on the driver, and its own
-    sides, probed too, hold the versions and Bloom filters that step left them."""
+    join's output is Spark's; the semi-join's own sides, probed too, hold their versions
+    and Bloom filters, and Spark evaluates it as well (nothing stepped on the driver)."""
     import numpy as np
 
     from imp_core.engine.operators.base import TableDelta
@@ -387,7 +387,7 @@ def test_bootstrap_and_maintenance_with_probed_sides_over_a_semi_join(spark, tab
     assert is_probed(join.left) and is_probed(join.right)
     assert is_probed(semi.left) and is_probed(semi.right)
     assert semi.left.versions == {t: versions[t] for t in semi.left.tables}
-    assert run.sources[join.op_id] == "spark"
+    assert run.sources[join.op_id] == "spark" and run.sources[semi.op_id] == "spark"
     engine = IncrementalQuery(plan, pset)
     engine.apply({t: TableDelta.inserts(tables[t]) for t in case.tables})
     got, want = canonical_state(wiring.pipeline), canonical_state(engine)

@@ -923,3 +923,27 @@ def test_keys_from_whole_tables_traces_each_key_to_an_unfiltered_table():
     assert not keys_from_whole_tables(renamed, ("y",))  # computed, not a copy
     assert not keys_from_whole_tables(Select(r, BinaryOp("<", ColumnRef("r.a"),
                                                          Literal(3, pa.int64()))), ("r.a",))
+
+
+def test_keys_looked_up_by_value_in_one_filtered_table_or_whole_tables():
+    """A side is looked up by key value when its keys come from whole tables, or when it
+    is one table's rows under selections and projections with keys copying its columns;
+    not when it joins a filtered table to the key's, nor for a computed key."""
+    from imp_core.plan.expr import BinaryOp, ColumnRef, Literal
+    from imp_core.plan.lineage import keys_looked_up_by_value
+    from imp_core.plan.nodes import Field, Join, NamedExpr, Project, Scan, Select
+
+    r = Scan("r", ("a", "b"), (Field("r.a", pa.int64()), Field("r.b", pa.int64())))
+    s = Scan("s", ("c", "d"), (Field("s.c", pa.int64()), Field("s.d", pa.int64())))
+    small = Select(r, BinaryOp("<", ColumnRef("r.b"), Literal(3, pa.int64())))
+    assert keys_looked_up_by_value(small, ("r.a",))
+    assert keys_looked_up_by_value(small, ("r.a", "r.b"))
+    renamed = Project(small, (NamedExpr("x", ColumnRef("r.a")),
+                              NamedExpr("y", BinaryOp("+", ColumnRef("r.a"),
+                                                      Literal(1, pa.int64())))))
+    assert keys_looked_up_by_value(renamed, ("x",))
+    assert not keys_looked_up_by_value(renamed, ("y",))  # computed, not a copy
+    big = BinaryOp(">", ColumnRef("s.d"), Literal(5, pa.int64()))
+    join = Join(r, Select(s, big), BinaryOp("=", ColumnRef("r.b"), ColumnRef("s.c")))
+    assert keys_looked_up_by_value(join, ("r.a",))  # r is read whole
+    assert not keys_looked_up_by_value(join, ("s.d",))  # a join of the filtered s

@@ -34,6 +34,7 @@ from imp_core.estimate.memory import (
 )
 from imp_core.plan.nodes import Aggregate, PlanNode, QueryPlan, Scan
 from imp_core.query.limits import check_fragments, requested_fragments
+from imp_core.query.sketch_columns import LEARNED
 from imp_core.sketch.partition import (
     PartitionSet,
     PartitionSpec,
@@ -164,7 +165,7 @@ def prepare_query(sql: str, source: TableSource,
         wanted = {f"{t}.*": fragments for t in tables}
     check_fragments(wanted)  # before any value is read or any range chosen
     versions = source.versions(tables)
-    reads = _ColumnReads(source)
+    reads = _ColumnReads(source, versions)
     estimate = None
     if budget is not None:
         sketch_columns = reads.prefetch(wanted, catalog, tables)
@@ -181,7 +182,7 @@ def prepare_query(sql: str, source: TableSource,
         advice = _advise(plan, source, catalog, tables, versions, domains, fragments,
                          capture, layout, progress)
         wanted = advice.partition_specs()
-    pset = build_partition_set(wanted, lambda t: _schema(catalog, t), reads.column)
+    pset = reads.partitions(wanted, lambda t: _schema(catalog, t))
     reads.clear()
     verdicts = require_safe(plan, [(p.table, p.column) for p in pset.partitions],
                             domains=domains, force=force,
@@ -275,7 +276,8 @@ def table_statistics(source: TableSource, root: PlanNode,
         else:
             stats = _column_statistics(source, table, sorted(names), have)
         cols = dict(stats.columns)
-        cols.update({name: column_stats(values) for name, values in have.items()})
+        cols.update({name: values if isinstance(values, ColumnStats) else column_stats(values)
+                     for name, values in have.items()})
         out[table] = TableStats(stats.rows, cols).with_domains(dict(source.domains(table)))
     return out
 
@@ -286,7 +288,8 @@ def _column_statistics(source: TableSource, table: str, names: list[str],
     ``column_stats`` of the integer-like columns in ``names``."""
     schema = _schema(source.catalog(), table)
     cols: dict[str, ColumnStats] = {}
-    rows = len(next(iter(have.values()))) if have else None
+    read = [v for v in have.values() if not isinstance(v, ColumnStats)]
+    rows = len(read[0]) if read else None
     for name in names:
         if name in have or name not in schema.names:
             continue
@@ -302,26 +305,71 @@ def _column_statistics(source: TableSource, table: str, names: list[str],
 
 class _ColumnReads:
     """The columns the partition build reads (equi-depth partitions), read once: read
-    ahead for the memory estimate's statistics, then handed to the build."""
+    ahead for the memory estimate's statistics, then handed to the build. What a
+    store's column at a version gave before (``sketch_columns.LEARNED``: its statistics
+    and partitions) is taken from there instead of read again."""
 
-    def __init__(self, source: TableSource):
+    def __init__(self, source: TableSource, versions: Mapping[str, int]):
         self.source = source
+        self.versions = versions
         self.kept: dict[tuple[str, str], Any] = {}
+
+    def key(self, table: str, column: str) -> Any:
+        """The memo's key of ``table.column`` at its version (None: the source has none)."""
+        key_of = getattr(self.source, "column_key", None)
+        if not callable(key_of) or table not in self.versions:
+            return None
+        return key_of(table, column, self.versions[table])
 
     def prefetch(self, specs: Mapping[str, PartitionSpec], catalog: Mapping[str, pa.Schema],
                  tables: list[str]) -> dict[tuple[str, str], Any]:
-        """Read the columns of ``specs`` the build will read, for ``tables`` only."""
+        """The columns of ``specs`` the build will read, for ``tables`` only: their values,
+        or their statistics where the memo has them (the build then reads no value)."""
+        out: dict[tuple[str, str], Any] = {}
         for attr, spec in specs.items():
             table, _, column = attr.lower().partition(".")
             schema = catalog.get(table)
             if (isinstance(spec, int) and not isinstance(spec, bool) and table in tables
                     and schema is not None and column in schema.names):
-                self.kept[(table, column)] = self.source.column(table, column)
-        return dict(self.kept)
+                key = self.key(table, column)
+                known = LEARNED.stats(key)
+                if known is not None and LEARNED.partition(key, spec) is not None:
+                    out[(table, column)] = known
+                    continue
+                values = self.kept[(table, column)] = self.source.column(table, column)
+                if key is not None:
+                    out[(table, column)] = stats = column_stats(values)
+                    LEARNED.keep_stats(key, stats)
+                else:
+                    out[(table, column)] = values
+        return out
 
     def column(self, table: str, column: str) -> Any:
         found = self.kept.get((table, column))
         return found if found is not None else self.source.column(table, column)
+
+    def partitions(self, specs: Mapping[str, PartitionSpec],
+                   schema_of: Callable[[str], pa.Schema]) -> PartitionSet:
+        """``build_partition_set`` of ``specs``, equi-depth partitions the memo holds
+        taken from it, those built kept in it."""
+        given: dict[str, PartitionSpec] = {}
+        built: dict[tuple[str, str], tuple[Any, int]] = {}
+        for attr, spec in specs.items():
+            table, _, column = attr.lower().partition(".")
+            if isinstance(spec, int) and not isinstance(spec, bool):
+                key = self.key(table, column)
+                known = LEARNED.partition(key, spec)
+                if known is not None:
+                    given[attr] = known
+                    continue
+                built[(table, column)] = (key, spec)
+            given[attr] = spec
+        pset = build_partition_set(given, schema_of, self.column)
+        for part in pset.partitions:
+            if (part.table, part.column) in built:
+                key, fragments = built[(part.table, part.column)]
+                LEARNED.keep_partition(key, fragments, part)
+        return pset
 
     def clear(self) -> None:
         self.kept.clear()
@@ -371,6 +419,13 @@ class StoreTables:
         first key column): candidates a sketch may skip by."""
         entry = self.store.entry(table)
         return tuple(entry.sketch_columns) or tuple(entry.key or ())[:1]
+
+    def column_key(self, table: str, column: str, version: int) -> tuple[str, ...]:
+        """What names ``table.column`` at ``version`` in this store for good: the store,
+        the Delta table's id (a table created anew has another), the version."""
+        table_id, _ = self.store.snapshot_files(table, version)
+        return (str(getattr(self.store, "root", id(self.store))), table_id, str(version),
+                column)
 
     def statistics(self, table: str) -> TableStats:
         """Row count and per-column min/max at the recorded version, from the Delta

@@ -29,15 +29,20 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   filtered rows) is made open instead: its keys would cost a Spark aggregation of each
   table (at SF 3, 38 of TPC-H Q9's 101 s of registration; at SF 10, 3 to 8 s for each
   filtered side of Q3, Q14 and Q19) to save binary searches of absent keys.
-- A semi-, anti- or outer join (``KeyedJoinOp``), and a comparison with a scalar
-  subquery's value (``ScalarFilterOp``; ``KeyedFilterOp`` where it is correlated), is
-  built on the driver like an in-memory join: its output is the engine's operator
-  stepped once over both inputs' annotated rows, its state those rows for a side in
-  memory and, for a side served by the data layer, the versions and Bloom filter that
-  step left (``state_from_sides``), so every operator above it is stepped by the
-  engine too (``has_stateful``). Spark evaluates such a subtree
-  (``imp_core.spark.compile_joins``) only where the data layer serves a join: the output
-  of a join with a side served by Spark, and a served side's keys.
+- A semi-, anti- or outer join (``KeyedJoinOp``) whose sides are both served by the data
+  layer, over inputs without other stateful operators than such joins
+  (``_served_keyed_join``), is evaluated by Spark (``imp_core.spark.compile_joins``):
+  its state is the sides' versions and filters, its output Spark's rows, and an
+  aggregation or top-k above it is computed by Spark unless a row's annotation is a
+  set (``_set_annotated``: a semi-join's partners, an outer join's padded side).
+- Any other semi-, anti- or outer join, and a comparison with a scalar subquery's
+  value (``ScalarFilterOp``; ``KeyedFilterOp`` where it is correlated), is built on the
+  driver like an in-memory join: its output is the engine's operator stepped once over
+  both inputs' annotated rows, its state those rows for a side in memory and, for a
+  side served by the data layer, the versions and Bloom filter that step left
+  (``state_from_sides``), so every operator above it is stepped by the engine too
+  (``_driver_below``). Spark evaluates such a subtree only where the data layer serves a
+  join: the output of a join with a side served by Spark, and a served side's keys.
 - A set operation is stepped on the driver over both inputs' annotated rows (its state is
   the per-row counts that step leaves); a UNION ALL's output is its inputs' rows.
 - μ's fragment counts and the kept result come from the root's output.

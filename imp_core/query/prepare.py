@@ -313,13 +313,17 @@ class _ColumnReads:
         self.source = source
         self.versions = versions
         self.kept: dict[tuple[str, str], Any] = {}
+        self._keys: dict[tuple[str, str], Any] = {}
 
     def key(self, table: str, column: str) -> Any:
-        """The memo's key of ``table.column`` at its version (None: the source has none)."""
-        key_of = getattr(self.source, "column_key", None)
-        if not callable(key_of) or table not in self.versions:
-            return None
-        return key_of(table, column, self.versions[table])
+        """The memo's key of ``table.column`` at its version (None: the source has none);
+        asked of the source once."""
+        if (table, column) not in self._keys:
+            key_of = getattr(self.source, "column_key", None)
+            self._keys[(table, column)] = None \
+                if not callable(key_of) or table not in self.versions \
+                else key_of(table, column, self.versions[table])
+        return self._keys[(table, column)]
 
     def prefetch(self, specs: Mapping[str, PartitionSpec], catalog: Mapping[str, pa.Schema],
                  tables: list[str]) -> dict[tuple[str, str], Any]:

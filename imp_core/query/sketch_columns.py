@@ -44,23 +44,16 @@ class SketchColumns:
         self.capacity = capacity
         self._entries: OrderedDict[Hashable, Learned] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0
 
     def stats(self, key: Hashable | None) -> ColumnStats | None:
         with self._lock:
             found = self._touch(key)
-            if found is not None and found.stats is not None:
-                self.hits += 1
-                return found.stats
-            return None
+            return None if found is None else found.stats
 
     def partition(self, key: Hashable | None, fragments: int) -> RangePartition | None:
         with self._lock:
             found = self._touch(key)
-            part = None if found is None else found.partitions.get(fragments)
-            if part is not None:
-                self.hits += 1
-            return part
+            return None if found is None else found.partitions.get(fragments)
 
     def keep_stats(self, key: Hashable | None, stats: ColumnStats) -> None:
         if key is not None:

@@ -203,6 +203,7 @@ class _Bootstrap:
         self.states: dict[str, dict[str, pa.Table]] = {}
         self.views: dict[str, str] = {}
         self.fragment_views: dict[str, str] = {}
+        self._served: dict[str, bool] = {}  # op id -> ``_served_keyed_join``
 
     # -- driver ---------------------------------------------------------------------
     def run(self) -> dict[str, pa.Table]:
@@ -350,8 +351,12 @@ class _Bootstrap:
         semantics and provenance), so nothing of them is stepped on the driver. (At
         SF 10, stepping TPC-H Q13's outer join over 15 M shipped orders took 30 of its
         41 s.)"""
-        return isinstance(w.op, KeyedJoinOp) and _data_side(w.op.left) and \
-            _data_side(w.op.right) and not any(self._driver_below(c) for c in w.children)
+        key = w.op.op_id
+        if key not in self._served:  # asked at every level above: decided once
+            self._served[key] = isinstance(w.op, KeyedJoinOp) and _data_side(w.op.left) \
+                and _data_side(w.op.right) \
+                and not any(self._driver_below(c) for c in w.children)
+        return self._served[key]
 
     def _driver_below(self, w) -> bool:
         """Whether wired subtree ``w`` holds a stateful operator whose output is rebuilt

@@ -1,5 +1,5 @@
 """Spark Connect: a real local Connect server (its own JVM, ``python -m
-imp_core.spark.connect_server`` on a free loopback port) and a client session from
+imp_core.spark.connect_server --port 0``: it picks a free loopback port) and a client session from
 ``SparkConfig(connect_url="sc://127.0.0.1:PORT")``. Capture, a sketch-filtered query, delta
 extraction, the state bootstrap and join sides served by Spark run through it and equal
 the embedded session's results.
@@ -12,7 +12,6 @@ the embedded results are computed first, and the module restores classic mode at
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -80,29 +79,25 @@ def _run_all(spark, store, versions: dict[str, int], delta_range: tuple[int, int
             "delta": Counter(dict(Counter(zip(rows, delta.weights.tolist()))))}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     """A Spark Connect server for this module; it starts (a JVM, tens of seconds) while
-    the embedded results are computed."""
-    port = _free_port()
+    the embedded results are computed. The server picks its port (one found free here
+    could be taken by another test's process before the JVM binds it)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "imp_core.spark.connect_server", "--port", str(port)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True, cwd=REPO, env=env)
+    errors = tmp_path_factory.mktemp("connect-server") / "stderr.log"
+    with open(errors, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "imp_core.spark.connect_server", "--port", "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            text=True, cwd=REPO, env=env)
     ready: list[str] = []
     reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()),
                               daemon=True)
     reader.start()
     try:
-        yield port, reader, ready
+        yield reader, ready, errors
     finally:
         proc.stdin.close()  # the server stops Spark and exits
         try:
@@ -128,9 +123,12 @@ def connect(server, embedded):
     """A client session of the module's Spark Connect server."""
     from imp_core.spark import SparkConfig, get_spark, stop_spark
 
-    port, reader, ready = server
+    reader, ready, errors = server
     reader.join(timeout=240)
-    assert ready and ready[0].startswith("READY"), "the Spark Connect server did not start"
+    if not (ready and ready[0].startswith("READY ")):
+        pytest.fail("the Spark Connect server did not start; its stderr ends with:\n"
+                    + errors.read_text()[-4000:])
+    port = int(ready[0].split()[1])
     try:
         yield get_spark(SparkConfig(connect_url=f"sc://127.0.0.1:{port}"))
     finally:

@@ -47,3 +47,48 @@ def test_other_failures_are_not_retried(monkeypatch):
     with pytest.raises(SparkUnavailableError, match="Connection refused"):
         session._build(SparkConfig(quiet=False))
     assert len(calls) == 1
+
+
+BIND = ("java.io.IOException: Failed to bind to address 127.0.0.1:41234 "
+        "(java.net.BindException: Address already in use)")
+
+
+def _connect_starts(monkeypatch, failures: list[str]) -> list[int]:
+    from imp_core.spark import connect_server
+
+    ports: list[int] = []
+
+    def get_spark(config):
+        ports.append(int(config.extra_conf["spark.connect.grpc.binding.port"]))
+        if len(ports) <= len(failures):
+            raise RuntimeError(failures[len(ports) - 1])
+        return object()
+
+    monkeypatch.setattr(connect_server, "get_spark", get_spark)
+    return ports
+
+
+def test_a_connect_server_on_port_0_takes_another_port_when_its_port_is_taken(monkeypatch):
+    from imp_core.spark import connect_server
+
+    ports = _connect_starts(monkeypatch, [BIND, BIND])
+    port = connect_server.start(0)
+    assert len(ports) == 3 and port == ports[-1] and all(p > 0 for p in ports)
+
+
+def test_a_connect_server_on_a_given_port_fails_once_it_is_taken(monkeypatch):
+    from imp_core.spark import connect_server
+
+    ports = _connect_starts(monkeypatch, [BIND])
+    with pytest.raises(RuntimeError, match="Address already in use"):
+        connect_server.start(41234)
+    assert ports == [41234]
+
+
+def test_a_connect_server_does_not_retry_other_failures(monkeypatch):
+    from imp_core.spark import connect_server
+
+    ports = _connect_starts(monkeypatch, ["JAVA_HEAP_SPACE"])
+    with pytest.raises(RuntimeError, match="JAVA_HEAP_SPACE"):
+        connect_server.start(0)
+    assert len(ports) == 1

@@ -240,6 +240,7 @@ def test_scale_suite_tiny(spark, results, data_root):
     assert saved["benchmark"] == "scale" and saved["summary"] == report["summary"]
     assert len(saved["load"]["at_start"]) == 3 and len(saved["load"]["at_end"]) == 3
     assert report["failed"] == []
+    assert report["spark_warm_up_s"] > 0  # Spark warmed before the first registration
     rows = report["results"]
     assert [r["query"] for r in rows] == queries
     # each query holds operator state, reported in MiB as the coordinator measured it

@@ -1,6 +1,7 @@
 """The total order used by top-k: SQL order keys, then the other columns, then annotation.
 
-Making the order total means the top-k result, and so its sketch, is deterministic;
+Making the order total means the top-k result, and so its sketch, is deterministic
+(NaN included: it equals itself and orders above every number, as in Spark SQL);
 the incremental operator and the reference evaluator share this definition.
 """
 
@@ -32,6 +33,8 @@ class _Desc:
 def _component(v: Any, descending: bool, nulls_first: bool) -> tuple:
     if v is None:
         return (0 if nulls_first else 2, 0)
+    if v != v:  # NaN: equal to itself and above every number, as in Spark
+        return (0.5 if descending else 1.5, 0)
     return (1, _Desc(v) if descending else v)
 
 

@@ -76,6 +76,14 @@ def test_repeats_are_told_by_the_rows_hashes() -> None:
     nulls = pa.table({"a": [None] * 50 + list(range(50)), "b": ["x"] * 100})
     assert _repeats(nulls)  # NULLs repeat too
     assert not _repeats(distinct.slice(0, 1))
+    # numbers that repeat, told apart by the text (hashed only then)
+    by_text = pa.table({"a": [i % 10 for i in range(100)], "b": [f"s{i}" for i in range(100)],
+                        "c": [1.5] * 100})
+    assert not _repeats(by_text)
+    assert _repeats(by_text.set_column(1, "b", pa.array([f"s{i % 20}" for i in range(100)])))
+    # rows all numbers or all text
+    assert _repeats(pa.table({"b": ["x", "y"] * 50})) and not _repeats(pa.table(
+        {"b": [str(i) for i in range(100)]}))
 
 
 def test_a_side_of_equal_rows_holds_them_once() -> None:

@@ -13,11 +13,26 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from imp_core.engine.annotation import Annotation, key_ids
 
 WEIGHT = "__w"
 ANN = "__ann"
+# the one NaN that rows read into Python hold: tuples holding it are equal (by identity)
+# and hash alike, so NaNs are equal as SQL's are and a deleted row holding one cancels
+NAN = float("nan")
+
+
+def py_columns(data: pa.Table) -> list[list]:
+    """``data``'s columns as Python lists, every NaN the one ``NAN``."""
+    out = []
+    for c in data.columns:
+        values = c.to_pylist()
+        if pa.types.is_floating(c.type) and pc.any(pc.is_nan(c)).as_py():
+            values = [NAN if v is not None and v != v else v for v in values]
+        out.append(values)
+    return out
 ROW = "__row"
 
 
@@ -142,7 +157,7 @@ class DeltaBatch:
         """{(row tuple, its annotation's ``set_key``): summed weight}, zero sums dropped:
         a batch as operators holding rows in Python read it (``Annotation.row_keys``)."""
         out: dict[tuple[tuple, bytes], int] = {}
-        rows = zip(*[c.to_pylist() for c in self.data.columns]) if self.data.num_columns else (
+        rows = zip(*py_columns(self.data)) if self.data.num_columns else (
             () for _ in range(len(self)))
         for row, ann, w in zip(rows, self.annotation.row_keys(), self.weights.tolist()):
             key = (tuple(row), ann)
@@ -185,7 +200,7 @@ def _consolidate_small(data: pa.Table, ann_keys: np.ndarray, weights: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(first row of each distinct (tuple, annotation) of nonzero net weight, in row
     order; that net weight) for a few rows."""
-    columns = [c.to_pylist() for c in data.columns]
+    columns = py_columns(data)
     firsts: dict = {}
     totals: list[int] = []
     order: list[int] = []

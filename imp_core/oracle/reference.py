@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from imp_core.engine.annotation import Annotation
-from imp_core.engine.zset import DeltaBatch
+from imp_core.engine.zset import DeltaBatch, py_columns
 from imp_core.errors import SqlRuntimeError
 from imp_core.oracle.expand import expand_rows
 from imp_core.oracle.grouping import first_of, group_codes, power_sums
@@ -125,7 +125,7 @@ class Bag:
     def items(self) -> Counter:
         """{(row tuple, sorted fragment-id tuple): multiplicity}."""
         out: Counter = Counter()
-        rows = zip(*[c.to_pylist() for c in self.data.columns]) if self.data.num_columns \
+        rows = zip(*py_columns(self.data)) if self.data.num_columns \
             else (() for _ in range(len(self)))
         for row, ann, m in zip(rows, self.ann.to_pylist(), self.mult.tolist()):
             out[(tuple(row), tuple(ann))] += m
@@ -465,6 +465,9 @@ def _topk(node: TopK, tables, partitions) -> Bag:
         flag = pc.is_valid(values) if nulls_first else pc.is_null(values)
         keys[f"f{len(keys)}"] = pc.cast(flag, pa.int8())
         sort.append((f"f{len(keys) - 1}", "ascending"))
+        if pa.types.is_floating(values.type):  # NaN above every number, as in Spark
+            keys[f"n{len(keys)}"] = pc.cast(pc.fill_null(pc.is_nan(values), False), pa.int8())
+            sort.append((f"n{len(keys) - 1}", "descending" if descending else "ascending"))
         keys[f"v{len(keys)}"] = values
         sort.append((f"v{len(keys) - 1}", "descending" if descending else "ascending"))
 

@@ -39,6 +39,9 @@ def evaluate_window(node: Window, child, codes_fn, padded_fn, bag_cls):
         flag = pc.is_valid(values) if nulls_first else pc.is_null(values)
         keys[f"k{len(keys)}"] = pc.cast(flag, pa.int8())
         sort.append((f"k{len(keys) - 1}", "ascending"))
+        if pa.types.is_floating(values.type):  # NaN above every number, as in Spark
+            keys[f"k{len(keys)}"] = pc.cast(pc.fill_null(pc.is_nan(values), False), pa.int8())
+            sort.append((f"k{len(keys) - 1}", "descending" if descending else "ascending"))
         keys[f"k{len(keys)}"] = values
         sort.append((f"k{len(keys) - 1}", "descending" if descending else "ascending"))
 

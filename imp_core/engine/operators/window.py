@@ -51,6 +51,8 @@ from imp_core.plan.nodes import Window, WindowCall
 
 Entry = tuple[tuple, bytes, int]  # (row, annotation's set_key, multiplicity)
 
+_NAN = float("nan")  # the one NaN window peers are compared with
+
 
 class _Frame:
     """The exact state of one aggregate over a growing frame (rows added in order)."""
@@ -115,12 +117,15 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     # only row numbers and ROWS frames tell peers apart: they need the total order; the
     # other values are the same for every order of peers, so the order keys suffice
     # (order values, entry) in the window's order
-    keyed = [(tuple(e[0][p] for p in positions), e) for e in entries]
+    # NaNs as one shared object: tuples holding it compare equal (by identity), so NaNs
+    # are peers, as in Spark
+    keyed = [(tuple(_NAN if (v := e[0][p]) != v else v for p in positions), e)
+             for e in entries]
     if expand:
         keyed.sort(key=lambda ke: sort_key(ke[1][0], ke[1][1], node.order, positions, rest))
     elif all(not k.descending for k in node.order) and \
-            all(None not in values for values, _ in keyed):
-        # ascending and without NULLs the values order as ``sort_key`` orders them
+            all(None not in values and all(v == v for v in values) for values, _ in keyed):
+        # ascending, without NULLs and NaNs the values order as ``sort_key`` orders them
         keyed.sort(key=lambda ke: ke[0])
     else:
         keyed.sort(key=lambda ke: sort_key(ke[1][0], b"", node.order, positions, ()))

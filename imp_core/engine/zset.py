@@ -19,6 +19,7 @@ from imp_core.engine.annotation import Annotation, key_ids
 
 WEIGHT = "__w"
 ANN = "__ann"
+ROW = "__row"
 # the one NaN that rows read into Python hold: tuples holding it are equal (by identity)
 # and hash alike, so NaNs are equal as SQL's are and a deleted row holding one cancels
 NAN = float("nan")
@@ -33,7 +34,6 @@ def py_columns(data: pa.Table) -> list[list]:
             values = [NAN if v is not None and v != v else v for v in values]
         out.append(values)
     return out
-ROW = "__row"
 
 
 @dataclass(frozen=True, eq=False)

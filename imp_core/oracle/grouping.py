@@ -122,3 +122,18 @@ def _float_group_sums(codes: np.ndarray, groups: int, col: pa.Array,
         # a negative shift is still exact: every double is a multiple of 2**-1074
         sums[g] += total << shift if shift >= 0 else total >> -shift
     return sums
+
+
+def order_key_columns(values: pa.Array, descending: bool, nulls_first: bool
+                      ) -> list[tuple[pa.Array, str]]:
+    """The sort keys ordering ``values`` as ``imp_core.engine.ordering`` does, each with
+    its direction: where NULLs go, then (for floats) NaN above every number, as in Spark,
+    then the values."""
+    flag = pc.is_valid(values) if nulls_first else pc.is_null(values)
+    direction = "descending" if descending else "ascending"
+    keys = [(pc.cast(flag, pa.int8()), "ascending")]
+    if pa.types.is_floating(values.type):
+        keys.append((pc.cast(pc.fill_null(pc.is_nan(values), False), pa.int8()), direction))
+    keys.append((values, direction))
+    return keys
+

@@ -35,7 +35,7 @@ from imp_core.engine.annotation import Annotation
 from imp_core.engine.zset import DeltaBatch, py_columns
 from imp_core.errors import SqlRuntimeError
 from imp_core.oracle.expand import expand_rows
-from imp_core.oracle.grouping import first_of, group_codes, power_sums
+from imp_core.oracle.grouping import first_of, group_codes, order_key_columns, power_sums
 from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.evaluate import evaluate, evaluate_predicate
 from imp_core.plan.expand import Expand
@@ -462,14 +462,9 @@ def _topk(node: TopK, tables, partitions) -> Bag:
     sort: list[tuple[str, str]] = []
 
     def add(name: str, values: pa.Array, descending: bool, nulls_first: bool) -> None:
-        flag = pc.is_valid(values) if nulls_first else pc.is_null(values)
-        keys[f"f{len(keys)}"] = pc.cast(flag, pa.int8())
-        sort.append((f"f{len(keys) - 1}", "ascending"))
-        if pa.types.is_floating(values.type):  # NaN above every number, as in Spark
-            keys[f"n{len(keys)}"] = pc.cast(pc.fill_null(pc.is_nan(values), False), pa.int8())
-            sort.append((f"n{len(keys) - 1}", "descending" if descending else "ascending"))
-        keys[f"v{len(keys)}"] = values
-        sort.append((f"v{len(keys) - 1}", "descending" if descending else "ascending"))
+        for column, direction in order_key_columns(values, descending, nulls_first):
+            keys[f"k{len(keys)}"] = column
+            sort.append((f"k{len(keys) - 1}", direction))
 
     for s in node.order:
         add(s.column, child.data.column(s.column), s.descending, s.effective_nulls_first)

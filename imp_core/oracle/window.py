@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from imp_core.oracle.grouping import order_key_columns
 from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.aggregates.exact import python_exact
 from imp_core.plan.nodes import Window, arrow_schema
@@ -36,14 +37,9 @@ def evaluate_window(node: Window, child, codes_fn, padded_fn, bag_cls):
     sort = [("p", "ascending")]
 
     def add(values: pa.Array, descending: bool, nulls_first: bool) -> None:
-        flag = pc.is_valid(values) if nulls_first else pc.is_null(values)
-        keys[f"k{len(keys)}"] = pc.cast(flag, pa.int8())
-        sort.append((f"k{len(keys) - 1}", "ascending"))
-        if pa.types.is_floating(values.type):  # NaN above every number, as in Spark
-            keys[f"k{len(keys)}"] = pc.cast(pc.fill_null(pc.is_nan(values), False), pa.int8())
-            sort.append((f"k{len(keys) - 1}", "descending" if descending else "ascending"))
-        keys[f"k{len(keys)}"] = values
-        sort.append((f"k{len(keys) - 1}", "descending" if descending else "ascending"))
+        for column, direction in order_key_columns(values, descending, nulls_first):
+            keys[f"k{len(keys)}"] = column
+            sort.append((f"k{len(keys) - 1}", direction))
 
     ordered_cols = [s.column for s in node.order]
     for s in node.order:

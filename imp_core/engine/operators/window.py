@@ -44,14 +44,12 @@ from imp_core.engine.annotation import Annotation, key_ids, set_key
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.ordering import sort_key
 from imp_core.engine.state import StateLayout, StateTable
-from imp_core.engine.zset import DeltaBatch, batch_from_arrow, batch_to_arrow
+from imp_core.engine.zset import NAN, DeltaBatch, batch_from_arrow, batch_to_arrow
 from imp_core.plan.aggregates.base import GroupState
 from imp_core.plan.aggregates.exact import python_exact
 from imp_core.plan.nodes import Window, WindowCall
 
 Entry = tuple[tuple, bytes, int]  # (row, annotation's set_key, multiplicity)
-
-_NAN = float("nan")  # the one NaN window peers are compared with
 
 
 class _Frame:
@@ -119,7 +117,7 @@ def window_partition(node: Window, entries: list[Entry]) -> list[Entry]:
     # (order values, entry) in the window's order
     # NaNs as one shared object: tuples holding it compare equal (by identity), so NaNs
     # are peers, as in Spark
-    keyed = [(tuple(_NAN if (v := e[0][p]) != v else v for p in positions), e)
+    keyed = [(tuple(NAN if (v := e[0][p]) != v else v for p in positions), e)
              for e in entries]
     if expand:
         keyed.sort(key=lambda ke: sort_key(ke[1][0], ke[1][1], node.order, positions, rest))

@@ -205,6 +205,30 @@ def test_annotation_ops_match_naive_model(sets, data):
         model + [tuple(s) for s in other_sets] + [(), ()]
 
 
+@settings(max_examples=120, deadline=None)
+@given(sets_st, fragment_sets(41, max_size=8), st.booleans(), st.data())
+def test_shared_ids_added_and_stripped_match_sets(sets, shared, uniform, data):
+    """``with_shared`` / ``without`` / ``common_ids`` as set operations, on rows of one
+    width (a table's rows: the fixed-width layout) and of any widths."""
+    if uniform:  # one own id a row, some of them among the shared ids
+        sets = [[data.draw(st.integers(0, 40))] for _ in sets]
+    ann = Annotation.from_sets(sets)
+    model = [set(s) for s in sets]
+    ids = np.array(sorted(shared), dtype=np.int32)
+    full = ann.with_shared(ids)
+    assert full.offsets[0] == 0 and full.offsets[-1] == len(full.values)
+    assert [set(r) for r in full.row_sets()] == [s | set(shared) for s in model]
+    assert all(len(set(full.row(i).tolist())) == len(full.row(i)) for i in range(len(full)))
+    common = set(full.common_ids().tolist())
+    assert common == (set.intersection(*[s | set(shared) for s in model]) if model else set())
+    stripped = full.without(ids)
+    assert [set(r) for r in stripped.row_sets()] == [s - set(shared) for s in model]
+    extra = data.draw(fragment_sets(41, max_size=3))
+    drop = np.array(sorted(set(extra) | set(shared)), dtype=np.int32)
+    assert [set(r) for r in full.without(drop).row_sets()] == \
+        [(s | set(shared)) - set(drop.tolist()) for s in model]
+
+
 def _check_row_keys(ann: Annotation, model: list[tuple[int, ...]]) -> None:
     """Row keys hold each row's ids, are equal (and hash alike) exactly when the sets
     are, order as the sorted tuples do, and turn back into the same annotation."""

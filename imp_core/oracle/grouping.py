@@ -34,9 +34,17 @@ def group_codes(columns: list[pa.Array | pa.ChunkedArray], n: int) -> tuple[np.n
             col = pc.add(col, pa.scalar(0.0, col.type))
         enc = pc.dictionary_encode(col, null_encoding="encode")
         idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        codes = codes * max(len(enc.dictionary), 1) + idx
+        width = max(len(enc.dictionary), 1)
+        if groups * width >= 2**62:  # the combined codes would overflow: renumber first
+            uniq, codes = np.unique(codes, return_inverse=True)
+            groups = len(uniq)
+        codes = codes * width + idx
+        groups *= width
+    if len(columns) > 1 and n:  # combinations that occur, numbered densely
         uniq, codes = np.unique(codes, return_inverse=True)
         groups = len(uniq)
+    elif not n:
+        groups = 0
     return codes.reshape(-1), groups
 
 

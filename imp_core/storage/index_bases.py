@@ -27,7 +27,9 @@ or several), ordered by ``hashes`` (non-decreasing).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import uuid
 from dataclasses import dataclass
@@ -38,7 +40,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from imp_core.storage.page_advice import advise, column_ranges, mapped, runs
+
+log = logging.getLogger(__name__)
+
 COUNT = "__imp_n"  # a base row's multiplicity, a log row's signed weight
+FENCE = 512  # hashes per fence entry: one 4 KiB page of int64
+# probes of at most this many keys read their pages together (page_advice); larger ones
+# read most pages of the searched range anyway and binary-search the mapped hashes
+ADVISED_KEYS = 1024
 # rows per record batch of a disk base's Arrow file (a string column's offsets are
 # 32-bit: a batch must hold under 2 GiB of its text)
 CHUNK_ROWS = 1 << 22
@@ -156,12 +166,17 @@ def _columns_tag(columns: list[str]) -> str:
 
 
 class DiskBase:
-    """A base in two immutable files clustered by key hash (see the module docstring):
+    """A base in immutable files clustered by key hash (see the module docstring):
     ``<name>.arrow``, the counted rows as an Arrow IPC file in hash order, and
     ``<name>.hash``, their hashes as raw int64. Both are memory-mapped: a probe
-    binary-searches the hashes and takes the rows it finds, so it touches only the
-    pages of the asked keys, and the pages stay in the OS page cache, one copy for
-    every process of the machine, given back under memory pressure."""
+    searches the hashes and takes the rows it finds, so it touches only the pages of
+    the asked keys, and the pages stay in the OS page cache, one copy for every process
+    of the machine, given back under memory pressure. ``<name>.fence`` holds every
+    ``FENCE``-th hash (a page's first): a probe of a few keys finds each key's page of
+    hashes there, and asks for all the pages it will touch before touching any
+    (``page_advice``), so pages dropped from the cache are read together, not one
+    fault at a time. The fence is derived data: missing or not matching the hashes, it
+    is read from them again."""
 
     kind = "disk"
 
@@ -169,13 +184,18 @@ class DiskBase:
         self.path = path
         self.columns = columns
         # a file shorter than its footer says, or hashes not one per row, are damaged
-        self._rows = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        self._row_map = mapped(path)
+        row_buffer = pa.py_buffer(self._row_map)
+        self._row_base = row_buffer.address  # a buffer's file offset: its address - this
+        self._rows = pa.ipc.open_file(pa.BufferReader(row_buffer)).read_all()
         hash_path = path.with_suffix(".hash")
         size = hash_path.stat().st_size
         if size != 8 * self._rows.num_rows:
             raise pa.ArrowInvalid(f"{hash_path}: {size} bytes for {self._rows.num_rows} rows")
-        self._hashes = np.memmap(hash_path, dtype=np.int64, mode="r") if size \
+        self._hash_map = mapped(hash_path) if size else None
+        self._hashes = np.frombuffer(self._hash_map, dtype=np.int64) if size \
             else np.zeros(0, np.int64)
+        self._fence: np.ndarray | None = None  # every FENCE-th hash, read when first probed
         self.num_rows = self._rows.num_rows
         # each record batch with the position of its first row: a take goes to the
         # batches holding the positions (a take over the whole chunked table would
@@ -196,6 +216,7 @@ class DiskBase:
                     pa.ipc.new_file(sink, part.rows.schema) as writer:
                 writer.write_table(part.rows, max_chunksize=CHUNK_ROWS)
             np.ascontiguousarray(part.hashes, dtype=np.int64).tofile(hash_tmp)
+            _write_fence(path.with_suffix(".fence"), np.asarray(part.hashes)[::FENCE])
             # the hashes first: a ``.arrow`` file in place always has its ``.hash``
             os.replace(hash_tmp, path.with_suffix(".hash"))
             os.replace(rows_tmp, path)
@@ -243,6 +264,7 @@ class DiskBase:
                         [r.get_batch(b).column(0) for r in readers], schema=schema))
             del readers
             np.ascontiguousarray(hashes, dtype=np.int64).tofile(hash_tmp)
+            _write_fence(path.with_suffix(".fence"), np.asarray(hashes)[::FENCE])
             os.replace(hash_tmp, path.with_suffix(".hash"))
             os.replace(rows_tmp, path)
         finally:
@@ -283,11 +305,17 @@ class DiskBase:
         names = [*self.columns, COUNT]
         if wanted is None:
             return self._rows.select(names)
-        lo = np.searchsorted(self._hashes, wanted, "left")
-        hi = np.searchsorted(self._hashes, wanted, "right")
+        advised = self._hash_map is not None and 0 < len(wanted) <= ADVISED_KEYS
+        if advised:
+            lo, hi = self._fenced(wanted, "left"), self._fenced(wanted, "right")
+        else:
+            lo = np.searchsorted(self._hashes, wanted, "left")
+            hi = np.searchsorted(self._hashes, wanted, "right")
         take = ranges(lo, hi)  # increasing: the hashes and ``wanted`` are sorted
         self.rows_read += len(take)
         cuts = np.searchsorted(take, self._starts)
+        if advised:
+            self._advise_rows(take, cuts, names)
         pieces = [pa.Table.from_batches([batch.select(names).take(
             pa.array(take[cuts[i]:cuts[i + 1]] - self._starts[i]))])
             for i, batch in enumerate(self._batches) if cuts[i + 1] > cuts[i]]
@@ -296,6 +324,64 @@ class DiskBase:
 
     def part(self) -> Part:
         return Part(self._rows.select([*self.columns, COUNT]), np.asarray(self._hashes))
+
+    # -- probes that read their pages together (``page_advice``) -------------------------
+    def _fence_of(self) -> np.ndarray:
+        """Every ``FENCE``-th hash (one per page of the hash file), from the base's
+        ``.fence`` file, or read from the hashes (one sequential pass) and written."""
+        if self._fence is not None:
+            return self._fence
+        hashes, fence_path = self._hashes, self.path.with_suffix(".fence")
+        want = (len(hashes) + FENCE - 1) // FENCE
+        fence = None
+        with contextlib.suppress(OSError, ValueError):
+            fence = np.fromfile(fence_path, dtype=np.int64)
+        if fence is None or len(fence) != want or (want and (
+                fence[0] != hashes[0] or fence[-1] != hashes[(want - 1) * FENCE])):
+            assert self._hash_map is not None
+            advise(self._hash_map, np.zeros(1, np.int64), np.full(1, len(self._hash_map)))
+            fence = np.ascontiguousarray(hashes[::FENCE])
+            _write_fence(fence_path, fence)
+        self._fence = fence
+        return fence
+
+    def _fenced(self, wanted: np.ndarray, side: str) -> np.ndarray:
+        """``np.searchsorted(hashes, wanted, side)``: the fence (in memory) names the one
+        page of hashes each answer lies in; those pages are asked for together, then
+        searched. A binary search over the mapped file instead faults its way down
+        about ten pages per key, one after another."""
+        hashes, fence = self._hashes, self._fence_of()
+        j = np.searchsorted(fence, wanted, side)
+        # fence[j-1] is below the answer and fence[j] (when j < len) at or above it:
+        # the answer lies in ((j-1)·FENCE, j·FENCE], searched as a slice from (j-1)·FENCE
+        first = np.maximum(j - 1, 0) * FENCE
+        stop = np.minimum(j * FENCE, len(hashes))
+        assert self._hash_map is not None
+        advise(self._hash_map, first * 8, stop * 8)
+        # all windows at once: the answer is the window's start plus its hashes below
+        # (left) or not above (right) the key, counting only the window's own positions
+        at = first[:, None] + np.arange(FENCE, dtype=np.int64)[None, :]
+        inside = at < stop[:, None]
+        values = hashes[np.minimum(at, max(len(hashes) - 1, 0))]
+        below = values < wanted[:, None] if side == "left" else values <= wanted[:, None]
+        return first + np.count_nonzero(below & inside, axis=1)
+
+    def _advise_rows(self, take: np.ndarray, cuts: np.ndarray, names: list[str]) -> None:
+        """Ask for every page the rows ``take`` occupy in the columns ``names``: values,
+        validity and string offsets first, then the strings' characters (found through
+        the offsets)."""
+        pieces = [(batch, take[cuts[i]:cuts[i + 1]] - self._starts[i])
+                  for i, batch in enumerate(self._batches) if cuts[i + 1] > cuts[i]]
+        for text in (False, True):
+            starts, ends = [], []
+            for batch, rows in pieces:
+                lo, hi = runs(rows)
+                for name in names:
+                    a, b = column_ranges(batch.column(name), self._row_base, lo, hi, text)
+                    starts.append(a)
+                    ends.append(b)
+            if starts:
+                advise(self._row_map, np.concatenate(starts), np.concatenate(ends))
 
     def nbytes(self) -> int:
         """Bytes of the process's own memory: none (the mapped pages are the OS's)."""
@@ -321,3 +407,17 @@ def prune(directory: Path, keep: Path) -> None:
         if path != keep:
             path.unlink(missing_ok=True)
             path.with_suffix(".hash").unlink(missing_ok=True)
+            path.with_suffix(".fence").unlink(missing_ok=True)
+
+
+def _write_fence(path: Path, fence: np.ndarray) -> None:
+    """A base's fence, written aside and renamed (another process may read it); a
+    failure leaves it to be computed again."""
+    aside = path.with_name(f".{uuid.uuid4().hex}.fence")
+    try:
+        np.ascontiguousarray(fence, dtype=np.int64).tofile(aside)
+        os.replace(aside, path)
+    except OSError:
+        log.warning("could not write %s; probes read the fence from the hashes", path)
+    finally:
+        aside.unlink(missing_ok=True)

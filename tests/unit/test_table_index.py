@@ -399,3 +399,44 @@ def test_processes_asking_for_one_index_at_once_build_it_once(tmp_path):
     assert [p.returncode for p in procs] == [0, 0]
     assert answers == ["built", "reused"]
     assert len(list(folder.glob("v*.arrow"))) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), fence=st.sampled_from([1, 2, 3, 8, 512]),
+       chunk=st.sampled_from([5, 64, 1 << 22]), stale=st.sampled_from(["ok", "gone", "other"]))
+def test_probes_through_the_fence_equal_binary_search(tmp_path_factory, seed, fence, chunk,
+                                                      stale):
+    """A disk base's probes of few keys (the fence's page, pages asked for together)
+    return exactly what the plain binary search over the mapped hashes returns, for
+    strings, NULLs and repeated hashes, over several record batches; with the fence file
+    missing or written for another fence width it is read from the hashes again."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    hashes = np.sort(rng.integers(-50, 50, n)).astype(np.int64)
+    text = [None if rng.random() < 0.2 else "x" * int(rng.integers(0, 9)) + str(i)
+            for i in range(n)]
+    rows = pa.table({"k": pa.array(hashes), "s": pa.array(text, pa.string()),
+                     "b": pa.array(rng.random(n) < 0.5),
+                     index_bases.COUNT: pa.array(np.ones(n, np.int64))})
+    directory = tmp_path_factory.mktemp("fence")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(index_bases, "CHUNK_ROWS", chunk)
+        patch.setattr(index_bases, "FENCE", fence)
+        base = index_bases.DiskBase.write(directory, 1, index_bases.Part(rows, hashes),
+                                          ["k", "s", "b"])
+        fence_file = base.path.with_suffix(".fence")
+        if stale == "gone":
+            fence_file.unlink()
+        elif stale == "other":
+            patch.setattr(index_bases, "FENCE", fence + 1)
+        reopened = index_bases.DiskBase(base.path, ["k", "s", "b"])
+        wanted = np.unique(rng.integers(-60, 60, int(rng.integers(1, 40)))).astype(np.int64)
+        got = reopened.rows_for(wanted)
+        patch.setattr(index_bases, "ADVISED_KEYS", 0)  # the plain binary search
+        plain = index_bases.DiskBase(base.path, ["k", "s", "b"]).rows_for(wanted)
+    assert got.to_pylist() == plain.to_pylist()
+    assert Counter(got.column("k").to_pylist()) == Counter(
+        h for h in hashes.tolist() if h in set(wanted.tolist()))
+    if stale != "ok" and n:  # read again from the hashes, and written for the next reader
+        assert np.array_equal(np.fromfile(fence_file, dtype=np.int64),
+                              hashes[::fence if stale == "gone" else fence + 1])

@@ -384,8 +384,9 @@ class DiskBase:
                 advise(self._row_map, np.concatenate(starts), np.concatenate(ends))
 
     def nbytes(self) -> int:
-        """Bytes of the process's own memory: none (the mapped pages are the OS's)."""
-        return 0
+        """Bytes of the process's own memory: the fence once read (the mapped pages are
+        the OS's)."""
+        return 0 if self._fence is None else self._fence.nbytes
 
     def memory_bytes(self) -> int:
         """What the base would take in memory."""

@@ -370,12 +370,11 @@ class DiskBase:
         """Ask for every page the rows ``take`` occupy in the columns ``names``: values,
         validity and string offsets first, then the strings' characters (found through
         the offsets)."""
-        pieces = [(batch, take[cuts[i]:cuts[i + 1]] - self._starts[i])
+        pieces = [(batch, *runs(take[cuts[i]:cuts[i + 1]] - self._starts[i]))
                   for i, batch in enumerate(self._batches) if cuts[i + 1] > cuts[i]]
         for text in (False, True):
             starts, ends = [], []
-            for batch, rows in pieces:
-                lo, hi = runs(rows)
+            for batch, lo, hi in pieces:
                 for name in names:
                     a, b = column_ranges(batch.column(name), self._row_base, lo, hi, text)
                     starts.append(a)

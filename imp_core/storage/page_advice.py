@@ -55,9 +55,12 @@ def advise(target: mmap.mmap, starts: np.ndarray, ends: np.ndarray) -> None:
             return
 
 
+def _is_wide_text(kind: pa.DataType) -> bool:
+    return pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+
+
 def _is_text(kind: pa.DataType) -> bool:
-    return (pa.types.is_string(kind) or pa.types.is_binary(kind)
-            or pa.types.is_large_string(kind) or pa.types.is_large_binary(kind))
+    return pa.types.is_string(kind) or pa.types.is_binary(kind) or _is_wide_text(kind)
 
 
 def column_ranges(array: pa.Array, base: int, runs_lo: np.ndarray, runs_hi: np.ndarray,
@@ -82,16 +85,15 @@ def column_ranges(array: pa.Array, base: int, runs_lo: np.ndarray, runs_hi: np.n
 
     if text:
         if _is_text(kind):
-            wide = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
-            offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)
+            offsets = np.frombuffer(buffers[1],
+                                    dtype=np.int64 if _is_wide_text(kind) else np.int32)
             add(buffers[2], offsets[lo].astype(np.int64), offsets[hi].astype(np.int64))
     else:
         add(buffers[0], lo // 8, hi // 8 + 1)
         if pa.types.is_boolean(kind):
             add(buffers[1], lo // 8, hi // 8 + 1)
         elif _is_text(kind):
-            width = 8 if (pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)) \
-                else 4
+            width = 8 if _is_wide_text(kind) else 4
             add(buffers[1], lo * width, (hi + 1) * width)
         elif len(buffers) == 2 and _byte_width(kind):
             add(buffers[1], lo * _byte_width(kind), hi * _byte_width(kind))

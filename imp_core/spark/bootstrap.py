@@ -29,12 +29,17 @@ layout its ``restore`` takes; ``bootstrap`` loads it with ``IncrementalQuery.loa
   filtered rows) is made open instead: its keys would cost a Spark aggregation of each
   table (at SF 3, 38 of TPC-H Q9's 101 s of registration; at SF 10, 3 to 8 s for each
   filtered side of Q3, Q14 and Q19) to save binary searches of absent keys.
-- A semi-, anti- or outer join (``KeyedJoinOp``) whose sides are both served by the data
-  layer, over inputs without other stateful operators than such joins
+- A semi-, anti- or outer join (``KeyedJoinOp``) with a side served by the data layer,
+  whose served sides' inputs hold no other stateful operators than such joins
   (``_served_keyed_join``), is evaluated by Spark (``imp_core.spark.compile_joins``):
-  its state is the sides' versions and filters, its output Spark's rows, and an
-  aggregation or top-k above it is computed by Spark unless a row's annotation is a
-  set (``_set_annotated``: a semi-join's partners, an outer join's padded side).
+  its state is a served side's versions and filter and an in-memory side's rows, its
+  output Spark's rows, and an aggregation or top-k above it is computed by Spark unless
+  a row's annotation is a set (``_set_annotated``: a semi-join's partners, an outer
+  join's padded side). Where an in-memory side's rows are the output of a join or of a
+  stateful operator, Spark reads them from a view of the driver's rows
+  (``imp_core.spark.driver_views``) instead of evaluating that side again: the engine's
+  rows where the engine stepped them. (At SF 10, stepping TPC-H Q21's semi- and
+  anti-join on the driver shipped 100 M lineitem rows for its probed sides.)
 - Any other semi-, anti- or outer join, and a comparison with a scalar subquery's
   value (``ScalarFilterOp``; ``KeyedFilterOp`` where it is correlated), is built on the
   driver like an in-memory join: its output is the engine's operator stepped once over
@@ -109,6 +114,7 @@ from imp_core.spark.compile import (
     quote,
     total_order_sql,
 )
+from imp_core.spark.driver_views import VIEW_BYTES, DriverViews, view_bytes
 from imp_core.spark.joins import fragment_views, version_views
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -133,6 +139,8 @@ class BootstrapRun:
     sources: dict[str, str] = field(default_factory=dict)
     # per Spark query, in order: what it computed, its seconds and rows shipped
     queries: list[tuple[str, float, int]] = field(default_factory=list)
+    # in-memory join sides handed back to Spark as views of their rows: what, rows
+    views: list[tuple[str, int]] = field(default_factory=list)
 
 
 def bootstrap(spark: SparkSession, store: Any, pipeline: IncrementalQuery,
@@ -204,18 +212,31 @@ class _Bootstrap:
         self.views: dict[str, str] = {}
         self.fragment_views: dict[str, str] = {}
         self._served: dict[str, bool] = {}  # op id -> ``_served_keyed_join``
+        self.row_views = DriverViews(spark)  # in-memory sides Spark reads back
 
     # -- driver ---------------------------------------------------------------------
     def run(self) -> dict[str, pa.Table]:
         self._make_views()
-        root = self.output(self.scratch.root)
-        pending = [self.scratch.root]
-        while pending:
-            w = pending.pop()
-            pending.extend(w.children)
-            if w.op.stateful:
-                self.state(w)
-        return self.scratch.compose_state(self.states, root.consolidate())
+        try:
+            # Spark's joins first, lowest first: every view of an in-memory side exists
+            # before any query over it is compiled (a subtree compiles the same throughout)
+            self._serve_keyed_joins(self.scratch.root)
+            root = self.output(self.scratch.root)
+            pending = [self.scratch.root]
+            while pending:
+                w = pending.pop()
+                pending.extend(w.children)
+                if w.op.stateful:
+                    self.state(w)
+            return self.scratch.compose_state(self.states, root.consolidate())
+        finally:
+            self.row_views.drop()
+
+    def _serve_keyed_joins(self, w) -> None:
+        for child in w.children:
+            self._serve_keyed_joins(child)
+        if self._served_keyed_join(w):
+            self.state(w)
 
     def _make_views(self) -> None:
         """Temp views of the tables at the versions, and of partitioned tables with their
@@ -224,7 +245,8 @@ class _Bootstrap:
         self.fragment_views = fragment_views(self.spark, self.views, self.partitions)
 
     def _relation(self, node: PlanNode) -> AnnotatedRelation:
-        return annotated_relation(node, self.partitions, "view", self.views, self.fragment_views)
+        return annotated_relation(node, self.partitions, "view", self.views, self.fragment_views,
+                                  self.row_views.relations)
 
     def _collect(self, sql: str, what: str) -> pa.Table:
         t0 = time.perf_counter()
@@ -287,11 +309,11 @@ class _Bootstrap:
             self.stats.sources[op.op_id] = "spark" if not (
                 _in_memory(op.left) and _in_memory(op.right)) else "engine"
         elif self._served_keyed_join(w):
-            # both sides served by the data layer hold versions (and filters), no rows:
-            # the state needs no row, and the output, where an operator above asks for
-            # it, is Spark's evaluation of the join (``_output``)
-            state = op.state_from_sides(self._side(op.left, w.children[0]),
-                                        self._side(op.right, w.children[1]))
+            # a side served by the data layer holds versions (and a filter), no rows; a
+            # side in memory its rows. The output, where an operator above asks for it,
+            # is Spark's evaluation of the join (``_output``)
+            state = op.state_from_sides(self._served_side(op.left, w.children[0]),
+                                        self._served_side(op.right, w.children[1]))
             self.stats.sources[op.op_id] = "spark"
         elif isinstance(op, (KeyedJoinOp, ScalarFilterOp, KeyedFilterOp)):
             # the output is one engine step over both inputs' rows; a side in memory holds
@@ -345,18 +367,35 @@ class _Bootstrap:
         return state
 
     def _served_keyed_join(self, w) -> bool:
-        """Whether wired ``w`` is a semi-, anti- or outer join whose sides are both served
-        by the data layer over inputs whose stateful operators are such joins too:
-        Spark evaluates them exactly (``imp_core.spark.compile_joins``, the engine's
-        semantics and provenance), so nothing of them is stepped on the driver. (At
-        SF 10, stepping TPC-H Q13's outer join over 15 M shipped orders took 30 of its
-        41 s.)"""
+        """Whether wired ``w`` is a semi-, anti- or outer join with a side served by the
+        data layer, each served side over an input whose stateful operators are such
+        joins too: Spark evaluates it exactly (``imp_core.spark.compile_joins``, the
+        engine's semantics and provenance), so no served side's rows are shipped and
+        nothing of it is stepped on the driver. (At SF 10, stepping TPC-H Q13's outer
+        join over 15 M shipped orders took 30 of its 41 s.)"""
         key = w.op.op_id
         if key not in self._served:  # asked at every level above: decided once
-            self._served[key] = isinstance(w.op, KeyedJoinOp) and _data_side(w.op.left) \
-                and _data_side(w.op.right) \
-                and not any(self._driver_below(c) for c in w.children)
+            op = w.op
+            self._served[key] = isinstance(op, KeyedJoinOp) and \
+                (_data_side(op.left) or _data_side(op.right)) and \
+                not any(self._driver_below(c) for side, c in
+                        zip((op.left, op.right), w.children) if _data_side(side))
         return self._served[key]
+
+    def _served_side(self, side, child) -> pa.Table:
+        """The state of a side of a join Spark evaluates: a served side's versions and
+        filter, an in-memory side's rows. Those rows become the view Spark's queries
+        read for ``child`` where the engine stepped them (Spark's own evaluation could
+        round otherwise), or where they come out of a join and are few enough that
+        shipping them back costs less than joining again."""
+        if _data_side(side):
+            return self._data_side_state(side, child.node)
+        rows = self.output(child)
+        if self._driver_below(child) or (
+                _joined(child.node) and view_bytes(rows) <= VIEW_BYTES):
+            self.row_views.add(child.node, rows)
+            self.stats.views.append((_label(child.node), len(rows)))
+        return SideIndex.state_from_rows(rows)
 
     def _driver_below(self, w) -> bool:
         """Whether wired subtree ``w`` holds a stateful operator whose output is rebuilt
@@ -512,6 +551,11 @@ def _data_side(side: object) -> bool:
     """Whether ``side`` is served by the data layer: its state is versions and a Bloom
     filter, not rows (the one test of a side's kind)."""
     return isinstance(side, DataSide)
+
+
+def _joined(node: PlanNode) -> bool:
+    """Whether ``node`` is more than one table's filtered, projected rows."""
+    return has_stateful(node) or any(isinstance(n, Join) for n in node.walk())
 
 
 def _label(node: PlanNode) -> str:

@@ -138,7 +138,8 @@ class _Compiler(JoinCompilers, SetOpCompilers, ExpandCompiler, WindowCompiler):
 
     def __init__(self, partitions: PartitionSet | None = None, sketch: Sketch | None = None,
                  fragment_ids: FragmentIds = "case", views: Mapping[str, str] | None = None,
-                 fragment_views: Mapping[str, str] | None = None):
+                 fragment_views: Mapping[str, str] | None = None,
+                 substitutes: Mapping[PlanNode, Relation] | None = None):
         self.partitions = partitions
         self.sketch = sketch
         self.fragment_ids = fragment_ids
@@ -146,6 +147,9 @@ class _Compiler(JoinCompilers, SetOpCompilers, ExpandCompiler, WindowCompiler):
         # table -> its view with fragment ids (``fragment_ids="view"``); by default the view
         # ``prepare_fragment_views`` makes over the table's registered name
         self.fragment_views = dict(fragment_views or {})
+        # subtree -> a view of its rows already computed (with their annotation columns),
+        # read instead of compiling the subtree (``imp_core.spark.driver_views``)
+        self.substitutes = substitutes or {}
         self.ctes: list[tuple[str, str]] = []
         self._anns = 0
 
@@ -159,6 +163,10 @@ class _Compiler(JoinCompilers, SetOpCompilers, ExpandCompiler, WindowCompiler):
         return AnnColumn(f"{ANN_PREFIX}{self._anns}", is_set)
 
     def compile(self, node: PlanNode) -> Relation:
+        view = self.substitutes.get(node) if self.substitutes else None
+        if view is not None:
+            cols = [quote(c) for c in node.column_names] + [quote(a.name) for a in view.ann]
+            return self._cte(f"SELECT {', '.join(cols)}\n  FROM {quote(view.name)}", view.ann)
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
             raise SparkCompileError(f"no Spark SQL translation for {type(node).__name__}")
@@ -337,11 +345,15 @@ class AnnotatedRelation:
 def annotated_relation(node: PlanNode, partitions: PartitionSet,
                        fragment_ids: FragmentIds = "case",
                        views: Mapping[str, str] | None = None,
-                       fragment_views: Mapping[str, str] | None = None) -> AnnotatedRelation:
+                       fragment_views: Mapping[str, str] | None = None,
+                       substitutes: Mapping[PlanNode, Relation] | None = None
+                       ) -> AnnotatedRelation:
     """``node`` compiled with annotation columns, for callers that aggregate over it (the
-    state bootstrap); ``views`` / ``fragment_views`` as in ``annotated_sql``."""
+    state bootstrap); ``views`` / ``fragment_views`` as in ``annotated_sql``;
+    ``substitutes``: subtrees read from views of their rows (each a ``Relation`` naming
+    the view and its annotation columns) instead of compiled."""
     c = _Compiler(partitions=partitions, fragment_ids=fragment_ids, views=views,
-                  fragment_views=fragment_views)
+                  fragment_views=fragment_views, substitutes=substitutes)
     rel = c.compile(node)
     return AnnotatedRelation(c.with_clause(), rel.name, tuple(node.column_names),
                              tuple((a.name, a.is_set) for a in rel.ann))

@@ -10,10 +10,10 @@ operator stepped on the driver (an aggregation with its HAVING, a top-k) is read
 as the engine produced it.
 
 Invariant: a view holds exactly a batch's rows, each repeated by its weight (a
-bootstrap's output is a bag at one version: every weight is positive), in columns named
-as the node's, plus one annotation column named ``__imp_d<k>`` (distinct from the
-compiler's ``__imp_a<k>``): ``INT`` when every row has one fragment, ``ARRAY<INT>``
-(ascending, duplicate-free) otherwise; none when no row has a fragment.
+bootstrap's output is a bag at one version: consolidated, no weight is negative), in
+columns named as the node's, plus one annotation column named ``__imp_d<k>`` (distinct
+from the compiler's ``__imp_a<k>``): ``INT`` when every row has one fragment,
+``ARRAY<INT>`` (ascending, duplicate-free) otherwise; none when no row has a fragment.
 """
 
 from __future__ import annotations
@@ -70,7 +70,11 @@ def view_table(rows: DeltaBatch, names: tuple[str, ...], ann_name: str
     """``rows`` as one Arrow table (module invariant) and its annotation columns."""
     weights = np.asarray(rows.weights)
     if len(weights) and weights.min() <= 0:
-        raise ValueError("a view holds a bag: every row's weight must be positive")
+        # a stepped operator may emit a row and its retraction in one output
+        rows = rows.consolidate()
+        weights = np.asarray(rows.weights)
+        if len(weights) and weights.min() < 0:
+            raise ValueError("a view holds a bag: a row of negative weight has no place")
     data, ann = rows.data, rows.annotation
     if len(weights) and weights.max() > 1:
         idx = np.repeat(np.arange(len(weights), dtype=np.int64), weights)

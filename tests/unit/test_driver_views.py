@@ -65,8 +65,15 @@ def test_one_fragment_per_row_is_an_int_column():
     assert table.to_pydict() == {"x": [1, 2, 2, 3], "__imp_d3": [7, 8, 8, 9]}
 
 
-def test_a_weight_that_is_not_positive_is_refused():
+def test_a_row_and_its_retraction_leave_the_view():
+    batch = DeltaBatch(pa.table({"a": [1, 2, 1]}), np.array([1, 1, -1], dtype=np.int64),
+                       Annotation.singletons(np.array([5, 6, 5])))
+    table, _ = view_table(batch, ("a",), "__imp_d0")
+    assert table.to_pydict() == {"a": [2], "__imp_d0": [6]}
+
+
+def test_a_negative_weight_is_refused():
     batch = DeltaBatch(pa.table({"a": [1, 2]}), np.array([1, -1], dtype=np.int64),
                        Annotation.singletons(np.array([0, 1])))
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="negative"):
         view_table(batch, ("a",), "__imp_d0")

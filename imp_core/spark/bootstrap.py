@@ -388,14 +388,13 @@ class _Bootstrap:
         read for ``child`` where the engine stepped them (Spark's own evaluation could
         round otherwise), or where they come out of a join and are few enough that
         shipping them back costs less than joining again."""
-        if _data_side(side):
-            return self._data_side_state(side, child.node)
-        rows = self.output(child)
-        if self._driver_below(child) or (
-                _joined(child.node) and view_bytes(rows) <= VIEW_BYTES):
-            self.row_views.add(child.node, rows)
-            self.stats.views.append((_label(child.node), len(rows)))
-        return SideIndex.state_from_rows(rows)
+        if _in_memory(side):
+            rows = self.output(child)
+            if self._driver_below(child) or (
+                    _joined(child.node) and view_bytes(rows) <= VIEW_BYTES):
+                self.row_views.add(child.node, rows)
+                self.stats.views.append((_label(child.node), len(rows)))
+        return self._side(side, child)
 
     def _driver_below(self, w) -> bool:
         """Whether wired subtree ``w`` holds a stateful operator whose output is rebuilt
